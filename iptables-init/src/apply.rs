@@ -1,0 +1,1 @@
+//! See lib.rs for the pipeline.

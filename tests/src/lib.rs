@@ -1,0 +1,20 @@
+//! Helpers for the end-to-end tests: locating the built binaries, network namespaces, TLS clients.
+//! The tests themselves live in `tests/e2e/`.
+
+use std::path::PathBuf;
+
+/// Path of a workspace binary built by `cargo build --bins` (the README's test command builds them first).
+/// Panics with a clear message when it is missing: an end-to-end test never passes without its binary.
+pub fn bin(name: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let profile = std::env::var("E2E_PROFILE").unwrap_or_else(|_| "debug".to_string());
+    let path = target.join(profile).join(name);
+    assert!(
+        path.exists(),
+        "binary {} not found: run `cargo build --workspace --bins` first",
+        path.display()
+    );
+    path
+}

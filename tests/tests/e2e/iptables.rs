@@ -1,0 +1,1 @@
+//! netfilter end-to-end tests (real namespaces, real traffic).

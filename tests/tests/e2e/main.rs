@@ -1,0 +1,4 @@
+//! One integration-test binary for the whole end-to-end suite (short link times).
+
+mod iptables;
+mod webhook;

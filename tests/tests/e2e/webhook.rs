@@ -1,0 +1,1 @@
+//! webhook end-to-end tests (real TLS, apiserver-like client).
