@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run). Runs on a fresh Debian machine as root:
+# installs what the tests need, builds the binaries the end-to-end tests drive, runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "scripts/test.sh: the netfilter end-to-end tests need root (network namespaces); run as root" >&2
+  exit 1
+fi
+
+need=()
+command -v iptables-restore >/dev/null || need+=(iptables)
+command -v ip >/dev/null || need+=(iproute2)
+command -v file >/dev/null || need+=(file)
+[ -x /usr/bin/time ] || need+=(time)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+cargo fmt --all -- --check
+cargo build --workspace --bins --locked
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
