@@ -1,4 +1,5 @@
 //! One integration-test binary for the whole end-to-end suite (short link times).
 
 mod iptables;
+mod iptables_parity;
 mod webhook;
