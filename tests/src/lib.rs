@@ -18,3 +18,6 @@ pub fn bin(name: &str) -> PathBuf {
     );
     path
 }
+
+pub mod apiserver;
+pub mod netns;
