@@ -1,1 +1,193 @@
 //! Network-namespace test hosts: create, run commands inside, destroy (owned by the iptables engineers).
+//!
+//! A [`NetNs`] is a named namespace (`ip netns add`) with `lo` up. Commands run inside it through
+//! `ip netns exec`, so any binary (iptables-restore, the built `iptables-init`, a test helper) sees only
+//! that namespace's netfilter state. Dropping the value deletes the namespace, so a failing test does not
+//! leave rules behind on the host.
+//!
+//! Root is required; [`require_root`] panics with a clear message instead of letting a test pass by
+//! skipping.
+
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{bail, Context as _, Result};
+
+/// Panics unless the process runs as root and the tools a namespace test needs are installed.
+/// Namespace tests never skip: a test that cannot run must fail loudly.
+pub fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root (network namespaces and netfilter); run it as root, it never skips"
+    );
+    for tool in [
+        "ip",
+        "iptables-save",
+        "iptables-restore",
+        "ip6tables-save",
+        "ip6tables-restore",
+    ] {
+        assert!(
+            which(tool),
+            "this test needs `{tool}` on PATH (install iptables and iproute2); it never skips"
+        );
+    }
+}
+
+/// Whether `tool` is an executable file in one of the `PATH` directories (or the sbin directories,
+/// which a non-login root shell may lack).
+pub fn which(tool: &str) -> bool {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let found = path
+        .split(':')
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
+        .filter(|d| !d.is_empty())
+        .any(|d| std::path::Path::new(d).join(tool).is_file());
+    found
+}
+
+/// Which `*-save` to dump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    /// The save binary of this family.
+    pub fn save_bin(self) -> &'static str {
+        match self {
+            Family::V4 => "iptables-save",
+            Family::V6 => "ip6tables-save",
+        }
+    }
+
+    /// The restore binary of this family.
+    pub fn restore_bin(self) -> &'static str {
+        match self {
+            Family::V4 => "iptables-restore",
+            Family::V6 => "ip6tables-restore",
+        }
+    }
+}
+
+/// A network namespace that exists as long as this value does.
+#[derive(Debug)]
+pub struct NetNs {
+    name: String,
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+impl NetNs {
+    /// Creates a uniquely named namespace (`<prefix>-<pid>-<n>`) and brings `lo` up.
+    pub fn new(prefix: &str) -> Result<NetNs> {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        // Namespace names end up as file names under /run/netns; keep them short and plain.
+        let prefix: String = prefix
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .take(24)
+            .collect();
+        let name = format!("{prefix}-{}-{n}", std::process::id());
+        checked(Command::new("ip").args(["netns", "add", &name]))
+            .with_context(|| format!("creating network namespace {name}"))?;
+        // From here on Drop cleans up, even if bringing lo up fails.
+        let ns = NetNs { name };
+        ns.run(&["ip", "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// The namespace's name (as given to `ip netns exec`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A command that runs `program` inside the namespace; add arguments, env and stdio as needed.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name]).arg(program);
+        cmd
+    }
+
+    /// Runs `argv` inside the namespace and returns its stdout; a non-zero exit is an error carrying
+    /// the command line, the status and stderr.
+    pub fn run(&self, argv: &[&str]) -> Result<String> {
+        let (program, args) = argv.split_first().context("empty command")?;
+        let mut cmd = self.command(program);
+        cmd.args(args);
+        checked(&mut cmd)
+    }
+
+    /// Runs `argv` inside the namespace with `stdin` fed to it; returns stdout, or an error as [`run`].
+    ///
+    /// [`run`]: NetNs::run
+    pub fn run_with_stdin(&self, argv: &[&str], stdin: &str) -> Result<String> {
+        let (program, args) = argv.split_first().context("empty command")?;
+        let mut cmd = self.command(program);
+        cmd.args(args);
+        let out = output_with_stdin(&mut cmd, stdin)?;
+        into_stdout(&cmd, out)
+    }
+
+    /// Feeds `input` to `iptables-restore --noflush` (or the ip6 variant).
+    pub fn restore(&self, family: Family, input: &str) -> Result<()> {
+        self.run_with_stdin(&[family.restore_bin(), "--noflush"], input)
+            .with_context(|| format!("{} in {}", family.restore_bin(), self.name))?;
+        Ok(())
+    }
+
+    /// The `iptables-save` (or `ip6tables-save`) dump of the namespace.
+    pub fn save(&self, family: Family) -> Result<String> {
+        self.run(&[family.save_bin()])
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        // Best effort: a failure here must not mask the test's own panic.
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Runs `cmd` with `stdin` written to it and collects its output.
+pub fn output_with_stdin(cmd: &mut Command, stdin: &str) -> Result<Output> {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("spawning {cmd:?}"))?;
+    if let Some(mut pipe) = child.stdin.take() {
+        pipe.write_all(stdin.as_bytes())
+            .with_context(|| format!("writing stdin of {cmd:?}"))?;
+    }
+    child
+        .wait_with_output()
+        .with_context(|| format!("waiting for {cmd:?}"))
+}
+
+fn checked(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("spawning {cmd:?}"))?;
+    into_stdout(cmd, out)
+}
+
+fn into_stdout(cmd: &Command, out: Output) -> Result<String> {
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
