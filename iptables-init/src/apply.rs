@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tracing::{debug, info, warn};
 
 use crate::render;
-use crate::rules::{Family, Plan, RouteAction, Rule};
+use crate::rules::{Family, Plan, Rule};
 
 pub use backend::{Backend, Kind};
 use state::{assemble, is_our_chain, split_restore_input, Dump, Ours, SCRATCH_PREFIX};

@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use super::*;
-use crate::rules::Table;
+use crate::rules::{RouteAction, Table};
 
 fn in_fresh_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     assert!(
