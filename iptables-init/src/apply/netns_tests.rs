@@ -330,3 +330,40 @@ fn routes_are_idempotent() {
         assert!(!sh("ip -4 rule show").contains("lookup 133"));
     });
 }
+
+#[test]
+fn validation_passes_with_rules_for_our_uid() {
+    in_fresh_netns(|| {
+        // The test runs as root, so the proxy uid of these rules is 0: the probe is then ours to redirect.
+        let v4: Vec<Rule> = default_rules(&[])
+            .into_iter()
+            .map(|mut r| {
+                for t in &mut r.tokens {
+                    if t == "1337" {
+                        *t = "0".to_string();
+                    }
+                }
+                r
+            })
+            .collect();
+        let opts = crate::validation::ValidationOptions {
+            proxy_port: 15001,
+            inbound_port: 15006,
+            probe_port: 15002,
+            timeout: std::time::Duration::from_secs(3),
+            ipv6: false,
+        };
+        let plan = Plan {
+            v4,
+            v6: None,
+            routes: vec![],
+        };
+        crate::validation::run(&crate::validation::ValidationOptions {
+            timeout: std::time::Duration::from_millis(200),
+            ..opts.clone()
+        })
+        .expect_err("no rules yet");
+        apply(&plan, &ApplyOptions::default()).expect("apply");
+        crate::validation::run(&opts).expect("validation with rules");
+    });
+}
