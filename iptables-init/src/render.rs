@@ -108,3 +108,50 @@ pub fn dry_run(plan: &Plan) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, InboundPorts, InterceptionMode};
+    use crate::rules;
+
+    #[test]
+    fn dry_run_prints_v4_then_marker_v6_and_route_comments() {
+        let cfg = Config {
+            mode: InterceptionMode::Tproxy,
+            inbound_ports: InboundPorts::List(vec![80]),
+            ipv6: true,
+            ..Config::default()
+        };
+        let plan = rules::build(&cfg);
+        let out = dry_run(&plan);
+        let v4 = restore_input(&plan.v4);
+        let v6 = restore_input(plan.v6.as_deref().expect("v6"));
+        let expected = format!(
+            "{v4}# ip6tables-restore\n{v6}\
+             # ip -6 addr add ::6/128 dev lo\n\
+             # ip -4 rule add fwmark 1337 lookup 133\n\
+             # ip -6 rule add fwmark 1337 lookup 133\n\
+             # ip -4 route add local 0.0.0.0/0 dev lo table 133\n\
+             # ip -6 route add local ::/0 dev lo table 133\n"
+        );
+        assert_eq!(out, expected);
+        assert!(v6.contains("-s ::6/128"));
+    }
+
+    #[test]
+    fn dry_run_without_ipv6_has_no_marker() {
+        let out = dry_run(&rules::build(&Config::default()));
+        assert!(!out.contains('#'), "{out}");
+        assert!(out.starts_with("* nat\n") && out.ends_with("COMMIT\n"));
+    }
+
+    #[test]
+    fn jump_only_chains_are_declared() {
+        let rules = vec![Rule::new(Table::Nat, "-A OUTPUT -j SOMEWHERE")];
+        assert_eq!(
+            restore_input(&rules),
+            "* nat\n-N SOMEWHERE\n-A OUTPUT -j SOMEWHERE\nCOMMIT\n"
+        );
+    }
+}

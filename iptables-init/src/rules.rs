@@ -567,3 +567,409 @@ fn routes(cfg: &Config) -> Vec<RouteAction> {
     }
     routes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Cidr, CidrList};
+    use crate::render;
+
+    /// Rule texts of one table, in generation order.
+    fn table(rules: &[Rule], t: Table) -> Vec<String> {
+        rules
+            .iter()
+            .filter(|r| r.table == t)
+            .map(Rule::text)
+            .collect()
+    }
+
+    fn v6(plan: &Plan) -> &[Rule] {
+        plan.v6.as_deref().expect("IPv6 rules")
+    }
+
+    fn cidr(s: &str) -> Cidr {
+        Cidr::parse(s).expect("cidr")
+    }
+
+    /// The typical injected configuration of spec §5.5, compared as text with the spec's output.
+    #[test]
+    fn injected_default_matches_the_worked_example() {
+        let cfg = Config {
+            inbound_ports: InboundPorts::All,
+            inbound_exclude_ports: vec![15090, 15021, 15020],
+            outbound_include: OutboundInclude::All,
+            ..Config::default()
+        };
+        let plan = build(&cfg);
+        assert_eq!(plan.v6, None);
+        assert!(plan.routes.is_empty());
+        let expected = "\
+* nat
+-N ISTIO_INBOUND
+-N ISTIO_REDIRECT
+-N ISTIO_IN_REDIRECT
+-N ISTIO_OUTPUT
+-A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN
+-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001
+-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006
+-A PREROUTING -p tcp -j ISTIO_INBOUND
+-A ISTIO_INBOUND -p tcp --dport 15090 -j RETURN
+-A ISTIO_INBOUND -p tcp --dport 15021 -j RETURN
+-A ISTIO_INBOUND -p tcp --dport 15020 -j RETURN
+-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT
+-A OUTPUT -j ISTIO_OUTPUT
+-A ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN
+-A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT
+-A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --gid-owner 1337 -j ISTIO_IN_REDIRECT
+-A ISTIO_OUTPUT -o lo -m owner ! --gid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -m owner --gid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN
+-A ISTIO_OUTPUT -j ISTIO_REDIRECT
+COMMIT
+";
+        assert_eq!(render::restore_input(&plan.v4), expected);
+    }
+
+    #[test]
+    fn outbound_port_excludes_come_right_after_the_output_jump() {
+        let cfg = Config {
+            outbound_exclude_ports: vec![7777, 8888],
+            ..Config::default()
+        };
+        let nat = table(&build(&cfg).v4, Table::Nat);
+        let at = nat
+            .iter()
+            .position(|r| r == "-A OUTPUT -j ISTIO_OUTPUT")
+            .expect("jump");
+        assert_eq!(
+            nat[at + 1..at + 6],
+            [
+                "-A ISTIO_OUTPUT -p tcp --dport 7777 -j RETURN",
+                "-A ISTIO_OUTPUT -p udp --dport 7777 -j RETURN",
+                "-A ISTIO_OUTPUT -p tcp --dport 8888 -j RETURN",
+                "-A ISTIO_OUTPUT -p udp --dport 8888 -j RETURN",
+                "-A ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN",
+            ]
+        );
+    }
+
+    #[test]
+    fn inbound_excludes_apply_only_with_wildcard_inbound() {
+        let listed = Config {
+            inbound_ports: InboundPorts::List(vec![80]),
+            inbound_exclude_ports: vec![9090],
+            ..Config::default()
+        };
+        assert!(!table(&build(&listed).v4, Table::Nat)
+            .iter()
+            .any(|r| r.contains("9090")));
+        let tproxy_all = Config {
+            mode: InterceptionMode::Tproxy,
+            inbound_ports: InboundPorts::All,
+            inbound_exclude_ports: vec![9090],
+            ..Config::default()
+        };
+        let mangle = table(&build(&tproxy_all).v4, Table::Mangle);
+        let pre = mangle
+            .iter()
+            .position(|r| r == "-A PREROUTING -p tcp -j ISTIO_INBOUND")
+            .expect("jump");
+        assert_eq!(
+            mangle[pre + 1],
+            "-A ISTIO_INBOUND -p tcp --dport 9090 -j RETURN"
+        );
+        assert_eq!(
+            mangle[pre + 2],
+            "-A ISTIO_INBOUND -p tcp -m conntrack --ctstate RELATED,ESTABLISHED -j ISTIO_DIVERT"
+        );
+    }
+
+    #[test]
+    fn capture_all_dns_in_both_families() {
+        let cfg = Config {
+            redirect_dns: true,
+            capture_all_dns: true,
+            ipv6: true,
+            ..Config::default()
+        };
+        let plan = build(&cfg);
+        for rules in [&plan.v4[..], v6(&plan)] {
+            let nat = table(rules, Table::Nat);
+            assert!(nat.contains(&"-A ISTIO_OUTPUT -j ISTIO_OUTPUT_DNS".to_string()));
+            assert!(nat.contains(
+                &"-A ISTIO_OUTPUT_DNS -p tcp --dport 53 -j REDIRECT --to-ports 15053".to_string()
+            ));
+            assert!(nat.contains(
+                &"-A ISTIO_OUTPUT_DNS -p udp --dport 53 -j REDIRECT --to-port 15053".to_string()
+            ));
+            assert!(nat
+                .iter()
+                .any(|r| r.contains("-m multiport ! --dports 53,15008 -m owner --uid-owner 1337")));
+            assert_eq!(
+                table(rules, Table::Raw),
+                [
+                    "-A OUTPUT -j ISTIO_OUTPUT_DNS",
+                    "-A ISTIO_OUTPUT_DNS -p udp --dport 53 -m owner --uid-owner 1337 -j CT --zone 1",
+                    "-A ISTIO_OUTPUT_DNS -p udp --sport 15053 -m owner --uid-owner 1337 -j CT --zone 2",
+                    "-A ISTIO_OUTPUT_DNS -p udp --dport 53 -m owner --gid-owner 1337 -j CT --zone 1",
+                    "-A ISTIO_OUTPUT_DNS -p udp --sport 15053 -m owner --gid-owner 1337 -j CT --zone 2",
+                    "-A PREROUTING -j ISTIO_INBOUND",
+                    "-A ISTIO_OUTPUT_DNS -p udp --dport 53 -j CT --zone 2",
+                    "-A ISTIO_INBOUND -p udp --sport 53 -j CT --zone 1",
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn ipv6_only_dns_server() {
+        let cfg = Config {
+            redirect_dns: true,
+            dns_servers_v6: vec!["fd00::53".parse().expect("ip")],
+            ipv6: true,
+            ..Config::default()
+        };
+        let plan = build(&cfg);
+        let nat4 = table(&plan.v4, Table::Nat);
+        // DNS is on (multiport form), but v4 has no server: no nat jump to the DNS chain in v4 ...
+        assert!(nat4.iter().any(|r| r.contains("! --dports 53,15008")));
+        assert!(!nat4.iter().any(|r| r.contains("ISTIO_OUTPUT_DNS")));
+        // ... while raw OUTPUT still jumps to it (both families) with the owner CT zones.
+        let raw4 = table(&plan.v4, Table::Raw);
+        assert_eq!(raw4.len(), 5);
+        assert_eq!(raw4[0], "-A OUTPUT -j ISTIO_OUTPUT_DNS");
+        let nat6 = table(v6(&plan), Table::Nat);
+        assert!(nat6.contains(&"-A ISTIO_OUTPUT -j ISTIO_OUTPUT_DNS".to_string()));
+        assert!(nat6.contains(
+            &"-A ISTIO_OUTPUT_DNS -p tcp --dport 53 -d fd00::53/128 -j REDIRECT --to-ports 15053"
+                .to_string()
+        ));
+        assert!(nat6.contains(
+            &"-A ISTIO_OUTPUT_DNS -p udp --dport 53 -d fd00::53/128 -j REDIRECT --to-port 15053"
+                .to_string()
+        ));
+        assert_eq!(
+            table(v6(&plan), Table::Raw)[5..],
+            [
+                "-A PREROUTING -j ISTIO_INBOUND",
+                "-A ISTIO_OUTPUT_DNS -p udp --dport 53 -d fd00::53/128 -j CT --zone 2",
+                "-A ISTIO_INBOUND -p udp --sport 53 -s fd00::53/128 -j CT --zone 1",
+            ]
+        );
+        // With IPv6 off, the v6 server still turns DNS capture on, and v4 stays as above.
+        let off = build(&Config { ipv6: false, ..cfg });
+        assert_eq!(off.v4, plan.v4);
+        assert_eq!(off.v6, None);
+    }
+
+    #[test]
+    fn exclude_interfaces_with_kube_virt_interfaces() {
+        let cfg = Config {
+            exclude_interfaces: vec!["ex0".into()],
+            kube_virt_interfaces: vec!["kv1".into(), "kv2".into()],
+            outbound_include: OutboundInclude::List(CidrList {
+                v4: vec![cidr("10.0.0.0/8")],
+                v6: vec![],
+            }),
+            ..Config::default()
+        };
+        let nat = table(&build(&cfg).v4, Table::Nat);
+        let pre: Vec<&String> = nat.iter().filter(|r| r.contains(" PREROUTING ")).collect();
+        assert_eq!(
+            pre,
+            [
+                "-A PREROUTING -i ex0 -j RETURN",
+                "-I PREROUTING 1 -i kv1 -j RETURN",
+                "-I PREROUTING 1 -i kv2 -j RETURN",
+                "-I PREROUTING 1 -i kv1 -d 10.0.0.0/8 -j ISTIO_REDIRECT",
+                "-I PREROUTING 1 -i kv2 -d 10.0.0.0/8 -j ISTIO_REDIRECT",
+            ]
+        );
+        assert_eq!(nat[1], "-A OUTPUT -o ex0 -j RETURN");
+    }
+
+    #[test]
+    fn drop_invalid_with_tproxy() {
+        let cfg = Config {
+            drop_invalid: true,
+            mode: InterceptionMode::Tproxy,
+            inbound_ports: InboundPorts::List(vec![8080]),
+            exclude_interfaces: vec!["ex0".into()],
+            ..Config::default()
+        };
+        let plan = build(&cfg);
+        let mangle = table(&plan.v4, Table::Mangle);
+        assert_eq!(
+            mangle[..8],
+            [
+                "-A PREROUTING -i ex0 -j RETURN",
+                "-A OUTPUT -o ex0 -j RETURN",
+                "-A PREROUTING -m conntrack --ctstate INVALID -j ISTIO_DROP",
+                "-A ISTIO_DROP -j DROP",
+                "-A ISTIO_DIVERT -j MARK --set-mark 1337",
+                "-A ISTIO_DIVERT -j ACCEPT",
+                "-A ISTIO_TPROXY ! -d 127.0.0.1/32 -p tcp -j TPROXY --tproxy-mark 1337/0xffffffff --on-port 15006",
+                "-A PREROUTING -p tcp -j ISTIO_INBOUND",
+            ]
+        );
+        assert_eq!(
+            mangle[8..10],
+            [
+                "-A ISTIO_INBOUND -p tcp --dport 8080 -m conntrack --ctstate RELATED,ESTABLISHED -j ISTIO_DIVERT",
+                "-A ISTIO_INBOUND -p tcp --dport 8080 -j ISTIO_TPROXY",
+            ]
+        );
+        let text = render::restore_input(&plan.v4);
+        assert!(
+            text.starts_with(
+                "* mangle\n-N ISTIO_DROP\n-N ISTIO_DIVERT\n-N ISTIO_TPROXY\n-N ISTIO_INBOUND\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn tproxy_routes_and_ipv6_loopback_source() {
+        let tproxy = Config {
+            mode: InterceptionMode::Tproxy,
+            inbound_ports: InboundPorts::All,
+            tproxy_mark: 7,
+            tproxy_route_table: 100,
+            ipv6: true,
+            ..Config::default()
+        };
+        assert_eq!(
+            build(&tproxy).routes,
+            [
+                RouteAction::AddLoopbackV6Source,
+                RouteAction::AddFwmarkRule {
+                    family: Family::V4,
+                    mark: 7,
+                    table: 100
+                },
+                RouteAction::AddFwmarkRule {
+                    family: Family::V6,
+                    mark: 7,
+                    table: 100
+                },
+                RouteAction::AddLocalRoute {
+                    family: Family::V4,
+                    table: 100
+                },
+                RouteAction::AddLocalRoute {
+                    family: Family::V6,
+                    table: 100
+                },
+            ]
+        );
+        // TPROXY without inbound ports: no routes, but the mark rules are still there.
+        let no_inbound = Config {
+            inbound_ports: InboundPorts::None,
+            ipv6: false,
+            ..tproxy.clone()
+        };
+        let plan = build(&no_inbound);
+        assert!(plan.routes.is_empty());
+        let mangle = table(&plan.v4, Table::Mangle);
+        assert_eq!(
+            mangle[0],
+            "-A PREROUTING -p tcp -m mark --mark 7 -j CONNMARK --save-mark"
+        );
+        assert!(
+            mangle.contains(&"-I ISTIO_INBOUND 1 -p tcp -m mark --mark 7 -j RETURN".to_string())
+        );
+        // REDIRECT with IPv6: only the ::6 address.
+        let redirect6 = Config {
+            ipv6: true,
+            ..Config::default()
+        };
+        assert_eq!(build(&redirect6).routes, [RouteAction::AddLoopbackV6Source]);
+    }
+
+    #[test]
+    fn loopback_include_cidr_drops_the_non_proxy_loopback_return_in_both_families() {
+        let cfg = Config {
+            outbound_include: OutboundInclude::List(CidrList {
+                v4: vec![],
+                v6: vec![cidr("::1/128")],
+            }),
+            ipv6: true,
+            ..Config::default()
+        };
+        let plan = build(&cfg);
+        for rules in [&plan.v4[..], v6(&plan)] {
+            assert!(!table(rules, Table::Nat)
+                .iter()
+                .any(|r| r.contains("-o lo -m owner !")));
+        }
+        assert!(table(v6(&plan), Table::Nat)
+            .contains(&"-A ISTIO_OUTPUT -d ::1/128 -j ISTIO_REDIRECT".to_string()));
+    }
+
+    #[test]
+    fn owner_group_filters() {
+        let only_none = Config {
+            owner_groups: OwnerGroups::Only(vec![]),
+            ..Config::default()
+        };
+        let nat = table(&build(&only_none).v4, Table::Nat);
+        assert!(nat.contains(&"-A ISTIO_OUTPUT -j RETURN".to_string()));
+        let except = Config {
+            owner_groups: OwnerGroups::AllExcept(vec!["java".into(), "202".into()]),
+            ..Config::default()
+        };
+        let nat = table(&build(&except).v4, Table::Nat);
+        let at = nat
+            .iter()
+            .position(|r| r == "-A ISTIO_OUTPUT -m owner --gid-owner java -j RETURN")
+            .expect("java");
+        assert_eq!(
+            nat[at + 1],
+            "-A ISTIO_OUTPUT -m owner --gid-owner 202 -j RETURN"
+        );
+        assert_eq!(nat[at + 2], "-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN");
+    }
+
+    #[test]
+    fn custom_loopback_cidr_and_ports() {
+        let cfg = Config {
+            loopback_cidr: cidr("127.0.0.0/8"),
+            proxy_port: 1,
+            inbound_capture_port: 2,
+            inbound_tunnel_port: 3,
+            outbound_ports: vec![4],
+            outbound_exclude: CidrList {
+                v4: vec![cidr("10.1.0.0/16")],
+                v6: vec![cidr("fd00::/8")],
+            },
+            ipv6: true,
+            ..Config::default()
+        };
+        let plan = build(&cfg);
+        let nat4 = table(&plan.v4, Table::Nat);
+        assert!(nat4.contains(&"-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 1".to_string()));
+        assert!(nat4.contains(&"-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 2".to_string()));
+        assert!(nat4.contains(&"-A ISTIO_INBOUND -p tcp --dport 3 -j RETURN".to_string()));
+        let n = nat4.len();
+        assert_eq!(
+            nat4[n - 3..],
+            [
+                "-A ISTIO_OUTPUT -d 127.0.0.0/8 -j RETURN",
+                "-A ISTIO_OUTPUT -d 10.1.0.0/16 -j RETURN",
+                "-A ISTIO_OUTPUT -p tcp --dport 4 -j ISTIO_REDIRECT",
+            ]
+        );
+        let nat6 = table(v6(&plan), Table::Nat);
+        let n = nat6.len();
+        assert_eq!(
+            nat6[n - 3..],
+            [
+                "-A ISTIO_OUTPUT -d ::1/128 -j RETURN",
+                "-A ISTIO_OUTPUT -d fd00::/8 -j RETURN",
+                "-A ISTIO_OUTPUT -p tcp --dport 4 -j ISTIO_REDIRECT",
+            ]
+        );
+    }
+}
