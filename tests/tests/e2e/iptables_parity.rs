@@ -356,3 +356,321 @@ fn golden_split_at_second_table() {
     );
     assert_eq!(v6, "*nat\n:B - [0:0]\nCOMMIT\n");
 }
+
+/// The command line beyond the goldens: configurations no golden covers are valid netfilter input,
+/// `--dry-run` needs no privilege, detection reads the namespace, and bad input stops before anything.
+mod cli {
+    use super::*;
+    use std::os::unix::process::CommandExt as _;
+
+    /// Runs the binary (outside any namespace) with a clean environment.
+    fn dry_run(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+        Command::new(e2e::bin("iptables-init"))
+            .args(args)
+            .arg("--dry-run")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(env.iter().copied())
+            .output()
+            .expect("running iptables-init")
+    }
+
+    fn stdout(out: &std::process::Output) -> String {
+        assert!(
+            out.status.success(),
+            "iptables-init failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Configurations that no golden covers (spec §8) and other option mixes: the kernel accepts
+    /// every part of the dry-run output.
+    #[test]
+    fn uncovered_configurations_are_accepted_by_the_kernel() {
+        netns::require_root();
+        let configs: &[&[&str]] = &[
+            &["-u", "1337", "-o", "7777,8888", "-i", "*", "--ipv6", "true"],
+            &[
+                "-u",
+                "1337",
+                "-b",
+                "*",
+                "-d",
+                "15090,15021,15020",
+                "-i",
+                "*",
+                "--ipv6",
+                "false",
+            ],
+            &[
+                "-u", "1337", "-m", "TPROXY", "-b", "*", "-d", "15090", "--ipv6", "true",
+            ],
+            &[
+                "-u",
+                "1337",
+                "--redirect-dns",
+                "--capture-all-dns",
+                "-i",
+                "*",
+                "--ipv6",
+                "true",
+            ],
+            &[
+                "-u",
+                "1337",
+                "-c",
+                "ex0,ex1",
+                "-k",
+                "kv0,kv1",
+                "-i",
+                "10.0.0.0/8,fd00::/8",
+                "--ipv6",
+                "true",
+            ],
+            &[
+                "-u",
+                "1337",
+                "--redirect-dns",
+                "--dns-servers",
+                "fd00::53",
+                "--ipv6",
+                "true",
+            ],
+            &[
+                "-u",
+                "1337",
+                "--redirect-dns",
+                "--dns-servers",
+                "fd00::53",
+                "--ipv6",
+                "false",
+            ],
+            &[
+                "-u",
+                "1337",
+                "--drop-invalid",
+                "-m",
+                "TPROXY",
+                "-b",
+                "80,443",
+                "-c",
+                "ex0",
+                "--ipv6",
+                "true",
+            ],
+            &[
+                "-u",
+                "1,2",
+                "-g",
+                "3",
+                "-q",
+                "25",
+                "-x",
+                "10.1.0.0/16,fd01::/16",
+                "-i",
+                "127.0.0.1/32",
+                "--ipv6",
+                "true",
+            ],
+            &[
+                "-u",
+                "1337",
+                "--outbound-owner-groups-exclude",
+                "0,1",
+                "--host-ipv4-loopback-cidr",
+                "127.0.0.0/8",
+                "--ipv6",
+                "false",
+            ],
+            &[
+                "-u",
+                "1337",
+                "--outbound-owner-groups",
+                "",
+                "--ipv6",
+                "false",
+            ],
+        ];
+        for args in configs {
+            let out = stdout(&dry_run(args, &[]));
+            let (v4, v6) = dry_run_parts(&out);
+            let ns = NetNs::new("ipt-cfg").expect("netns");
+            ns.restore(Family::V4, &v4)
+                .unwrap_or_else(|e| panic!("{args:?}: v4 rejected: {e:#}\n{v4}"));
+            if !v6.is_empty() {
+                ns.restore(Family::V6, &v6)
+                    .unwrap_or_else(|e| panic!("{args:?}: v6 rejected: {e:#}\n{v6}"));
+            }
+            let dump = parse_dump(&ns.save(Family::V4).expect("save"));
+            assert!(
+                dump.get("nat")
+                    .is_some_and(|t| t.contains_key("ISTIO_OUTPUT")),
+                "{args:?}: nothing applied"
+            );
+        }
+    }
+
+    /// `--dry-run` touches nothing and needs no privilege: it works as `nobody`, with Istio's
+    /// injected arguments, in both families.
+    #[test]
+    fn dry_run_works_as_an_ordinary_user() {
+        netns::require_root();
+        let injected = [
+            "istio-iptables",
+            "-p",
+            "15001",
+            "-z",
+            "15006",
+            "-u",
+            "1337",
+            "-m",
+            "REDIRECT",
+            "-i",
+            "*",
+            "-x",
+            "",
+            "-b",
+            "*",
+            "-d",
+            "15090,15021,15020",
+            "--log_output_level=default:info",
+            "--dry-run",
+        ];
+        for (ipv6, marker) in [("false", false), ("true", true)] {
+            let out = Command::new(e2e::bin("iptables-init"))
+                .args(injected)
+                .args(["--ipv6", ipv6])
+                .env_clear()
+                .uid(65534)
+                .gid(65534)
+                .output()
+                .expect("running iptables-init as nobody");
+            let text = stdout(&out);
+            assert!(text.starts_with("* nat\n"), "{text}");
+            assert!(text.contains("-A ISTIO_INBOUND -p tcp --dport 15090 -j RETURN"));
+            assert_eq!(text.contains("# ip6tables-restore\n"), marker, "{text}");
+        }
+    }
+
+    /// `--ipv6 auto` decides from the namespace's addresses, as Istio does.
+    #[test]
+    fn ipv6_auto_detection_reads_the_namespace() {
+        netns::require_root();
+        let bin = e2e::bin("iptables-init");
+        let run = |ns: &NetNs, extra: &[&str]| {
+            ns.command(&bin)
+                .args(["-u", "1337", "--dry-run"])
+                .args(extra)
+                .env_clear()
+                .output()
+                .expect("running iptables-init")
+        };
+        let ns = NetNs::new("ipt-detect").expect("netns");
+        // Only loopback: Istio's "no valid local IP address found", exit 1.
+        let out = run(&ns, &[]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no valid local IP address"));
+        assert!(out.stdout.is_empty());
+        // Explicit --ipv6 needs no address.
+        assert!(run(&ns, &["--ipv6", "false"]).status.success());
+        // An IPv6 address only: IPv6 on.
+        ns.run(&["ip", "addr", "add", "fd00::1/128", "dev", "lo", "nodad"])
+            .expect("addr6");
+        assert!(stdout(&run(&ns, &[])).contains("# ip6tables-restore\n"));
+        // IPv4 comes first in the kernel's dump: IPv4 only, unless --dual-stack.
+        ns.run(&["ip", "addr", "add", "240.240.240.240/32", "dev", "lo"])
+            .expect("addr4");
+        assert!(!stdout(&run(&ns, &[])).contains("ip6tables"));
+        let dual = stdout(&run(&ns, &["--dual-stack"]));
+        assert!(
+            dual.contains("# ip6tables-restore\n")
+                && dual.contains("# ip -6 addr add ::6/128 dev lo\n")
+        );
+    }
+
+    /// Arguments, environment, expected exit status, texts the error must contain.
+    type BadInput<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], i32, &'a [&'a str]);
+
+    /// Invalid input exits with Istio's status and a message naming the flag and value, and the
+    /// namespace is untouched (the run is not a dry run).
+    #[test]
+    fn invalid_input_stops_before_touching_anything() {
+        netns::require_root();
+        let ns = NetNs::new("ipt-invalid").expect("netns");
+        let bin = e2e::bin("iptables-init");
+        let cases: &[BadInput] = &[
+            (
+                &["-i", "10.0.0.0/33"],
+                &[],
+                1,
+                &["-i/--istio-service-cidr", "10.0.0.0/33"],
+            ),
+            (&["-x", "*"], &[], 1, &["-x/--istio-service-exclude-cidr"]),
+            (&["-p", "70000"], &[], 1, &["-p/--envoy-port", "70000"]),
+            (
+                &["-b", "80,http"],
+                &[],
+                1,
+                &["-b/--istio-inbound-ports", "http"],
+            ),
+            (
+                &["-m", "tproxy"],
+                &[],
+                1,
+                &["-m/--istio-inbound-interception-mode", "tproxy"],
+            ),
+            (
+                &["-c", "eth0;x"],
+                &[],
+                1,
+                &["-c/--istio-exclude-interfaces"],
+            ),
+            (&["-u", "root"], &[], 1, &["-u/--proxy-uid", "root"]),
+            (
+                &[],
+                &[("ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR", "10.0.0.1/32")],
+                1,
+                &["ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR"],
+            ),
+            (
+                &[],
+                &[("FORCE_IPTABLES_BINARY", "iptables")],
+                1,
+                &["FORCE_IPTABLES_BINARY"],
+            ),
+            (&["--no-such-flag"], &[], 255, &["--no-such-flag"]),
+            (&["--dry-run=maybe"], &[], 255, &["maybe"]),
+            (
+                &["--log_output_level=default:loud"],
+                &[],
+                255,
+                &["log_output_level"],
+            ),
+        ];
+        for (args, env, code, needles) in cases {
+            let out = ns
+                .command(&bin)
+                .args(["-u", "1337", "--ipv6", "false"])
+                .args(*args)
+                .env_clear()
+                .envs(env.iter().copied())
+                .output()
+                .expect("running iptables-init");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(*code), "{args:?} {env:?}: {stderr}");
+            for n in *needles {
+                assert!(
+                    stderr.contains(n),
+                    "{args:?} {env:?}: {n:?} not in {stderr}"
+                );
+            }
+            assert!(out.stdout.is_empty(), "{args:?}: printed {:?}", out.stdout);
+        }
+        for family in [Family::V4, Family::V6] {
+            let save = ns.save(family).expect("save");
+            assert!(!save.contains("ISTIO"), "{family:?} touched: {save}");
+        }
+    }
+}
