@@ -54,6 +54,16 @@ pub fn validation_options(cfg: &config::Config) -> validation::ValidationOptions
     }
 }
 
+/// Reports the error that ends the run: through the log when errors are logged (so `--log_as_json`
+/// keeps stderr machine-readable), else straight to stderr, so the reason is never lost.
+fn report(msg: &str) {
+    if tracing::enabled!(tracing::Level::ERROR) {
+        tracing::error!("{msg}");
+    } else {
+        eprintln!("iptables-init: error: {msg}");
+    }
+}
+
 /// Runs `iptables-init` with the process environment and surroundings.
 pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let env = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
@@ -72,6 +82,16 @@ pub fn run_with(
         Err(e) => {
             let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
             let _ = e.print();
+            if let Some(clap::error::ContextValue::String(arg)) =
+                e.get(clap::error::ContextKind::InvalidArg)
+            {
+                if cli::parse_go_bool(arg).is_ok() {
+                    eprintln!(
+                        "tip: a boolean flag takes its value after '=', e.g. --dry-run={arg} \
+                         (istio-iptables would ignore {arg:?} and leave the flag on)"
+                    );
+                }
+            }
             return ExitCode::from(code);
         }
     };
@@ -85,8 +105,7 @@ pub fn run_with(
     let cfg = match config::resolve(&args, env, sys) {
         Ok(c) => c,
         Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("iptables-init: {e}");
+            report(&e.to_string());
             return ExitCode::from(EXIT_ERROR);
         }
     };
@@ -109,8 +128,7 @@ pub fn run_with(
             tracing::warn!("--native-nftables is not supported; applying the same rules through iptables-restore");
         }
         if let Err(e) = apply::apply(&plan, &apply_options(&cfg)) {
-            tracing::error!("{e}");
-            eprintln!("iptables-init: {e}");
+            report(&e.to_string());
             return ExitCode::from(EXIT_ERROR);
         }
     }
@@ -121,8 +139,7 @@ pub fn run_with(
                 "iptables validation failed; workload is not ready for Istio. \
                  When using Istio CNI, this can occur if a pod is scheduled before the node is ready: {e}"
             );
-            tracing::error!("{msg}");
-            eprintln!("iptables-init: {msg}");
+            report(&msg);
             return ExitCode::from(EXIT_VALIDATION_FAILED);
         }
         tracing::info!("iptables validation passed");

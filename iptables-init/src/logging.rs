@@ -4,6 +4,8 @@
 //! Logs always go to stderr: stdout carries the `--dry-run` output and must hold nothing else. Only the
 //! `default` scope exists here; other scopes Istio knows (`grpc`, ...) are accepted and ignored.
 
+use std::io::IsTerminal as _;
+
 use tracing::level_filters::LevelFilter;
 
 use crate::cli::Args;
@@ -100,6 +102,7 @@ impl LogConfig {
     pub fn install(&self) {
         let builder = tracing_subscriber::fmt()
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
             .with_max_level(self.level)
             .with_target(false)
             .with_file(self.caller)
