@@ -146,6 +146,23 @@ mod tests {
         assert!(out.starts_with("* nat\n") && out.ends_with("COMMIT\n"));
     }
 
+    /// The README's example dry run is the real output (guards the docs against drift).
+    #[test]
+    fn documented_example_is_the_real_output() {
+        let doc = include_str!("../../docs/iptables-init.md");
+        let cfg = Config {
+            inbound_ports: InboundPorts::All,
+            inbound_exclude_ports: vec![15090, 15021, 15020],
+            outbound_include: crate::config::OutboundInclude::All,
+            ..Config::default()
+        };
+        let block = format!("```text\n{}```", dry_run(&rules::build(&cfg)));
+        assert!(
+            doc.contains(&block),
+            "docs/iptables-init.md lacks:\n{block}"
+        );
+    }
+
     #[test]
     fn jump_only_chains_are_declared() {
         let rules = vec![Rule::new(Table::Nat, "-A OUTPUT -j SOMEWHERE")];
