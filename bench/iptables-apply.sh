@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Benchmark: a real `iptables-init` apply of the default injected rules vs a bare
+# `iptables-restore --noflush` of the same `--dry-run` output, each in a fresh network namespace, in the
+# same run, several rounds (alternating which goes first); medians and the ratio, plus peak RSS of both
+# (GNU time). Targets: ratio <= 1.3, iptables-init peak RSS <= 5 MiB. Needs root.
+#
+#   bench/iptables-apply.sh                  # 15 rounds, target/release/iptables-init (built if missing)
+#   ROUNDS=31 BIN=path/to/iptables-init bench/iptables-apply.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=${ROUNDS:-15}
+bin=${BIN:-target/release/iptables-init}
+if [ "$(id -u)" -ne 0 ]; then echo "bench/iptables-apply.sh: needs root (network namespaces)" >&2; exit 1; fi
+if [ ! -x "$bin" ]; then cargo build --release -p iptables-init --bin iptables-init; fi
+bin=$(realpath "$bin")
+[ -x /usr/bin/time ] || { echo "needs GNU time (/usr/bin/time, Debian package 'time')" >&2; exit 1; }
+
+args=(istio-iptables -p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x "" -b '*' -d 15090,15021,15020 --ipv6 false)
+input=$(mktemp)
+trap 'rm -f "$input"; for n in $(ip netns list | awk "/^bench-ipt-$$-/ {print \$1}"); do ip netns del "$n"; done' EXIT
+"$bin" "${args[@]}" --dry-run >"$input"
+restore=$(command -v iptables-restore)
+
+fresh() { ip netns add "$1"; ip netns exec "$1" ip link set lo up; }
+
+# Times one command inside a namespace with bash's clock (no extra process around the measured one);
+# prints microseconds.
+timed() {
+  local ns=$1; shift
+  ip netns exec "$ns" bash -c '
+    t0=${EPOCHREALTIME/./}; "$@" >/dev/null 2>&1 <"$STDIN_FILE"; rc=$?; t1=${EPOCHREALTIME/./}
+    [ $rc -eq 0 ] || { echo "failed: $* (rc $rc)" >&2; exit 1; }
+    echo $((t1 - t0))' _ "$@"
+}
+
+init_us=(); bare_us=()
+for i in $(seq 1 "$rounds"); do
+  a="bench-ipt-$$-a$i"; b="bench-ipt-$$-b$i"
+  fresh "$a"; fresh "$b"
+  if [ $((i % 2)) -eq 0 ]; then
+    init_us+=("$(STDIN_FILE=/dev/null timed "$a" "$bin" "${args[@]}")")
+    bare_us+=("$(STDIN_FILE=$input timed "$b" "$restore" --noflush)")
+  else
+    bare_us+=("$(STDIN_FILE=$input timed "$b" "$restore" --noflush)")
+    init_us+=("$(STDIN_FILE=/dev/null timed "$a" "$bin" "${args[@]}")")
+  fi
+  # Sanity: both namespaces hold the same rules.
+  if ! diff <(ip netns exec "$a" iptables-save | grep -v '^#') <(ip netns exec "$b" iptables-save | grep -v '^#') >/dev/null; then
+    echo "round $i: iptables-init and the bare restore produced different rules" >&2; exit 1
+  fi
+  ip netns del "$a"; ip netns del "$b"
+done
+
+median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : int((v[NR/2]+v[NR/2+1])/2)}'; }
+mi=$(median "${init_us[@]}"); mb=$(median "${bare_us[@]}")
+
+rss() { # peak RSS in KiB of one run in a fresh namespace
+  local ns="bench-ipt-$$-rss$1"; shift
+  fresh "$ns"
+  ip netns exec "$ns" /usr/bin/time -f '%M' -o /dev/stdout "$@" 2>/dev/null | tail -1
+  ip netns del "$ns"
+}
+ri=$(rss i "$bin" "${args[@]}")
+rb=$(ip netns add "bench-ipt-$$-rssb" && ip netns exec "bench-ipt-$$-rssb" /usr/bin/time -f '%M' -o /dev/stdout "$restore" --noflush <"$input" | tail -1; ip netns del "bench-ipt-$$-rssb")
+
+echo "rounds:                    $rounds"
+echo "iptables-init apply:       median ${mi} us   (all: ${init_us[*]})"
+echo "bare iptables-restore:     median ${mb} us   (all: ${bare_us[*]})"
+awk -v a="$mi" -v b="$mb" 'BEGIN { printf "ratio init/bare:           %.2f (target <= 1.30)\n", a / b }'
+echo "peak RSS iptables-init:    ${ri} KiB (target <= 5120 KiB)"
+echo "peak RSS iptables-restore: ${rb} KiB"
