@@ -142,7 +142,7 @@ pub fn run_with(
             report(&msg);
             return ExitCode::from(EXIT_VALIDATION_FAILED);
         }
-        tracing::info!("iptables validation passed");
+        tracing::debug!("validation done");
     }
     ExitCode::SUCCESS
 }
