@@ -2,15 +2,147 @@
 //!
 //! The pipeline is deliberately split so that `--dry-run` prints exactly what would be applied:
 //!
-//! 1. [`config`] parses istio-iptables' flags and environment into a validated [`config::Config`];
+//! 1. [`cli`] reads istio-iptables' command line, and [`config`] resolves it with the environment and
+//!    the surroundings ([`detect`]) into a validated [`config::Config`];
 //! 2. [`rules`] turns the configuration into a rule model ([`rules::Plan`]) in Istio's order;
 //! 3. [`render`] renders the model as `iptables-restore` input (and route actions as comments);
 //! 4. [`apply`] detects the backend, checks the current state and applies the rendered text atomically
 //!    per family, rolling back on failure; it also implements `--reconcile` and `--cleanup-only`;
 //! 5. [`validation`] proves interception with a real connection (`--run-validation`).
+//!
+//! [`run`] strings them together; `main` only calls it.
 
 pub mod apply;
+pub mod cli;
 pub mod config;
+pub mod detect;
+pub mod logging;
 pub mod render;
 pub mod rules;
 pub mod validation;
+
+use std::ffi::OsString;
+use std::io::Write as _;
+use std::process::ExitCode;
+
+/// Exit status for a configuration, environment, detection, apply or route error (Istio's 1).
+pub const EXIT_ERROR: u8 = 1;
+/// Exit status when `--run-validation` fails (Istio's 126).
+pub const EXIT_VALIDATION_FAILED: u8 = 126;
+/// Exit status for a command-line parse or logging-config error (Istio's `os.Exit(-1)`, 255).
+pub const EXIT_USAGE: u8 = 255;
+
+/// The options [`apply::apply`] needs from a configuration.
+pub fn apply_options(cfg: &config::Config) -> apply::ApplyOptions {
+    apply::ApplyOptions {
+        reconcile: cfg.reconcile,
+        cleanup_only: cfg.cleanup_only,
+        force_apply: cfg.force_apply,
+        force_binary: cfg.force_binary.clone(),
+    }
+}
+
+/// The options [`validation::run`] needs from a configuration. The probe's family is the detected host
+/// IP's (Istio's rule); without detection it follows `--ipv6`.
+pub fn validation_options(cfg: &config::Config) -> validation::ValidationOptions {
+    validation::ValidationOptions {
+        proxy_port: cfg.proxy_port,
+        inbound_port: cfg.inbound_capture_port,
+        probe_port: cfg.probe_port,
+        timeout: cfg.probe_timeout,
+        ipv6: cfg.host_ip.map_or(cfg.ipv6, |ip| ip.is_ipv6()),
+    }
+}
+
+/// Reports the error that ends the run: through the log when errors are logged (so `--log_as_json`
+/// keeps stderr machine-readable), else straight to stderr, so the reason is never lost.
+fn report(msg: &str) {
+    if tracing::enabled!(tracing::Level::ERROR) {
+        tracing::error!("{msg}");
+    } else {
+        eprintln!("iptables-init: error: {msg}");
+    }
+}
+
+/// Runs `iptables-init` with the process environment and surroundings.
+pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let env = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
+    run_with(args, &env, &detect::HostSystem)
+}
+
+/// Runs `iptables-init`: parse, validate, build the plan, then print it (`--dry-run`) or apply it, then
+/// validate (`--run-validation`). Returns Istio's exit statuses.
+pub fn run_with(
+    args: impl IntoIterator<Item = OsString>,
+    env: config::Env,
+    sys: &dyn detect::System,
+) -> ExitCode {
+    let args = match cli::Args::parse_args(args) {
+        Ok(a) => a,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
+            let _ = e.print();
+            if let Some(clap::error::ContextValue::String(arg)) =
+                e.get(clap::error::ContextKind::InvalidArg)
+            {
+                if cli::parse_go_bool(arg).is_ok() {
+                    eprintln!(
+                        "tip: a boolean flag takes its value after '=', e.g. --dry-run={arg} \
+                         (istio-iptables would ignore {arg:?} and leave the flag on)"
+                    );
+                }
+            }
+            return ExitCode::from(code);
+        }
+    };
+    match logging::LogConfig::from_args(&args) {
+        Ok(log) => log.install(),
+        Err(e) => {
+            eprintln!("iptables-init: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    }
+    let cfg = match config::resolve(&args, env, sys) {
+        Ok(c) => c,
+        Err(e) => {
+            report(&e.to_string());
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    tracing::debug!(?cfg, "configuration");
+    let plan = rules::build(&cfg);
+
+    if cfg.dry_run {
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = out
+            .write_all(render::dry_run(&plan).as_bytes())
+            .and_then(|()| out.flush())
+        {
+            eprintln!("iptables-init: writing the dry-run output: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    } else if cfg.skip_rule_apply {
+        tracing::info!("--skip-rule-apply: not applying rules");
+    } else {
+        if cfg.native_nftables {
+            tracing::warn!("--native-nftables is not supported; applying the same rules through iptables-restore");
+        }
+        if let Err(e) = apply::apply(&plan, &apply_options(&cfg)) {
+            report(&e.to_string());
+            return ExitCode::from(EXIT_ERROR);
+        }
+    }
+
+    if cfg.run_validation {
+        if let Err(e) = validation::run(&validation_options(&cfg)) {
+            let msg = format!(
+                "iptables validation failed; workload is not ready for Istio. \
+                 When using Istio CNI, this can occur if a pod is scheduled before the node is ready: {e}"
+            );
+            report(&msg);
+            return ExitCode::from(EXIT_VALIDATION_FAILED);
+        }
+        tracing::debug!("validation done");
+    }
+    ExitCode::SUCCESS
+}

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
-use crate::rules::{Rule, Table};
+use crate::rules::{Family, Plan, RouteAction, Rule, Table};
 
 /// Chains that iptables provides (or targets that are not chains); never declared with `-N`.
 const BUILT_IN: &[&str] = &[
@@ -61,4 +61,114 @@ pub fn restore_input(rules: &[Rule]) -> String {
         out.push_str("COMMIT\n");
     }
     out
+}
+
+/// The line that separates the IPv4 and IPv6 parts of `--dry-run` output.
+pub const IP6TABLES_MARKER: &str = "# ip6tables-restore";
+
+/// A route action as the equivalent `ip` command (what `--dry-run` shows; the apply path does the same
+/// through `ip` or netlink).
+pub fn route_command(action: &RouteAction) -> String {
+    let flag = |f: Family| match f {
+        Family::V4 => "-4",
+        Family::V6 => "-6",
+    };
+    match action {
+        RouteAction::AddLoopbackV6Source => "ip -6 addr add ::6/128 dev lo".to_string(),
+        RouteAction::AddFwmarkRule {
+            family,
+            mark,
+            table,
+        } => format!("ip {} rule add fwmark {mark} lookup {table}", flag(*family)),
+        RouteAction::AddLocalRoute { family, table } => {
+            let dst = match family {
+                Family::V4 => "0.0.0.0/0",
+                Family::V6 => "::/0",
+            };
+            format!(
+                "ip {} route add local {dst} dev lo table {table}",
+                flag(*family)
+            )
+        }
+    }
+}
+
+/// The `--dry-run` output: the IPv4 restore input, then (IPv6 on) the [`IP6TABLES_MARKER`] line and the
+/// IPv6 restore input, then each route action as a `# ip ...` comment line. Both restore tools ignore
+/// `#` lines, so each part can be fed to them as printed.
+pub fn dry_run(plan: &Plan) -> String {
+    let mut out = restore_input(&plan.v4);
+    if let Some(v6) = &plan.v6 {
+        out.push_str(IP6TABLES_MARKER);
+        out.push('\n');
+        out.push_str(&restore_input(v6));
+    }
+    for action in &plan.routes {
+        let _ = writeln!(out, "# {}", route_command(action));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, InboundPorts, InterceptionMode};
+    use crate::rules;
+
+    #[test]
+    fn dry_run_prints_v4_then_marker_v6_and_route_comments() {
+        let cfg = Config {
+            mode: InterceptionMode::Tproxy,
+            inbound_ports: InboundPorts::List(vec![80]),
+            ipv6: true,
+            ..Config::default()
+        };
+        let plan = rules::build(&cfg);
+        let out = dry_run(&plan);
+        let v4 = restore_input(&plan.v4);
+        let v6 = restore_input(plan.v6.as_deref().expect("v6"));
+        let expected = format!(
+            "{v4}# ip6tables-restore\n{v6}\
+             # ip -6 addr add ::6/128 dev lo\n\
+             # ip -4 rule add fwmark 1337 lookup 133\n\
+             # ip -6 rule add fwmark 1337 lookup 133\n\
+             # ip -4 route add local 0.0.0.0/0 dev lo table 133\n\
+             # ip -6 route add local ::/0 dev lo table 133\n"
+        );
+        assert_eq!(out, expected);
+        assert!(v6.contains("-s ::6/128"));
+    }
+
+    #[test]
+    fn dry_run_without_ipv6_has_no_marker() {
+        let out = dry_run(&rules::build(&Config::default()));
+        assert!(!out.contains('#'), "{out}");
+        assert!(out.starts_with("* nat\n") && out.ends_with("COMMIT\n"));
+    }
+
+    /// The README's example dry run is the real output (guards the docs against drift).
+    #[test]
+    fn documented_example_is_the_real_output() {
+        let doc = include_str!("../../docs/iptables-init.md");
+        let cfg = Config {
+            inbound_ports: InboundPorts::All,
+            inbound_exclude_ports: vec![15090, 15021, 15020],
+            outbound_include: crate::config::OutboundInclude::All,
+            ..Config::default()
+        };
+        let block = format!("```text\n{}```", dry_run(&rules::build(&cfg)));
+        assert!(
+            doc.contains(&block),
+            "docs/iptables-init.md lacks:\n{block}"
+        );
+    }
+
+    #[test]
+    fn jump_only_chains_are_declared() {
+        let rules = vec![Rule::new(Table::Nat, "-A OUTPUT -j SOMEWHERE")];
+        assert_eq!(
+            restore_input(&rules),
+            "* nat\n-N SOMEWHERE\n-A OUTPUT -j SOMEWHERE\nCOMMIT\n"
+        );
+    }
 }
