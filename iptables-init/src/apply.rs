@@ -98,10 +98,14 @@ pub enum ApplyError {
     },
     /// Rules of ours exist and differ from the configuration, and `--reconcile` was not given.
     #[error(
-        "{} rules of ours already exist in this network namespace and differ from the configuration ({detail}); nothing was changed; rerun with --reconcile to replace them",
+        "{backend}: {} rules of ours already exist in this network namespace and differ from the configuration ({detail}); nothing was changed; rerun with --reconcile to replace them",
         family_name(.family)
     )]
-    Diverged { family: Family, detail: String },
+    Diverged {
+        backend: String,
+        family: Family,
+        detail: String,
+    },
     /// An `ip` command failed.
     #[error("failed to configure routes: `{command}`: {message}")]
     Route { command: String, message: String },
@@ -521,7 +525,11 @@ fn decide(fr: &FamilyRun<'_>, opts: &ApplyOptions) -> Result<Decision, ApplyErro
             warn!("removing the scratch chains failed: {e}");
         }
     }
-    Err(ApplyError::Diverged { family, detail })
+    Err(ApplyError::Diverged {
+        backend: fr.backend.to_string(),
+        family,
+        detail,
+    })
 }
 
 /// Puts a family back to `previous` (ours as it was before this run), removing whatever of ours is there now.
