@@ -435,6 +435,57 @@ fn first_difference(current: &Ours, expected: &Ours) -> String {
     "states differ".to_string()
 }
 
+/// Restore input that removes what `text` (restore input of ours, as `render::restore_input` writes it)
+/// added, for the table sections that end before input line `before_line` (all sections when `None`):
+/// rules in other chains deleted by their specification, then the declared chains flushed and deleted.
+/// Exact because every `-N` in those sections succeeded, so those chains were new.
+fn undo_input(text: &str, before_line: Option<usize>) -> String {
+    let mut parts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut table = String::new();
+    let mut section: Vec<&str> = Vec::new();
+    let flush = |table: &str, section: &[&str], parts: &mut BTreeMap<String, Vec<String>>| {
+        let chains: Vec<&str> = section
+            .iter()
+            .filter_map(|l| l.strip_prefix("-N "))
+            .collect();
+        let mut lines = Vec::new();
+        for l in section {
+            let tokens: Vec<&str> = l.split(' ').collect();
+            let spec = match tokens.as_slice() {
+                ["-A", chain, rest @ ..] => Some((*chain, rest)),
+                ["-I", chain, pos, rest @ ..] if pos.parse::<u32>().is_ok() => Some((*chain, rest)),
+                ["-I", chain, rest @ ..] => Some((*chain, rest)),
+                _ => None,
+            };
+            if let Some((chain, rest)) = spec {
+                if !chains.contains(&chain) {
+                    lines.push(format!("-D {chain} {}", rest.join(" ")));
+                }
+            }
+        }
+        lines.extend(chains.iter().map(|c| format!("-F {c}")));
+        lines.extend(chains.iter().map(|c| format!("-X {c}")));
+        if !lines.is_empty() {
+            parts.entry(table.to_string()).or_default().extend(lines);
+        }
+    };
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        if let Some(name) = line.strip_prefix('*') {
+            table = name.trim().to_string();
+            section.clear();
+        } else if line == "COMMIT" {
+            if before_line.is_none_or(|b| n < b) {
+                flush(&table, &section, &mut parts);
+            }
+            section.clear();
+        } else if !line.starts_with('#') && !line.trim().is_empty() {
+            section.push(line);
+        }
+    }
+    assemble(&[parts])
+}
+
 /// One family's part of the run.
 struct FamilyRun<'a> {
     backend: Backend,
@@ -569,16 +620,45 @@ fn rollback(fr: &FamilyRun<'_>, previous: &Ours) -> Result<(), ApplyError> {
     restore(&fr.backend, &input)
 }
 
-fn log_final_state(runs: &[FamilyRun<'_>]) {
+/// What undoes one family's change, should a later step fail.
+enum Undo {
+    /// The optimistic path applied exactly this restore input onto a state without ours.
+    Input(String),
+    /// The checked path replaced `previous` (ours as read in `before`).
+    Previous { before: Dump, previous: Ours },
+}
+
+/// A family this run changed.
+struct Applied {
+    backend: Backend,
+    undo: Undo,
+}
+
+fn log_final_state(backends: &[Backend]) {
     if !tracing::enabled!(tracing::Level::DEBUG) {
         return;
     }
-    for fr in runs {
-        match save(&fr.backend) {
-            Ok(text) => debug!(backend = %fr.backend, "final state:\n{text}"),
+    for b in backends {
+        match save(b) {
+            Ok(text) => debug!(backend = %b, "final state:\n{text}"),
             Err(e) => debug!("final state unavailable: {e}"),
         }
     }
+}
+
+/// Whether the plan's text declares nat `ISTIO_INBOUND`, which Istio's rules always do (spec §5.2 step 4)
+/// and which therefore exists wherever a run of ours left rules: the optimistic restore of such a text
+/// cannot succeed on top of rules of ours.
+fn declares_nat_inbound(text: &str) -> bool {
+    let mut in_nat = false;
+    for line in text.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            in_nat = t.trim() == "nat";
+        } else if in_nat && line == "-N ISTIO_INBOUND" {
+            return true;
+        }
+    }
+    false
 }
 
 /// Applies `plan` to the current network namespace (see the module documentation for the steps).
@@ -586,75 +666,170 @@ pub fn apply(plan: &Plan, opts: &ApplyOptions) -> Result<(), ApplyError> {
     check_capabilities()?;
     let force = opts.force_binary.as_deref().filter(|f| !f.is_empty());
 
-    // Detect and read every family before writing anything.
-    let mut runs: Vec<FamilyRun<'_>> = Vec::new();
-    let d4 = backend::detect(Family::V4, force)?;
-    info!(backend = %d4.backend, "IPv4 backend");
-    runs.push(FamilyRun {
-        before: Dump::parse(&d4.dump),
-        backend: d4.backend,
-        rules: &plan.v4,
-    });
+    let mut families: Vec<(Family, &[Rule], bool)> = vec![(Family::V4, &plan.v4, true)];
     match &plan.v6 {
-        Some(v6) => {
-            let d6 = backend::detect(Family::V6, force)?;
-            info!(backend = %d6.backend, "IPv6 backend");
-            runs.push(FamilyRun {
-                before: Dump::parse(&d6.dump),
-                backend: d6.backend,
-                rules: v6,
-            });
-        }
+        Some(v6) => families.push((Family::V6, v6, true)),
         // With IPv6 off, cleanup still removes IPv6 rules of ours left by an earlier configuration.
-        None if opts.cleanup_only => match backend::detect(Family::V6, force) {
-            Ok(d6) => runs.push(FamilyRun {
-                before: Dump::parse(&d6.dump),
-                backend: d6.backend,
-                rules: &[],
-            }),
-            Err(e) => debug!("IPv6 cleanup skipped: {e}"),
-        },
+        None if opts.cleanup_only => families.push((Family::V6, &[], false)),
         None => {}
     }
 
-    let result = apply_families(&runs, opts);
-    let result = result.and_then(|applied| {
-        if opts.cleanup_only {
-            for action in plan.routes.iter().rev() {
-                routes::remove(action, false)?;
+    let mut applied: Vec<Applied> = Vec::new();
+    let mut backends: Vec<Backend> = Vec::new();
+    for (family, rules, required) in families {
+        match apply_family(family, rules, required, force, opts, &mut backends) {
+            Ok(Some(a)) => applied.push(a),
+            Ok(None) => {}
+            Err(e) => {
+                let e = roll_back_all(&applied, e);
+                log_final_state(&backends);
+                return Err(e);
             }
-            return Ok(());
         }
+    }
+
+    let result = if opts.cleanup_only {
+        plan.routes
+            .iter()
+            .rev()
+            .try_for_each(|action| routes::remove(action, false))
+    } else {
         let mut added = Vec::new();
+        let mut result = Ok(());
         for action in &plan.routes {
             match routes::add(action) {
-                Ok(changed) => {
-                    if changed {
-                        added.push(action);
-                    }
-                }
+                Ok(true) => added.push(action),
+                Ok(false) => {}
                 Err(e) => {
                     for a in added.iter().rev() {
                         let _ = routes::remove(a, true);
                     }
-                    return Err(roll_back_all(&runs, &applied, e));
+                    result = Err(roll_back_all(&applied, e));
+                    break;
                 }
             }
         }
-        Ok(())
-    });
-    log_final_state(&runs);
+        result
+    };
+    log_final_state(&backends);
     result
 }
 
-/// Rolls back the families in `applied` (index into `runs`, previous state) and returns `err`, or
-/// `RollbackFailed` when undoing failed.
-fn roll_back_all(runs: &[FamilyRun<'_>], applied: &[(usize, Ours)], err: ApplyError) -> ApplyError {
-    for (i, previous) in applied.iter().rev() {
-        let fr = &runs[*i];
-        match rollback(fr, previous) {
+/// One family: the optimistic restore when it applies, else detection, state check and decision.
+/// Returns what was changed (for a rollback), or `None` when nothing was.
+fn apply_family(
+    family: Family,
+    rules: &[Rule],
+    required: bool,
+    force: Option<&str>,
+    opts: &ApplyOptions,
+    backends: &mut Vec<Backend>,
+) -> Result<Option<Applied>, ApplyError> {
+    let name = family_name(&family);
+    // Optimistic path: in a namespace without rules of ours (the init container's normal case) the
+    // dry-run text applies as is, and a state check would only cost processes. When rules of ours
+    // exist, the restore fails on the first `-N` of the nat table; sections committed before that are
+    // undone exactly, and the checked path below takes over.
+    let text = render::restore_input(rules);
+    if !opts.cleanup_only && declares_nat_inbound(&text) {
+        if let Some(backend) = backend::detect_without_exec(family, force) {
+            match restore(&backend, &text) {
+                Ok(()) => {
+                    info!(backend = %backend, "applied the {name} rules");
+                    backends.push(backend.clone());
+                    return Ok(Some(Applied {
+                        backend,
+                        undo: Undo::Input(text),
+                    }));
+                }
+                Err(e) => {
+                    let line = match &e {
+                        ApplyError::Restore { line, .. } => *line,
+                        _ => None,
+                    };
+                    debug!("optimistic {name} apply refused ({e}); reading the current state");
+                    let undo = match line {
+                        Some(n) => undo_input(&text, Some(n)),
+                        // No line reported: no way to tell which sections committed; the checked
+                        // path below sees them as rules of ours.
+                        None => String::new(),
+                    };
+                    if !undo.is_empty() {
+                        restore(&backend, &undo)?;
+                    }
+                }
+            }
+        }
+    }
+
+    let detected = match backend::detect(family, force) {
+        Ok(d) => d,
+        Err(e) if !required => {
+            debug!("{name} skipped: {e}");
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    info!(backend = %detected.backend, "{name} backend");
+    backends.push(detected.backend.clone());
+    let fr = FamilyRun {
+        before: Dump::parse(&detected.dump),
+        backend: detected.backend,
+        rules,
+    };
+    match decide(&fr, opts)? {
+        Decision::Noop(cleanup) => {
+            if !cleanup.is_empty() {
+                restore(&fr.backend, &cleanup)?;
+            }
+            Ok(None)
+        }
+        Decision::Apply { input, previous } => {
+            if input.is_empty() {
+                return Ok(None);
+            }
+            let applied = Applied {
+                backend: fr.backend.clone(),
+                undo: Undo::Previous {
+                    before: fr.before.clone(),
+                    previous,
+                },
+            };
+            if let Err(e) = restore(&fr.backend, &input) {
+                // The failing restore may have committed earlier tables: undo this family too.
+                return Err(roll_back_all(std::slice::from_ref(&applied), e));
+            }
+            info!(backend = %fr.backend, "{} the {name} rules", if opts.cleanup_only { "removed" } else { "applied" });
+            Ok(Some(applied))
+        }
+    }
+}
+
+/// Rolls back every family in `applied` (latest first) and returns `err`, or `RollbackFailed` when
+/// undoing failed.
+fn roll_back_all(applied: &[Applied], err: ApplyError) -> ApplyError {
+    for a in applied.iter().rev() {
+        let result = match &a.undo {
+            Undo::Input(text) => {
+                let undo = undo_input(text, None);
+                if undo.is_empty() {
+                    Ok(())
+                } else {
+                    restore(&a.backend, &undo)
+                }
+            }
+            Undo::Previous { before, previous } => rollback(
+                &FamilyRun {
+                    backend: a.backend.clone(),
+                    rules: &[],
+                    before: before.clone(),
+                },
+                previous,
+            ),
+        };
+        match result {
             Ok(()) => {
-                info!(backend = %fr.backend, "rolled back the {} rules", family_name(&fr.backend.family))
+                info!(backend = %a.backend, "rolled back the {} rules", family_name(&a.backend.family))
             }
             Err(rb) => {
                 return ApplyError::RollbackFailed {
@@ -665,44 +840,6 @@ fn roll_back_all(runs: &[FamilyRun<'_>], applied: &[(usize, Ours)], err: ApplyEr
         }
     }
     err
-}
-
-/// Decides and applies each family in turn; on failure rolls back every family touched so far.
-/// Returns the families applied with their previous state (for a later rollback).
-fn apply_families(
-    runs: &[FamilyRun<'_>],
-    opts: &ApplyOptions,
-) -> Result<Vec<(usize, Ours)>, ApplyError> {
-    let mut applied: Vec<(usize, Ours)> = Vec::new();
-    for (i, fr) in runs.iter().enumerate() {
-        let decision = match decide(fr, opts) {
-            Ok(d) => d,
-            Err(e) => {
-                // `decide` only writes scratch chains, which it removes itself; earlier families did apply.
-                return Err(roll_back_all(runs, &applied, e));
-            }
-        };
-        match decision {
-            Decision::Noop(cleanup) => {
-                if !cleanup.is_empty() {
-                    if let Err(e) = restore(&fr.backend, &cleanup) {
-                        return Err(roll_back_all(runs, &applied, e));
-                    }
-                }
-            }
-            Decision::Apply { input, previous } => {
-                if input.is_empty() {
-                    continue;
-                }
-                applied.push((i, previous));
-                if let Err(e) = restore(&fr.backend, &input) {
-                    return Err(roll_back_all(runs, &applied, e));
-                }
-                info!(backend = %fr.backend, "applied the {} rules", family_name(&fr.backend.family));
-            }
-        }
-    }
-    Ok(applied)
 }
 
 #[cfg(test)]
@@ -717,6 +854,25 @@ mod tests {
             chain: tokens[1].clone(),
             tokens,
         }
+    }
+
+    #[test]
+    fn undo_removes_exactly_the_committed_sections() {
+        let text = "* mangle\n-N ISTIO_DIVERT\n-A ISTIO_DIVERT -j ACCEPT\n-A PREROUTING -p tcp -j ISTIO_DIVERT\nCOMMIT\n\
+                    * nat\n-N ISTIO_INBOUND\n-I PREROUTING 1 -i eth1 -j RETURN\nCOMMIT\n";
+        // Line 7 (`-N ISTIO_INBOUND`) failed: only mangle committed.
+        assert_eq!(
+            undo_input(text, Some(7)),
+            "* mangle\n-D PREROUTING -p tcp -j ISTIO_DIVERT\n-F ISTIO_DIVERT\n-X ISTIO_DIVERT\nCOMMIT\n"
+        );
+        assert_eq!(undo_input(text, Some(2)), "");
+        assert!(
+            undo_input(text, None).contains("-D PREROUTING -i eth1 -j RETURN\n-F ISTIO_INBOUND")
+        );
+        assert!(declares_nat_inbound(text));
+        assert!(!declares_nat_inbound(
+            "* mangle\n-N ISTIO_INBOUND\nCOMMIT\n"
+        ));
     }
 
     #[test]

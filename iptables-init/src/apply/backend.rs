@@ -251,6 +251,33 @@ pub fn detect(family: Family, force: Option<&str>) -> Result<Detected, ApplyErro
     }
 }
 
+/// Whether `program` is an executable file in a `PATH` directory (a filesystem check, no process).
+fn on_path(program: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
+}
+
+/// The backend for the optimistic first attempt, chosen without running any process: nft, when no legacy
+/// table is instantiated in this namespace (so legacy cannot hold rules) and the nft binaries are
+/// installed, or when nft is forced. `None` means: use [`detect`] (which reads the state).
+pub fn detect_without_exec(family: Family, force: Option<&str>) -> Option<Backend> {
+    let b = base(family);
+    let nft = || Backend {
+        family,
+        kind: Kind::Nft,
+        save: format!("{b}-nft-save"),
+        restore: format!("{b}-nft-restore"),
+        wait: false,
+    };
+    match force {
+        Some("nft") => Some(nft()),
+        Some(f) if !f.is_empty() => None,
+        _ if legacy_tables_present(family) => None,
+        _ if on_path(&format!("{b}-nft-restore")) => Some(nft()),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
