@@ -4,15 +4,16 @@
 # same run, several rounds (alternating which goes first); medians and the ratio, plus peak RSS of both
 # (GNU time). Targets: ratio <= 1.3, iptables-init peak RSS <= 5 MiB. Needs root.
 #
-#   bench/iptables-apply.sh                  # 15 rounds, target/release/iptables-init (built if missing)
+#   bench/iptables-apply.sh                  # 15 rounds, the static release binary (built if missing)
 #   ROUNDS=31 BIN=path/to/iptables-init bench/iptables-apply.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rounds=${ROUNDS:-15}
-bin=${BIN:-target/release/iptables-init}
+# The binary the image ships: static, so no dynamic loader at start-up (scripts/check-static-init.sh).
+bin=${BIN:-target/x86_64-unknown-linux-gnu/release/iptables-init}
 if [ "$(id -u)" -ne 0 ]; then echo "bench/iptables-apply.sh: needs root (network namespaces)" >&2; exit 1; fi
-if [ ! -x "$bin" ]; then cargo build --release -p iptables-init --bin iptables-init; fi
+if [ ! -x "$bin" ] && [ -z "${BIN:-}" ]; then scripts/check-static-init.sh; fi
 bin=$(realpath "$bin")
 [ -x /usr/bin/time ] || { echo "needs GNU time (/usr/bin/time, Debian package 'time')" >&2; exit 1; }
 
