@@ -588,10 +588,10 @@ fn h_a_failure_in_the_middle_leaves_no_rules_of_ours() {
 #[test]
 fn i_validation_passes_with_rules_and_fails_with_126_without() {
     require_root();
-    let validate = |ns: &NetNs| {
+    let validate = |ns: &NetNs, ipv6: &'static str| {
         let args = with(&[
             "--ipv6",
-            "false",
+            ipv6,
             "--run-validation",
             "--skip-rule-apply",
             "--probe-timeout=2s",
@@ -618,7 +618,7 @@ fn i_validation_passes_with_rules_and_fails_with_126_without() {
         )
     };
     let bare = NetNs::new("ipt-i-bare").expect("netns");
-    let (code, took, err) = validate(&bare);
+    let (code, took, err) = validate(&bare, "false");
     assert_eq!(code, Some(126), "{err}");
     assert!(
         took < Duration::from_secs(10),
@@ -627,8 +627,16 @@ fn i_validation_passes_with_rules_and_fails_with_126_without() {
 
     let ruled = NetNs::new("ipt-i-rules").expect("netns");
     init_ok(&ruled, &with(&["--ipv6", "false"]));
-    let (code, _, err) = validate(&ruled);
+    let (code, _, err) = validate(&ruled, "false");
     assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("127.0.0.6:15002"), "{err}");
+
+    // IPv6: the probe goes from [::1] to [::6] (added to lo by the apply) and is redirected too.
+    let ruled6 = NetNs::new("ipt-i-rules6").expect("netns");
+    init_ok(&ruled6, &with(&["--ipv6", "true"]));
+    let (code, _, err) = validate(&ruled6, "true");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("[::6]:15002"), "{err}");
 }
 
 #[test]
