@@ -81,6 +81,29 @@ pub fn jump_target(line: &str) -> Option<&str> {
     None
 }
 
+/// Whether a save-format rule in a built-in chain is one of the TPROXY rules Istio's generator writes
+/// there without jumping to a chain of ours (spec §5.2 step 19), whatever mark and uid it was made with:
+/// `CONNMARK --save-mark`/`--restore-mark` guarded by a mark match, the `-o lo` mark `RETURN`, and the
+/// `MARK` to the fixed outbound mark 1338 (0x53a) for proxy-owned loopback traffic. Recognising them by
+/// shape lets `--reconcile` and `--cleanup-only` remove them even when the configuration that wrote them
+/// (another mark, another uid, TPROXY → REDIRECT) is no longer the current one.
+pub fn is_tproxy_signature(table: &str, chain: &str, line: &str) -> bool {
+    if table != "mangle" || !(chain == "PREROUTING" || chain == "OUTPUT") {
+        return false;
+    }
+    let has = |s: &str| line.contains(s);
+    (has(" -p tcp -m mark --mark ") && has(" -j CONNMARK --save-mark"))
+        || (has(" -p tcp -m connmark --mark ") && has(" -j CONNMARK --restore-mark"))
+        || (chain == "OUTPUT"
+            && has(" -o lo ")
+            && has(" -m owner ")
+            && line.ends_with("-j MARK --set-xmark 0x53a/0xffffffff"))
+        || (chain == "OUTPUT"
+            && line.starts_with("-A OUTPUT -o lo -p tcp -m mark --mark ")
+            && line.ends_with(" -j RETURN")
+            && line.split_whitespace().count() == 12)
+}
+
 /// A rule of ours in a chain that is not ours (a built-in or a foreign chain).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookRule {
@@ -130,6 +153,7 @@ impl Ours {
                         .push(line.clone());
                 } else if jump_target(line).is_some_and(is_our_chain)
                     || known.is_some_and(|k| k.contains(line))
+                    || is_tproxy_signature(name, chain, line)
                 {
                     t.hooks.push(HookRule {
                         chain: chain.clone(),
@@ -323,6 +347,34 @@ COMMIT
         let back = ours.restore_lines();
         assert!(back["nat"].contains(&"-I OUTPUT 2 -j ISTIO_OUTPUT".to_string()));
         assert!(back["nat"].contains(&"-N ISTIO_INBOUND".to_string()));
+    }
+
+    #[test]
+    fn tproxy_rules_are_recognised_by_shape_only_in_mangle_builtins() {
+        for (chain, line) in [
+            ("PREROUTING", "-A PREROUTING -p tcp -m mark --mark 0x53b -j CONNMARK --save-mark --nfmask 0xffffffff --ctmask 0xffffffff"),
+            ("OUTPUT", "-A OUTPUT -o lo -p tcp -m mark --mark 0x539 -j RETURN"),
+            ("OUTPUT", "-A OUTPUT ! -d 127.0.0.1/32 -o lo -p tcp -m owner --gid-owner 7 -j MARK --set-xmark 0x53a/0xffffffff"),
+            ("OUTPUT", "-A OUTPUT -p tcp -m connmark --mark 0x539 -j CONNMARK --restore-mark --nfmask 0xffffffff --ctmask 0xffffffff"),
+        ] {
+            assert!(is_tproxy_signature("mangle", chain, line), "{line}");
+            assert!(!is_tproxy_signature("nat", chain, line), "{line}");
+        }
+        assert!(!is_tproxy_signature(
+            "mangle",
+            "OUTPUT",
+            "-A OUTPUT -o lo -p tcp -m mark --mark 0x1 -m comment --comment x -j RETURN"
+        ));
+        assert!(!is_tproxy_signature(
+            "mangle",
+            "OUTPUT",
+            "-A OUTPUT -o lo -j RETURN"
+        ));
+        assert!(!is_tproxy_signature(
+            "mangle",
+            "OUTPUT",
+            "-A OUTPUT -j MARK --set-xmark 0x53a/0xffffffff"
+        ));
     }
 
     #[test]

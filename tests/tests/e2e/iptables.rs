@@ -721,3 +721,51 @@ fn k_backend_choice_is_stable_and_legacy_works_when_forced_or_in_use() {
         .expect("nft save")
         .contains("ISTIO"));
 }
+
+#[test]
+fn l_reconcile_from_tproxy_to_redirect_and_cleanup_with_another_configuration() {
+    let tproxy = [
+        "-p", "15001", "-z", "15006", "-u", "1337", "-m", "TPROXY", "-i", "*", "-x", "", "-b", "*",
+        "-d", "15090", "--ipv6", "false",
+    ];
+    let p = Pair::new("ipt-l");
+    let original = saved(&p.pod, Family::V4);
+    init_ok(&p.pod, &tproxy);
+    assert!(saved(&p.pod, Family::V4).contains("CONNMARK"));
+
+    // Switching mode: the mangle rules TPROXY put in built-in chains go too (recognised by shape).
+    let redirect = with(&["--ipv6", "false", "--reconcile"]);
+    init_ok(&p.pod, &redirect);
+    let fresh = NetNs::new("ipt-l-fresh").expect("netns");
+    init_ok(&fresh, &with(&["--ipv6", "false"]));
+    assert_eq!(
+        rules_only(&saved(&p.pod, Family::V4)),
+        rules_only(&saved(&fresh, Family::V4)),
+        "reconcile from TPROXY left rules behind"
+    );
+
+    // Cleanup with a configuration other than the applied one still removes everything of ours.
+    init_ok(
+        &p.pod,
+        &[
+            "-p",
+            "15001",
+            "-u",
+            "7",
+            "-m",
+            "TPROXY",
+            "-t",
+            "9",
+            "-i",
+            "10.0.0.0/8",
+            "-b",
+            "",
+            "--ipv6",
+            "false",
+            "--cleanup-only",
+        ],
+    );
+    let c = saved(&p.pod, Family::V4);
+    assert!(!has_ours(&c), "{c}");
+    assert_eq!(rules_only(&c), rules_only(&original));
+}
