@@ -367,3 +367,41 @@ fn validation_passes_with_rules_for_our_uid() {
         crate::validation::run(&opts).expect("validation with rules");
     });
 }
+
+#[test]
+fn rollback_puts_back_the_previous_rules_of_ours_between_foreign_ones() {
+    in_fresh_netns(|| {
+        // Ours from an earlier run, with a foreign rule between our rules in a built-in chain.
+        let plan = Plan {
+            v4: default_rules(&["15090"]),
+            v6: None,
+            routes: vec![],
+        };
+        apply(&plan, &ApplyOptions::default()).expect("apply");
+        sh("printf '*nat\\n-I OUTPUT 1 -p tcp --dport 123 -j ACCEPT\\n-A OUTPUT -p udp --dport 124 -j ACCEPT\\n-A OUTPUT -j ISTIO_REDIRECT\\nCOMMIT\\n' | iptables-restore --noflush");
+        let before_text = state("iptables-save");
+        let d = backend::detect(Family::V4, None).expect("detect");
+        let before = Dump::parse(&d.dump);
+        let previous = Ours::extract(&before, &BTreeMap::new());
+        // A half-done replacement: ours removed, something else of ours added, plus a new hook.
+        let broken = assemble(&[
+            previous.removal_lines(),
+            split_restore_input(
+                "* nat\n-N ISTIO_NEW\n-A ISTIO_NEW -j RETURN\n-A PREROUTING -j ISTIO_NEW\nCOMMIT\n",
+            ),
+        ]);
+        restore(&d.backend, &broken).expect("broken state");
+        assert_ne!(state("iptables-save"), before_text);
+        let fr = FamilyRun {
+            backend: d.backend.clone(),
+            rules: &[],
+            before,
+        };
+        rollback(&fr, &previous).expect("rollback");
+        assert_eq!(
+            state("iptables-save"),
+            before_text,
+            "rollback did not restore the exact previous state"
+        );
+    });
+}
