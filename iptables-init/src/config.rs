@@ -1337,4 +1337,86 @@ mod tests {
         ));
         assert!(resolve_with(&["--ipv6=true"], &[], &broken).is_ok());
     }
+
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        const FLAGS: &[&str] = &[
+            "-p",
+            "-z",
+            "-e",
+            "-u",
+            "-g",
+            "-m",
+            "-b",
+            "-d",
+            "-c",
+            "-i",
+            "-x",
+            "-q",
+            "-o",
+            "-k",
+            "-t",
+            "-r",
+            "--dns-servers",
+            "--outbound-owner-groups",
+            "--outbound-owner-groups-exclude",
+            "--host-ipv4-loopback-cidr",
+        ];
+
+        fn value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                // Plausible values, so that many runs get past validation ...
+                Just("*".to_string()),
+                Just(String::new()),
+                "[0-9]{1,5}(,[0-9]{1,5}){0,3},?",
+                "(10|127|fd00:)[0-9.:]{0,8}/[0-9]{1,3}",
+                "[a-z][a-z0-9]{0,6}",
+                // ... and hostile ones.
+                "[ -~\t\n]{0,12}",
+            ]
+        }
+
+        proptest! {
+            /// Whatever the input, resolution never panics, and what passes validation yields rules
+            /// whose every token is one plain word: nothing unvalidated reaches an iptables argument.
+            #[test]
+            fn only_plain_tokens_reach_the_rules(
+                picks in proptest::collection::vec((0..FLAGS.len(), value()), 0..6),
+                ipv6 in any::<bool>(),
+                dns in any::<bool>(),
+                tproxy in any::<bool>(),
+            ) {
+                let mut args: Vec<String> = vec!["--ipv6".into(), ipv6.to_string()];
+                if dns {
+                    args.push("--redirect-dns".into());
+                }
+                if tproxy {
+                    args.extend(["-m".to_string(), "TPROXY".to_string()]);
+                }
+                for (i, v) in &picks {
+                    args.push(format!("{}={v}", FLAGS[*i]));
+                }
+                let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+                let mut argv = vec!["iptables-init"];
+                argv.extend_from_slice(&refs);
+                let Ok(parsed) = Args::parse_args(argv) else { return Ok(()) };
+                let lookup = |_: &str| None;
+                let sys = FakeSystem { resolv: Some(String::new()), ..FakeSystem::default() };
+                if let Ok(cfg) = resolve(&parsed, &lookup, &sys) {
+                    let plan = crate::rules::build(&cfg);
+                    let all = plan.v4.iter().chain(plan.v6.iter().flatten());
+                    for rule in all {
+                        for t in &rule.tokens {
+                            prop_assert!(
+                                !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"!*/:._-+@,".contains(&b)),
+                                "token {:?} in {:?}", t, rule.tokens
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
