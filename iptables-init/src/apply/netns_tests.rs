@@ -215,9 +215,13 @@ fn ipv6_failure_rolls_back_ipv4() {
         let err = apply(&plan, &ApplyOptions::default()).expect_err("v6 must fail");
         let msg = err.to_string();
         assert!(
-            msg.contains("IPv6") && msg.contains("99999") && msg.contains("ip6tables"),
+            msg.contains(
+                "ip6tables-nft-restore (nf_tables) failed applying the IPv6 rules at input line"
+            ) && msg.contains("`-A ISTIO_OUTPUT -p tcp --dport 99999 -j RETURN`")
+                && msg.contains("invalid port/service `99999'"),
             "{msg}"
         );
+        eprintln!("{msg}");
         assert!(!has_ours(&state("iptables-save")), "IPv4 not rolled back");
         assert!(!has_ours(&state("ip6tables-save")));
         let now = state("iptables-save");
