@@ -278,10 +278,10 @@ fn unscratch(line: &str) -> String {
         .join(" ")
 }
 
-fn normalise(backend: &Backend, rules: &[Rule]) -> Result<Normalised, ApplyError> {
+/// Writes the plan into scratch chains and reads it back; `before` is the current state (for scratch
+/// chains an interrupted run left behind, which would make `-N` fail: they are removed in the same input).
+fn normalise(backend: &Backend, rules: &[Rule], before: &Dump) -> Result<Normalised, ApplyError> {
     let input = scratch_input(rules);
-    // Scratch chains left by an interrupted run would make `-N` fail: remove any first, in the same input.
-    let before = Dump::parse(&save(backend)?);
     let mut stale: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (name, t) in &before.tables {
         let s: Vec<&String> = t
@@ -523,7 +523,7 @@ fn decide(fr: &FamilyRun<'_>, opts: &ApplyOptions) -> Result<Decision, ApplyErro
             previous: Ours::default(),
         });
     }
-    let norm = normalise(&fr.backend, fr.rules)?;
+    let norm = normalise(&fr.backend, fr.rules, &fr.before)?;
     let current = without_scratch(Ours::extract(&norm.dump, &norm.known_hooks));
     let family = fr.backend.family;
     if opts.cleanup_only {
