@@ -58,19 +58,37 @@ mi=$(median "${init_us[@]}"); mb=$(median "${bare_us[@]}")
 minimum() { printf '%s\n' "$@" | sort -n | head -1; }
 ni=$(minimum "${init_us[@]}"); nb=$(minimum "${bare_us[@]}")
 
-rss() { # peak RSS in KiB of one run in a fresh namespace
-  local ns="bench-ipt-$$-rss$1"; shift
-  fresh "$ns"
-  ip netns exec "$ns" /usr/bin/time -f '%M' -o /dev/stdout "$@" 2>/dev/null | tail -1
-  ip netns del "$ns"
+# Peak RSS (max over 7 runs, GNU time -v) of both, each run in a fresh namespace. When `perf` is
+# installed, also their CPU time (task-clock, children included, median): unlike wall time it hardly
+# depends on how busy the machine is.
+measure() { # $1: label; rest: command (stdin from $STDIN_FILE); prints "<max rss KiB> <median cpu us|->"
+  local label=$1; shift; local rss=() cpu=()
+  for j in $(seq 1 7); do
+    local ns="bench-ipt-$$-m$label$j"; fresh "$ns"
+    rss+=("$(ip netns exec "$ns" /usr/bin/time -v "$@" 2>&1 >/dev/null <"$STDIN_FILE" |
+      awk -F': ' '/Maximum resident set size/ {print $2}')")
+    ip netns del "$ns"
+    if command -v perf >/dev/null; then
+      fresh "$ns"
+      cpu+=("$(ip netns exec "$ns" perf stat -x, -e task-clock -- "$@" 2>&1 >/dev/null <"$STDIN_FILE" |
+        awk -F, '/task-clock/ {printf "%d", $1 * 1000}')")
+      ip netns del "$ns"
+    fi
+  done
+  local c=-; [ ${#cpu[@]} -gt 0 ] && c=$(median "${cpu[@]}")
+  echo "$(printf '%s\n' "${rss[@]}" | sort -n | tail -1) $c"
 }
-ri=$(rss i "$bin" "${args[@]}")
-rb=$(ip netns add "bench-ipt-$$-rssb" && ip netns exec "bench-ipt-$$-rssb" /usr/bin/time -f '%M' -o /dev/stdout "$restore" --noflush <"$input" | tail -1; ip netns del "bench-ipt-$$-rssb")
+read -r ri ci < <(STDIN_FILE=/dev/null measure i "$bin" "${args[@]}")
+read -r rb cb < <(STDIN_FILE=$input measure b "$restore" --noflush)
 
 echo "rounds:                    $rounds"
 echo "iptables-init apply:       median ${mi} us   (all: ${init_us[*]})"
 echo "bare iptables-restore:     median ${mb} us   (all: ${bare_us[*]})"
 awk -v a="$mi" -v b="$mb" 'BEGIN { printf "ratio init/bare:           %.2f (target <= 1.30)\n", a / b }'
 awk -v a="$ni" -v b="$nb" 'BEGIN { printf "fastest runs:              %d us vs %d us (ratio %.2f)\n", a, b, a / b }'
-echo "peak RSS iptables-init:    ${ri} KiB (target <= 5120 KiB)"
+echo "peak RSS iptables-init:    ${ri} KiB (target <= 5120 KiB; GNU time counts the restore child too)"
 echo "peak RSS iptables-restore: ${rb} KiB"
+if [ "$ci" != - ]; then
+  echo "CPU (task-clock, median):  iptables-init ${ci} us (its restore included), bare restore ${cb} us"
+  awk -v a="$ci" -v b="$cb" 'BEGIN { printf "CPU ratio init/bare:       %.2f\n", a / b }'
+fi
