@@ -6,6 +6,8 @@
 #
 #   bench/iptables-apply.sh                  # 21 rounds, the static release binary (built if missing)
 #   ROUNDS=31 BIN=path/to/iptables-init bench/iptables-apply.sh
+#   chrt -f 10 bench/iptables-apply.sh       # on a busy machine: keeps other jobs' scheduling noise out;
+#                                            # iptables-init runs two processes, so it suffers twice
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
