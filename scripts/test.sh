@@ -14,6 +14,9 @@ command -v iptables-restore >/dev/null || need+=(iptables)
 command -v ip >/dev/null || need+=(iproute2)
 command -v file >/dev/null || need+=(file)
 [ -x /usr/bin/time ] || need+=(time)
+command -v setpriv >/dev/null || need+=(util-linux)
+# `kubectl kustomize` renders deploy/ in the webhook tests (the Rust machine image ships kubectl).
+command -v kubectl >/dev/null || need+=(kubernetes-client)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   apt-get update -qq
@@ -23,4 +26,6 @@ fi
 cargo fmt --all -- --check
 cargo build --workspace --bins --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The init container ships a static binary of at most 3 MiB.
+bash scripts/check-static-init.sh
 cargo test --workspace --locked
