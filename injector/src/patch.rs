@@ -92,6 +92,7 @@ fn diff(a: &Value, b: &Value, path: &mut String, ops: &mut Vec<Value>) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
