@@ -1,5 +1,5 @@
 //! The typed context of the `sidecar` template (spec §3): every decision of Istio's Go template, made in
-//! Rust. `templates/sidecar.yaml` and `templates/sidecar-proxy.yaml` only lay the result out.
+//! Rust. `templates/sidecar.json` and `templates/sidecar-proxy.json` only lay the result out.
 
 use std::borrow::Cow;
 
@@ -11,7 +11,7 @@ use super::{image, proxy_config, sprint, truthy, Inputs, RenderError};
 
 /// The default `sidecar` template with its context.
 #[derive(Template)]
-#[template(path = "sidecar.yaml", escape = "none")]
+#[template(path = "sidecar.json", escape = "none")]
 pub(crate) struct Sidecar<'a> {
     // metadata.labels (§3.3)
     tls_mode: &'a str,
