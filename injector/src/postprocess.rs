@@ -60,7 +60,7 @@ pub enum PostProcessError {
     #[error("invalid prometheus scrape configuration: {0}")]
     ScrapeConfig(String),
     /// `proxy.istio.io/overrides` is not valid JSON.
-    #[error(transparent)]
+    #[error("invalid proxy.istio.io/overrides annotation: {0}")]
     Overrides(#[from] crate::merge::MergeError),
 }
 

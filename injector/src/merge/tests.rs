@@ -173,6 +173,7 @@ fn list_directives() {
     let nokey = json!({"spec": {"containers": [{"image": "x"}]}});
     let err = strategic_merge_pod(&pod, &nokey).unwrap_err().to_string();
     assert!(err.contains("merge key: name"), "{err}");
+    assert!(err.starts_with("spec.containers: "), "{err}");
 }
 
 #[test]
