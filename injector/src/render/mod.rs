@@ -173,10 +173,17 @@ impl<'a> Inputs<'a> {
             },
         };
         if !matches!(interception_mode, "REDIRECT" | "TPROXY" | "NONE") {
-            return Err(RenderError::InvalidAnnotation {
-                annotation: INTERCEPTION_ANNOTATION,
-                value: interception_mode.to_string(),
-                reason: "must be one of REDIRECT, TPROXY, NONE".to_string(),
+            return Err(match ann(INTERCEPTION_ANNOTATION) {
+                Some(v) => RenderError::InvalidAnnotation {
+                    annotation: INTERCEPTION_ANNOTATION,
+                    value: v.to_string(),
+                    reason: "must be one of REDIRECT, TPROXY, NONE".to_string(),
+                },
+                None => RenderError::InvalidSetting {
+                    key: "ProxyConfig interceptionMode",
+                    value: data.proxy_config["interceptionMode"].to_string(),
+                    reason: "must be one of REDIRECT, TPROXY, NONE",
+                },
             });
         }
         let mut inputs = Inputs {

@@ -1017,3 +1017,24 @@ fn labels_revision_and_hbone() {
         Err(RenderError::NotFound { .. })
     ));
 }
+
+#[test]
+fn invalid_interception_mode_names_its_source() {
+    let case = Case::default_env();
+    let doc = with_annotations(
+        &hello_doc(),
+        json!({"sidecar.istio.io/interceptionMode": "redirect"}),
+    );
+    let err = case.render(&doc).unwrap_err().to_string();
+    assert!(
+        err.contains("sidecar.istio.io/interceptionMode") && err.contains("redirect"),
+        "{err}"
+    );
+    let mut case = Case::default_env();
+    case.mesh["defaultConfig"]["interceptionMode"] = json!("BOGUS");
+    let err = case.render(&hello_doc()).unwrap_err().to_string();
+    assert!(
+        err.contains("ProxyConfig interceptionMode") && err.contains("BOGUS"),
+        "{err}"
+    );
+}
