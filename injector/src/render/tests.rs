@@ -1038,3 +1038,45 @@ fn invalid_interception_mode_names_its_source() {
         "{err}"
     );
 }
+
+#[test]
+fn init_image_name_from_values_and_zero_status_port() {
+    let mut case = Case::default_env();
+    case.values["global"]["proxy_init"]["image"] = json!("proxyInitTest");
+    case.values["global"]["variant"] = json!("distroless");
+    let doc = with_annotations(&hello_doc(), json!({"status.sidecar.istio.io/port": "0"}));
+    let r = case.render(&doc).unwrap();
+    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    assert_eq!(
+        init["image"],
+        "registry.istio.io/testing/proxyInitTest:latest-distroless"
+    );
+    assert_eq!(init["args"][16], "15090,15021");
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    assert_eq!(
+        proxy["image"],
+        "registry.istio.io/testing/proxyv2:latest-distroless"
+    );
+    assert!(proxy.get("startupProbe").is_none() && proxy.get("readinessProbe").is_none());
+
+    // The ProxyConfig image type applies to the proxy only; the annotation to both.
+    let mut case = Case::default_env();
+    case.mesh["defaultConfig"]["image"] = json!({"imageType": "debug"});
+    let r = case.render(&hello_doc()).unwrap();
+    let names_images: Vec<(&str, &str)> = r["spec"]["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["image"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        names_images,
+        [
+            ("istio-init", "registry.istio.io/testing/proxyv2:latest"),
+            (
+                "istio-proxy",
+                "registry.istio.io/testing/proxyv2:latest-debug"
+            )
+        ]
+    );
+}
