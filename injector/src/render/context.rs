@@ -541,7 +541,6 @@ fn proxy<'a>(
     containers: &'a [Value],
     app_containers: &[&'a str],
 ) -> Result<Proxy<'a>, RenderError> {
-    let data = inp.data;
     let requested: Cow<'a, str> = match inp.ann("sidecar.istio.io/proxyImage") {
         Some(a) => Cow::Borrowed(a),
         None => sprint(inp.values_at("global.proxy.image")),
@@ -710,7 +709,6 @@ fn proxy<'a>(
         None
     };
 
-    let _ = data;
     Ok(Proxy {
         image,
         args,
