@@ -6,8 +6,8 @@
 //! merge key (containers, env, ports, volumeMounts, volumes, …) merge item by item and are then ordered
 //! by apimachinery's `normalizeElementOrder` (patch items in patch order interleaved with server-only
 //! items; see [`merge_keyed_list`]); `finalizers` is a set union; every other list is replaced;
-//! `$patch: replace|delete`, `$retainKeys` and `$deleteFromPrimitiveList/…` are honoured.
-//! `$setElementOrder/…` is accepted and ignored (it only reorders, and no template emits it).
+//! `$patch: replace|delete`, `$retainKeys`, `$deleteFromPrimitiveList/…` and `$setElementOrder/…` are
+//! honoured.
 
 pub(crate) mod gotypes;
 
@@ -32,6 +32,10 @@ pub enum MergeError {
     /// A `$retainKeys` directive that is not a list, or a patch key missing from it.
     #[error("{field}: invalid $retainKeys directive")]
     BadRetainKeys { field: String },
+    /// A `$setElementOrder/…` directive that is not a list, or that does not name the patch's items in
+    /// their order.
+    #[error("{field}: invalid $setElementOrder directive")]
+    BadElementOrder { field: String },
     /// The `proxy.istio.io/overrides` annotation is not the JSON Istio writes. (Messages carry no
     /// prefix: the engine adds Istio's `strategic merge:` / `failed to re apply container:`.)
     #[error("{0}")]
@@ -200,8 +204,20 @@ fn merge_map(
         }
         orig.retain(|k, _| listed(k));
     }
+    // `$setElementOrder/<list>`: that list is merged and ordered here, and skipped below.
+    let mut ordered: Vec<&str> = Vec::new();
+    for (k, order) in patch {
+        if let Some(list_key) = k.strip_prefix(SET_ELEMENT_ORDER) {
+            let sub_field = FieldPath {
+                parent: Some(field),
+                key: list_key,
+            };
+            apply_element_order(orig, patch, list_key, order, ty, &sub_field)?;
+            ordered.push(list_key);
+        }
+    }
     for (k, pv) in patch {
-        if k == RETAIN_KEYS || k.starts_with(SET_ELEMENT_ORDER) {
+        if k == RETAIN_KEYS || k.starts_with(SET_ELEMENT_ORDER) || ordered.contains(&k.as_str()) {
             continue;
         }
         if let Some(target) = k.strip_prefix(DELETE_FROM_PRIMITIVE) {
@@ -250,6 +266,90 @@ fn merge_map(
             }
         }
     }
+    Ok(())
+}
+
+/// `mergePatchIntoOriginal` for one `$setElementOrder/<list_key>` directive: the list is merged as usual,
+/// then ordered with the directive's order for the items it names (precedence: directive, then the
+/// original order for items only the original has).
+fn apply_element_order(
+    orig: &mut Map<String, Value>,
+    patch: &Map<String, Value>,
+    list_key: &str,
+    order: &Value,
+    ty: Ty,
+    field: &FieldPath<'_>,
+) -> Result<(), MergeError> {
+    let bad = || MergeError::BadElementOrder {
+        field: field.to_string(),
+    };
+    let order = order.as_array().ok_or_else(bad)?;
+    let strategy = list_strategy(ty, list_key);
+    let key = match strategy {
+        ListStrategy::Keyed(key, _) => Some(key),
+        _ => None,
+    };
+    // what identifies an item: its merge key, or the whole value
+    let ident = |v: &'_ Value| -> Option<Value> {
+        match key {
+            Some(k) => v.get(k).cloned(),
+            None => Some(v.clone()),
+        }
+    };
+    let order_ids: Vec<Value> = order.iter().filter_map(ident).collect();
+    let order_refs: Vec<&Value> = order_ids.iter().collect();
+    let original_list = orig.get(list_key).and_then(Value::as_array);
+    let patch_list = patch.get(list_key).and_then(Value::as_array);
+    // the patch's items must appear in the directive, in the same relative order
+    if let Some(pl) = patch_list {
+        let mut last = None;
+        for item in pl.iter().filter(|i| i.get(DIRECTIVE).is_none()) {
+            let pos = ident(item)
+                .and_then(|id| position(&order_refs, &id))
+                .ok_or_else(bad)?;
+            if last.is_some_and(|l| pos < l) {
+                return Err(bad());
+            }
+            last = Some(pos);
+        }
+    }
+    let server_ids: Vec<Value> = original_list
+        .map(|ol| ol.iter().filter_map(ident).collect())
+        .unwrap_or_default();
+    let server_refs: Vec<&Value> = server_ids.iter().collect();
+    let merged: Vec<Value> = match (original_list, patch_list) {
+        (None, None) => return Ok(()),
+        (Some(ol), None) => ol.clone(),
+        (None, Some(pl)) => pl
+            .iter()
+            .filter(|i| i.get(DIRECTIVE).is_none())
+            .cloned()
+            .collect(),
+        (Some(ol), Some(pl)) => {
+            let mut m = ol.clone();
+            merge_list(&mut m, pl, strategy, field)?;
+            m
+        }
+    };
+    let mut patch_items = Vec::new();
+    let mut server_only = Vec::new();
+    for item in merged {
+        let id = ident(&item);
+        match id.as_ref().and_then(|id| position(&order_refs, id)) {
+            Some(i) => patch_items.push((i, item)),
+            None => {
+                let si = id
+                    .as_ref()
+                    .and_then(|id| position(&server_refs, id))
+                    .unwrap_or(usize::MAX);
+                server_only.push((si, item));
+            }
+        }
+    }
+    let sorted = interleave(server_only, patch_items, |item| {
+        ident(item).and_then(|id| position(&server_refs, &id))
+    });
+    orig.insert(list_key.to_string(), Value::Array(sorted));
     Ok(())
 }
 

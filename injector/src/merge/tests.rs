@@ -177,6 +177,29 @@ fn list_directives() {
 }
 
 #[test]
+fn set_element_order() {
+    let pod = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}});
+    // the directive orders the items it names; `c`, only in the original, keeps its place after `a`
+    let patch = json!({"spec": {"$setElementOrder/containers": [{"name": "b"}, {"name": "d"}, {"name": "a"}],
+        "containers": [{"name": "d", "image": "new"}]}});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    assert_eq!(names(&out["spec"]["containers"]), ["b", "d", "a", "c"]);
+    assert_eq!(out["spec"]["containers"][1]["image"], "new");
+    // scalar lists by value
+    let pod = json!({"metadata": {"finalizers": ["x", "y"]}});
+    let patch = json!({"metadata": {"$setElementOrder/finalizers": ["y", "x"]}});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    assert_eq!(out["metadata"]["finalizers"], json!(["y", "x"]));
+    // patch items missing from the directive, or out of its order, are rejected
+    let bad = json!({"spec": {"$setElementOrder/containers": [{"name": "a"}],
+        "containers": [{"name": "z"}]}});
+    assert!(matches!(
+        strategic_merge_pod(&pod, &bad),
+        Err(MergeError::BadElementOrder { .. })
+    ));
+}
+
+#[test]
 fn retain_keys_on_volumes() {
     let pod = json!({"spec": {"volumes": [{"name": "v", "emptyDir": {}}]}});
     let patch = json!({"spec": {"volumes": [{"name": "v", "$retainKeys": ["name", "secret"], "secret": {"secretName": "s"}}]}});
