@@ -1,0 +1,8 @@
+//! The injector's integration tests: Istio parity (kube-inject and webhook modes), the kube-inject
+//! binary, and property tests of the engine.
+
+mod cli;
+mod compare;
+mod kube;
+mod parity;
+mod props;
