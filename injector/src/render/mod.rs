@@ -338,6 +338,10 @@ fn go_float(f: f64) -> String {
     if f == 0.0 {
         return "0".to_string();
     }
+    // Common case (ports, thresholds): an integer below the exponent threshold prints as its digits.
+    if f.fract() == 0.0 && f.abs() < 1e6 {
+        return (f as i64).to_string();
+    }
     let e = format!("{f:e}");
     let (mantissa, exp) = e.split_once('e').unwrap_or((e.as_str(), "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
