@@ -195,8 +195,7 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
     };
     // The patch is against the object the API server holds: put back what we normalised.
     restore_request_fields(original, &mut result);
-    let patch = engine.patch(original, &result);
-    let patch_bytes = match serde_json::to_vec(&patch) {
+    let patch_bytes = match engine.patch_json(original, &result) {
         Ok(b) => b,
         Err(e) => return env.fail(format!("failed to create patch: {e}")),
     };

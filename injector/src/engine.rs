@@ -269,12 +269,13 @@ impl Engine {
                 }));
             }
             let rendered = render::render(&name, &data)?;
-            template_pod =
-                merge::strategic_merge_pod(&template_pod, &rendered).map_err(EngineError::Merge)?;
+            merge::strategic_merge_pod_into(&mut template_pod, &rendered)
+                .map_err(EngineError::Merge)?;
             if native_move && has_container(&template_pod, "initContainers", "istio-proxy") {
                 move_proxy_to_init(&mut merged);
             }
-            merged = merge::strategic_merge_pod(&merged, &rendered).map_err(EngineError::Merge)?;
+            // In place, moving the rendered parts: no copy of the pod per template.
+            merge::strategic_merge_pod_owned(&mut merged, rendered).map_err(EngineError::Merge)?;
         }
 
         merge::reapply_overwritten_containers(&mut merged, original, &template_pod, &proxy_config)
@@ -299,6 +300,15 @@ impl Engine {
     /// The RFC 6902 patch from the request's pod to the injected pod.
     pub fn patch(&self, original: &Value, injected: &Value) -> Value {
         crate::patch::create_patch(original, injected)
+    }
+
+    /// The same patch, serialised (written straight to bytes, without building the operations as values).
+    pub fn patch_json(
+        &self,
+        original: &Value,
+        injected: &Value,
+    ) -> Result<Vec<u8>, serde_json::Error> {
+        crate::patch::create_patch_json(original, injected)
     }
 }
 
