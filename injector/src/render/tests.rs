@@ -1116,3 +1116,30 @@ fn pod_ports_in_go_field_order() {
         Some(&json!("[\n    {\"name\":\"dns\",\"containerPort\":53,\"protocol\":\"UDP\"}\n    ,{\"hostPort\":9090,\"containerPort\":90,\"hostIP\":\"1.2.3.4\"}\n]"))
     );
 }
+
+/// The templates' safety rule: every interpolation is `{{ expr|json }}`.
+#[test]
+fn every_interpolation_goes_through_json() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../templates");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut rest = text.as_str();
+        while let Some(start) = rest.find("{{") {
+            let end = rest[start..].find("}}").expect("unclosed interpolation") + start;
+            let expr = rest[start + 2..end].trim();
+            assert!(
+                expr.ends_with("|json") && !expr.contains("|safe"),
+                "{}: `{{{{ {expr} }}}}` is not interpolated through |json",
+                path.display()
+            );
+            checked += 1;
+            rest = &rest[end + 2..];
+        }
+    }
+    assert!(checked > 40, "only {checked} interpolations found");
+}
