@@ -1080,3 +1080,39 @@ fn init_image_name_from_values_and_zero_status_port() {
         ]
     );
 }
+
+#[test]
+fn values_resources_omit_nil() {
+    let mut case = Case::default_env();
+    case.values["global"]["proxy"]["resources"] = json!({
+        "limits": {"cpu": null, "memory": "500Mi"},
+        "requests": {"cpu": null, "memory": null},
+    });
+    let r = case.render(&hello_doc()).unwrap();
+    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    assert_eq!(init["resources"], json!({"limits": {"memory": "500Mi"}}));
+    case.values["global"]["proxy"]["resources"] = json!({"requests": {"cpu": "0"}});
+    let r = case.render(&hello_doc()).unwrap();
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    assert_eq!(proxy["resources"], json!({"requests": {"cpu": "0"}}));
+    case.values["global"]["proxy"]["resources"] = json!({"requests": {}});
+    let r = case.render(&hello_doc()).unwrap();
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    assert!(proxy.get("resources").is_none());
+}
+
+#[test]
+fn pod_ports_in_go_field_order() {
+    let case = Case::default_env();
+    let mut doc = hello_doc();
+    doc["spec"]["template"]["spec"]["containers"][0]["ports"] = json!([
+        {"protocol": "UDP", "containerPort": 53, "name": "dns", "hostPort": 0, "hostIP": ""},
+        {"containerPort": 90, "hostPort": 9090, "hostIP": "1.2.3.4"}
+    ]);
+    let r = case.render(&doc).unwrap();
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    assert_eq!(
+        env_value(proxy, "ISTIO_META_POD_PORTS"),
+        Some(&json!("[\n    {\"name\":\"dns\",\"containerPort\":53,\"protocol\":\"UDP\"}\n    ,{\"hostPort\":9090,\"containerPort\":90,\"hostIP\":\"1.2.3.4\"}\n]"))
+    );
+}
