@@ -6,8 +6,9 @@
 //! with it, and parses the result into the partial Pod that the engine strategically merges into the pod.
 //!
 //! The template emits JSON rather than block YAML: JSON is YAML too, and with every value interpolated
-//! through `|json` it parses with `serde_json` in a few microseconds, where a YAML parser took over a
-//! millisecond for the same partial Pod (the render is on the hot path of a fail-closed webhook). It also
+//! through `|json` it parses with `serde_json` about fifteen times faster than serde-saphyr parsed the same
+//! partial Pod as block YAML (~0.1 ms vs ~1.5 ms, measured on the loaded development machine; the render is
+//! on the hot path of a fail-closed webhook). It also
 //! removes a class of failures: YAML forbids some characters raw (DEL, C1 controls) that JSON strings may
 //! carry.
 
