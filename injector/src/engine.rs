@@ -2,6 +2,7 @@
 //! strip a previous injection, render each selected template, strategic-merge it onto the template pod and
 //! the pod, re-apply user-set container fields, post-process, and diff.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
@@ -119,15 +120,17 @@ impl Engine {
         }
     }
 
-    /// The effective ProxyConfig of a pod (spec §2.4 step 5).
+    /// The effective ProxyConfig of a pod (spec §2.4 step 5); borrowed from the engine when the pod has no
+    /// `proxy.istio.io/config` (the common case costs no copy).
     pub fn proxy_config(
         &self,
         annotations: Option<&Map<String, Value>>,
-    ) -> Result<Value, EngineError> {
+    ) -> Result<Cow<'_, Value>, EngineError> {
         match annotations.and_then(|a| a.get(annotations::PROXY_CONFIG)) {
-            None => Ok(self.base_proxy_config.clone()),
+            None => Ok(Cow::Borrowed(&self.base_proxy_config)),
             Some(_) => {
                 crate::proxyconfig::effective(self.settings.mesh.get("defaultConfig"), annotations)
+                    .map(Cow::Owned)
                     .map_err(EngineError::Template)
             }
         }
@@ -182,7 +185,10 @@ impl Engine {
             Mode::KubeInject => {
                 let mut m = s.mesh.clone();
                 if let Some(obj) = m.as_object_mut() {
-                    obj.insert("defaultConfig".to_string(), proxy_config.clone());
+                    obj.insert(
+                        "defaultConfig".to_string(),
+                        proxy_config.clone().into_owned(),
+                    );
                 }
                 kube_mesh = m;
                 &kube_mesh
