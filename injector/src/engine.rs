@@ -235,8 +235,17 @@ impl Engine {
         }
 
         // The template's view of the pod: previous injection stripped, saved overrides re-inserted.
-        let mut view = postprocess::strip_pod(original, mesh);
-        postprocess::reinsert_overrides(&mut view)?;
+        // Without the status and overrides annotations both steps are no-ops: borrow the pod instead of
+        // copying it (the common case, a pod never injected before).
+        let has_ann = |k: &str| annotations_map.is_some_and(|a| a.contains_key(k));
+        let view: Cow<'_, Value> =
+            if has_ann(merge::STATUS_ANNOTATION) || has_ann(merge::OVERRIDES_ANNOTATION) {
+                let mut view = postprocess::strip_pod(original, mesh);
+                postprocess::reinsert_overrides(&mut view)?;
+                Cow::Owned(view)
+            } else {
+                Cow::Borrowed(original)
+            };
 
         let w = req.workload;
         let data = TemplateData {
