@@ -284,7 +284,7 @@ impl Engine {
                 }));
             }
             let rendered = render::render(&name, &data)?;
-            merge::strategic_merge_pod_into(&mut template_pod, &rendered)
+            merge::strategic_merge_pod_owned(&mut template_pod, template_skeleton(&rendered))
                 .map_err(EngineError::Merge)?;
             if native_move && has_container(&template_pod, "initContainers", "istio-proxy") {
                 move_proxy_to_init(&mut merged);
@@ -325,6 +325,52 @@ impl Engine {
     ) -> Result<Vec<u8>, serde_json::Error> {
         crate::patch::create_patch_json(original, injected)
     }
+}
+
+/// The parts of a rendered template that the steps after the merge read from the template pod: the names
+/// in `spec.containers`, `spec.initContainers`, `spec.volumes` and `spec.imagePullSecrets` (status
+/// annotation, re-applied user fields, the native move), with every strategic-merge directive kept (`$…`
+/// keys in `spec` and in list items), so the lists merge to the same names in the same order. Merging this
+/// instead of a copy of the whole rendered pod saves a deep copy per template (~10% of a `hello` injection,
+/// callgrind); the rendered pod itself is merged into the request pod whole.
+fn template_skeleton(rendered: &Value) -> Value {
+    const LISTS: [&str; 4] = [
+        "containers",
+        "initContainers",
+        "volumes",
+        "imagePullSecrets",
+    ];
+    let mut spec = Map::new();
+    if let Some(src) = rendered.get("spec").and_then(Value::as_object) {
+        for (k, v) in src {
+            if k.starts_with('$') {
+                spec.insert(k.clone(), v.clone());
+            } else if LISTS.contains(&k.as_str()) {
+                let skeleton = match v {
+                    Value::Array(items) => Value::Array(
+                        items
+                            .iter()
+                            .map(|item| match item.as_object() {
+                                Some(m) => Value::Object(
+                                    m.iter()
+                                        .filter(|(k, _)| *k == "name" || k.starts_with('$'))
+                                        .map(|(k, v)| (k.clone(), v.clone()))
+                                        .collect(),
+                                ),
+                                None => item.clone(),
+                            })
+                            .collect(),
+                    ),
+                    other => other.clone(),
+                };
+                spec.insert(k.clone(), skeleton);
+            }
+        }
+    }
+    let mut pod = Map::new();
+    pod.insert("metadata".to_string(), Value::Object(Map::new()));
+    pod.insert("spec".to_string(), Value::Object(spec));
+    Value::Object(pod)
 }
 
 fn has_container(pod: &Value, list: &str, name: &str) -> bool {
