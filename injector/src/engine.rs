@@ -25,6 +25,9 @@ pub struct Engine {
     pub settings: Settings,
     /// The effective ProxyConfig of a pod without `proxy.istio.io/config` (default ⊕ mesh defaultConfig).
     base_proxy_config: Value,
+    /// The `PROXY_CONFIG` env text of `base_proxy_config`, rendered once per configuration (`None` if it
+    /// cannot be printed: then the render reports the error per pod, as before).
+    base_proxy_config_env: Option<String>,
     /// Names of the compiled-in templates, for the "not found" message.
     have_templates: String,
 }
@@ -97,9 +100,11 @@ impl Engine {
                     crate::proxyconfig::builtin_default()
                 },
             );
+        let base_proxy_config_env = render::proxy_config_env(&base_proxy_config).ok();
         Engine {
             settings,
             base_proxy_config,
+            base_proxy_config_env,
             have_templates: render::template_names().join(", "),
         }
     }
@@ -262,6 +267,11 @@ impl Engine {
             proxy_uid: PROXY_UID,
             proxy_gid: PROXY_GID,
             compliance_policy: &s.compliance_policy,
+            // Precomputed for the engine's own ProxyConfig; a pod's `proxy.istio.io/config` makes its own.
+            proxy_config_env: match &proxy_config {
+                Cow::Borrowed(_) => self.base_proxy_config_env.as_deref(),
+                Cow::Owned(_) => None,
+            },
         };
 
         // Go's rule for moving a user-supplied istio-proxy (spec §1.6): exact "true"/"false" override.
