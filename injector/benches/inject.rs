@@ -2,6 +2,9 @@
 //! re-encoding the same AdmissionReview without injecting.
 //!
 //! `cargo bench -p injector --bench inject -- --warm-up-time 1 --measurement-time 3`
+//!
+//! The bench re-executes itself with the `serve` command's malloc tuning (`injector::malloc`) unless
+//! `GLIBC_TUNABLES` is set; `GLIBC_TUNABLES=` (empty) measures glibc's defaults.
 
 use criterion::{criterion_group, Criterion};
 use injector::config::Settings;
@@ -122,6 +125,9 @@ fn profile(n: usize) {
 criterion_group!(benches, bench);
 
 fn main() {
+    // Measure the webhook as `injector serve` runs it: with its glibc malloc tuning (see
+    // `injector::malloc`). `GLIBC_TUNABLES= cargo bench ...` measures glibc's defaults instead.
+    injector::malloc::reexec_with_tuned_malloc();
     if let Some(n) = std::env::var("INJECT_PROFILE")
         .ok()
         .and_then(|v| v.parse().ok())
