@@ -5,6 +5,11 @@
 //!
 //! The bench re-executes itself with the `serve` command's malloc tuning (`injector::malloc`) unless
 //! `GLIBC_TUNABLES` is set; `GLIBC_TUNABLES=` (empty) measures glibc's defaults.
+//!
+//! Measured 2026-11-29 on the 2-core development machine (load ~1), release profile (LTO), medians:
+//! hello floor 5.8 µs, inject 72.0 µs (12.4×); large floor 263 µs, inject 669 µs (2.5×). With
+//! `GLIBC_TUNABLES=`: hello 8.8 / 111 µs, large 304 / 697 µs. callgrind (no LTO, tuned malloc), instructions
+//! per injection: hello 0.86 M (1.28 M before the hot-path work), large 6.55 M (9.06 M).
 
 use criterion::{criterion_group, Criterion};
 use injector::config::Settings;
