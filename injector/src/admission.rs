@@ -1,9 +1,13 @@
 //! AdmissionReview handling (`admission.k8s.io/v1` and `v1beta1`): request in, response out, same version.
 //! The HTTP layer (`server`) deals with status codes, bodies and content types; everything from the decoded
-//! body on is here, so the webhook and the tests share one entry point. (Contract only; the engine
-//! engineer fills it in.)
+//! body on is here, so the webhook and the tests share one entry point.
 
-use crate::engine::Engine;
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use crate::engine::{self, Engine, InjectRequest, Mode};
 
 /// What happened to one review, for the response, logs and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,14 +36,355 @@ pub struct ReviewOutcome {
     pub message: String,
 }
 
-/// Handles one AdmissionReview body sent to `path` (`/inject` or `/inject/<params>`).
-pub fn handle(_engine: &Engine, _body: &[u8], _path: &str) -> ReviewOutcome {
+const API_VERSIONS: [&str; 2] = ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"];
+
+fn undecodable(message: String) -> ReviewOutcome {
+    // Istio cannot tell the version of an undecodable review: the envelope has no apiVersion/kind.
+    let body = json!({"response": {"uid": "", "allowed": false, "status": {"metadata": {}, "message": message}}});
     ReviewOutcome {
-        response: b"{}".to_vec(),
+        response: serde_json::to_vec(&body).unwrap_or_default(),
         kind: OutcomeKind::Undecodable,
         uid: String::new(),
         namespace: String::new(),
         pod: String::new(),
-        message: "not implemented yet".to_string(),
+        message,
+    }
+}
+
+struct Envelope<'a> {
+    api_version: &'a str,
+    uid: String,
+    namespace: String,
+    pod: String,
+}
+
+impl Envelope<'_> {
+    fn respond(&self, response: Value, kind: OutcomeKind, message: String) -> ReviewOutcome {
+        let body = json!({"kind": "AdmissionReview", "apiVersion": self.api_version, "response": response});
+        ReviewOutcome {
+            response: serde_json::to_vec(&body).unwrap_or_default(),
+            kind,
+            uid: self.uid.clone(),
+            namespace: self.namespace.clone(),
+            pod: self.pod.clone(),
+            message,
+        }
+    }
+
+    fn fail(&self, message: String) -> ReviewOutcome {
+        self.respond(
+            json!({"uid": self.uid, "allowed": false, "status": {"metadata": {}, "message": message}}),
+            OutcomeKind::Failed,
+            message,
+        )
+    }
+}
+
+/// Handles one AdmissionReview body sent to `path` (`/inject` or `/inject/<params>`). Never panics:
+/// every malformed input becomes an `allowed: false` response with a message.
+pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
+    // serde_json's recursion limit (128) bounds the depth of what we accept.
+    let review: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return undecodable(format!("could not decode the AdmissionReview: {e}")),
+    };
+    let api_version = review
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let kind = review.get("kind").and_then(Value::as_str).unwrap_or("");
+    let Some(api_version) = API_VERSIONS.iter().copied().find(|v| *v == api_version) else {
+        return undecodable(format!(
+            "unsupported review {api_version:?}/{kind:?}: want kind AdmissionReview, apiVersion admission.k8s.io/v1 or v1beta1"
+        ));
+    };
+    if kind != "AdmissionReview" {
+        return undecodable(format!("unsupported kind {kind:?}: want AdmissionReview"));
+    }
+    let Some(request) = review.get("request").filter(|r| r.is_object()) else {
+        return undecodable("the AdmissionReview has no request".to_string());
+    };
+    let str_of = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_string();
+    let mut env = Envelope {
+        api_version,
+        uid: str_of(request.get("uid")),
+        namespace: str_of(request.get("namespace")),
+        pod: String::new(),
+    };
+
+    let original = match request.get("object") {
+        Some(o @ Value::Object(_)) => o,
+        Some(other) => {
+            return env.fail(format!(
+                "request.object is not a Pod object: {}",
+                type_name(other)
+            ))
+        }
+        None => return env.fail("request.object is missing".to_string()),
+    };
+    let req_kind = request.pointer("/kind/kind").and_then(Value::as_str);
+    let obj_kind = original.get("kind").and_then(Value::as_str);
+    if let Some(k) = obj_kind.or(req_kind).filter(|k| *k != "Pod") {
+        return env.fail(format!("only Pods can be injected, got kind {k:?}"));
+    }
+    if let Some(m) = original.get("metadata") {
+        if !m.is_object() {
+            return env.fail("request.object.metadata is not an object".to_string());
+        }
+    }
+    if let Some(s) = original.get("spec") {
+        if !s.is_object() {
+            return env.fail("request.object.spec is not an object".to_string());
+        }
+    }
+
+    // The working pod: managedFields dropped, namespace defaulted from the request (spec §2.4).
+    let mut pod = original.clone();
+    if let Some(meta) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    let pod_ns = pod
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if pod_ns.is_empty() && !env.namespace.is_empty() {
+        let ns = env.namespace.clone();
+        match pod.get_mut("metadata").and_then(Value::as_object_mut) {
+            Some(meta) => {
+                meta.insert("namespace".to_string(), Value::String(ns));
+            }
+            None => {
+                if let Some(obj) = pod.as_object_mut() {
+                    obj.insert("metadata".to_string(), json!({ "namespace": ns }));
+                }
+            }
+        }
+    } else if !pod_ns.is_empty() {
+        env.namespace = pod_ns.to_string();
+    }
+    env.pod = pod
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            pod.pointer("/metadata/generateName")
+                .and_then(Value::as_str)
+        })
+        .unwrap_or("")
+        .to_string();
+
+    let decision = engine.decide(&pod, Mode::Webhook);
+    if !decision.inject {
+        return env.respond(
+            json!({"uid": env.uid, "allowed": true}),
+            OutcomeKind::Skipped,
+            decision.reason,
+        );
+    }
+
+    let workload = engine::deploy_meta_from_pod(&pod);
+    let req = InjectRequest {
+        pod: &pod,
+        workload: &workload,
+        url_env: parse_inject_envs(path),
+        mode: Mode::Webhook,
+    };
+    let mut result = match engine.inject(&req) {
+        Ok(r) => r,
+        Err(e) => return env.fail(e.to_string()),
+    };
+    // The patch is against the object the API server holds: put back what we normalised.
+    restore_request_fields(original, &mut result);
+    let patch = engine.patch(original, &result);
+    let patch_bytes = match serde_json::to_vec(&patch) {
+        Ok(b) => b,
+        Err(e) => return env.fail(format!("failed to create patch: {e}")),
+    };
+    let encoded = base64::engine::general_purpose::STANDARD.encode(patch_bytes);
+    env.respond(
+        json!({"uid": env.uid, "allowed": true, "patch": encoded, "patchType": "JSONPatch"}),
+        OutcomeKind::Injected,
+        String::new(),
+    )
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// `metadata.managedFields` and a namespace the request did not carry are not ours to change.
+fn restore_request_fields(original: &Value, result: &mut Value) {
+    let Some(meta) = result.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let orig_meta = original.get("metadata");
+    for key in ["managedFields", "namespace"] {
+        match orig_meta.and_then(|m| m.get(key)) {
+            Some(v) => {
+                meta.insert(key.to_string(), v.clone());
+            }
+            None => {
+                meta.remove(key);
+            }
+        }
+    }
+    if meta.is_empty() && orig_meta.is_none() {
+        // Leave an empty metadata object: harmless, and the patch then adds only what injection added.
+    }
+}
+
+/// Istio's `parseInjectEnvs` (spec §2.5): environment for the proxy from the webhook URL path, e.g.
+/// `/inject/cluster/c1/net/n1` → `ISTIO_META_CLUSTER_ID=c1`, `ISTIO_META_NETWORK=n1`.
+pub fn parse_inject_envs(path: &str) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    let p = path.strip_suffix('/').unwrap_or(path);
+    let mut parts = p.splitn(3, '/');
+    let (_, _, rest) = (parts.next(), parts.next(), parts.next());
+    let Some(rest) = rest else {
+        return env;
+    };
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    if rest.starts_with(":ENV:") {
+        for piece in rest.split(":ENV:").skip(1) {
+            if let Some((k, v)) = piece.split_once('=') {
+                if !k.is_empty() {
+                    pairs.push((k.to_string(), v.to_string()));
+                }
+            }
+        }
+    } else {
+        let items: Vec<&str> = rest.split('/').collect();
+        for chunk in items.chunks(2) {
+            if let [k, v] = chunk {
+                pairs.push((k.to_string(), v.replace("--slash--", "/")));
+            }
+            // A trailing key without a value is ignored (Istio logs a warning).
+        }
+    }
+    for (k, v) in pairs {
+        let key = match k.as_str() {
+            "cluster" => "ISTIO_META_CLUSTER_ID".to_string(),
+            "net" => "ISTIO_META_NETWORK".to_string(),
+            other => other.to_uppercase(),
+        };
+        env.insert(key, v);
+    }
+    env
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn m(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// Istio's `TestParseInjectEnvs`.
+    #[test]
+    fn inject_envs() {
+        assert_eq!(parse_inject_envs("/inject"), m(&[]));
+        assert_eq!(parse_inject_envs("/inject/"), m(&[]));
+        assert_eq!(
+            parse_inject_envs("/inject/cluster/cluster1/net/network1/"),
+            m(&[
+                ("ISTIO_META_CLUSTER_ID", "cluster1"),
+                ("ISTIO_META_NETWORK", "network1")
+            ])
+        );
+        assert_eq!(
+            parse_inject_envs("/inject/cluster/cluster--slash--1"),
+            m(&[("ISTIO_META_CLUSTER_ID", "cluster/1")])
+        );
+        assert_eq!(
+            parse_inject_envs("/inject/cluster/cluster1/network"),
+            m(&[("ISTIO_META_CLUSTER_ID", "cluster1")])
+        );
+        assert_eq!(
+            parse_inject_envs("/inject/:ENV:cluster=cluster2:ENV:rootpage=/foo/bar"),
+            m(&[
+                ("ISTIO_META_CLUSTER_ID", "cluster2"),
+                ("ROOTPAGE", "/foo/bar")
+            ])
+        );
+        assert_eq!(
+            parse_inject_envs("/inject/rootpage1/value1/rootpage2/:ENV:abcd=efgh"),
+            m(&[("ROOTPAGE1", "value1"), ("ROOTPAGE2", ":ENV:abcd=efgh")])
+        );
+        assert_eq!(
+            parse_inject_envs("/inject/:ENV:rootpage1=efgh:ENV:=abb:ENV:="),
+            m(&[("ROOTPAGE1", "efgh")])
+        );
+        assert_eq!(
+            parse_inject_envs("/inject/custom_env/v"),
+            m(&[("CUSTOM_ENV", "v")])
+        );
+    }
+
+    #[test]
+    fn garbage_and_wrong_kinds_are_answered_not_panicked() {
+        let e = Engine::new(crate::config::Settings::default());
+        for body in [
+            &b"[0,1,2,3,4,5]"[..],
+            b"",
+            b"{",
+            b"{\"kind\":\"AdmissionReview\",\"apiVersion\":\"admission.k8s.io/v1\"}",
+            b"{\"kind\":\"Pod\",\"apiVersion\":\"v1\"}",
+        ] {
+            let out = handle(&e, body, "/inject");
+            assert_eq!(
+                out.kind,
+                OutcomeKind::Undecodable,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+            let v: Value = serde_json::from_slice(&out.response).unwrap();
+            assert_eq!(v["response"]["allowed"], json!(false));
+        }
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(
+            handle(&e, deep.as_bytes(), "/inject").kind,
+            OutcomeKind::Undecodable
+        );
+
+        let svc = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1beta1",
+            "request": {"uid": "u1", "kind": {"kind": "Service"}, "object": {"kind": "Service", "apiVersion": "v1"}}});
+        let out = handle(&e, &serde_json::to_vec(&svc).unwrap(), "/inject");
+        assert_eq!(out.kind, OutcomeKind::Failed);
+        let v: Value = serde_json::from_slice(&out.response).unwrap();
+        assert_eq!(v["apiVersion"], json!("admission.k8s.io/v1beta1"));
+        assert_eq!(v["response"]["uid"], json!("u1"));
+        assert!(v["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Service"));
+    }
+
+    #[test]
+    fn skipped_pods_are_allowed_without_patch() {
+        let e = Engine::new(crate::config::Settings::default());
+        let review = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+            "request": {"uid": "abc", "namespace": "kube-system", "object": {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        let out = handle(&e, &serde_json::to_vec(&review).unwrap(), "/inject");
+        assert_eq!(out.kind, OutcomeKind::Skipped);
+        assert!(out.message.contains("kube-system"));
+        let v: Value = serde_json::from_slice(&out.response).unwrap();
+        assert_eq!(
+            v,
+            json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+                             "response": {"uid": "abc", "allowed": true}})
+        );
     }
 }

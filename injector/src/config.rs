@@ -1,38 +1,850 @@
 //! Configuration in Istio's formats: the `values`, `config` and `mesh` documents of Istio's ConfigMaps,
-//! process environment, and the command-line flags shared by `serve` and `kube-inject`.
-//! (Contract only; the engine engineer fills it in.)
+//! the process environment istiod reads for injection, and the command-line flags shared by `serve` and
+//! `kube-inject`. Everything is parsed and validated once, in [`Settings::load`], never per request.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde_json::{Map, Value};
+
+use crate::decision::{LabelSelector, Policy};
+
+/// `--native-sidecars` / `ENABLE_NATIVE_SIDECARS`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum NativeSidecars {
+    /// Istio detects native-sidecar support from the cluster's kubelet versions (all ≥ 1.33 → on). We
+    /// have no cluster client, and every supported Kubernetes (≥ 1.33, the version this project targets)
+    /// runs native sidecars, so `auto` resolves to on — as in Istio's test environment.
+    #[default]
+    Auto,
+    /// `istio-proxy` is an init container with `restartPolicy: Always`.
+    True,
+    /// `istio-proxy` is a regular container.
+    False,
+}
+
+impl NativeSidecars {
+    /// The global decision (spec §1.6).
+    pub fn resolve(self) -> bool {
+        !matches!(self, NativeSidecars::False)
+    }
+}
 
 /// Flags shared by `injector serve` and `injector kube-inject` (flattened into both).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ConfigArgs {
-    /// The `values` document (JSON or YAML).
-    #[arg(long = "values", alias = "valuesFile")]
+    /// The `values` document of the istio-sidecar-injector ConfigMap (JSON or YAML), merged over the
+    /// built-in chart defaults; a null deletes a key.
+    #[arg(long = "values", alias = "valuesFile", value_name = "FILE")]
     pub values: Option<PathBuf>,
-    /// The injector `config` document.
-    #[arg(long = "injector-config", alias = "injectConfigFile")]
+    /// The injector `config` document (policy, selectors, injectedAnnotations, defaultTemplates,
+    /// aliases; `templates` is ignored: ours are compiled in).
+    #[arg(
+        long = "injector-config",
+        alias = "injectConfigFile",
+        value_name = "FILE"
+    )]
     pub injector_config: Option<PathBuf>,
-    /// The MeshConfig document.
-    #[arg(long = "mesh-config", alias = "meshConfigFile")]
+    /// The MeshConfig document (YAML), merged over Istio's MeshConfig defaults.
+    #[arg(long = "mesh-config", alias = "meshConfigFile", value_name = "FILE")]
     pub mesh_config: Option<PathBuf>,
+    /// A directory laid out like Istio's mounted ConfigMaps: files `values`, `config` and `mesh` (each
+    /// optional). An explicit file flag wins over the directory's file.
+    #[arg(long = "config-dir", value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
+    /// Whether `istio-proxy` runs as a native sidecar.
+    #[arg(
+        long = "native-sidecars",
+        env = "ENABLE_NATIVE_SIDECARS",
+        value_enum,
+        ignore_case = true,
+        default_value = "auto"
+    )]
+    pub native_sidecars: NativeSidecars,
+    /// The revision this injector serves (`default` and empty mean the default revision).
+    #[arg(long = "revision", env = "REVISION", default_value = "")]
+    pub revision: String,
+    /// Compliance policy of the injector process (istiod's `COMPLIANCE_POLICY`, e.g. `fips-140-3`),
+    /// passed to the proxy.
+    #[arg(
+        long = "compliance-policy",
+        env = "COMPLIANCE_POLICY",
+        default_value = ""
+    )]
+    pub compliance_policy: String,
+}
+
+impl ConfigArgs {
+    /// Every file or directory whose change should trigger a reload (values, injector config, mesh
+    /// config, config dir), for the webhook's reload watcher.
+    pub fn watched_paths(&self) -> Vec<PathBuf> {
+        [
+            &self.values,
+            &self.injector_config,
+            &self.mesh_config,
+            &self.config_dir,
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect()
+    }
 }
 
 /// An invalid configuration document; names the file, key and value.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// Placeholder until loading exists.
-    #[error("configuration loading is not implemented yet")]
-    NotImplemented,
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid JSON/YAML.
+    #[error("{path}: {source}")]
+    Parse {
+        path: String,
+        #[source]
+        source: crate::yaml::YamlError,
+    },
+    /// A key has a value of the wrong type or an invalid value.
+    #[error("{path}: key {key}: invalid value {value}: {reason}")]
+    Invalid {
+        path: String,
+        key: String,
+        value: String,
+        reason: String,
+    },
+}
+
+/// The injector `config` document, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InjectorConfig {
+    pub policy: Policy,
+    pub always_inject_selector: Vec<LabelSelector>,
+    pub never_inject_selector: Vec<LabelSelector>,
+    pub injected_annotations: BTreeMap<String, String>,
+    /// Never empty (Istio: empty means `[sidecar]`).
+    pub default_templates: Vec<String>,
+    pub aliases: BTreeMap<String, Vec<String>>,
+}
+
+impl Default for InjectorConfig {
+    fn default() -> Self {
+        InjectorConfig {
+            policy: Policy::Enabled,
+            always_inject_selector: Vec::new(),
+            never_inject_selector: Vec::new(),
+            injected_annotations: BTreeMap::new(),
+            default_templates: vec!["sidecar".to_string()],
+            aliases: BTreeMap::new(),
+        }
+    }
 }
 
 /// Everything the engine needs, loaded and validated once (not per request).
-#[derive(Debug, Clone, Default)]
-pub struct Settings {}
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The values document, defaults merged.
+    pub values: Value,
+    /// The MeshConfig, defaults merged.
+    pub mesh: Value,
+    pub injector: InjectorConfig,
+    /// The global native-sidecar decision.
+    pub native_sidecars: bool,
+    /// Empty for the default revision.
+    pub revision: String,
+    pub compliance_policy: String,
+    /// Non-fatal findings while loading (e.g. an ignored `templates` key), for the caller to log.
+    pub warnings: Vec<String>,
+    /// The files the settings came from (for reload watchers).
+    pub sources: Sources,
+}
+
+/// Where each document came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sources {
+    pub values: Option<PathBuf>,
+    pub injector_config: Option<PathBuf>,
+    pub mesh_config: Option<PathBuf>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            values: builtin_values().clone(),
+            mesh: builtin_mesh().clone(),
+            injector: InjectorConfig::default(),
+            native_sidecars: true,
+            revision: String::new(),
+            compliance_policy: String::new(),
+            warnings: Vec::new(),
+            sources: Sources::default(),
+        }
+    }
+}
+
+/// Istio's chart defaults for the injector `values` (`defaults/values.json`: the chart rendered with the
+/// default profile; hub/tag are the release's).
+pub fn builtin_values() -> &'static Value {
+    static V: OnceLock<Value> = OnceLock::new();
+    V.get_or_init(|| {
+        serde_json::from_str(include_str!("../defaults/values.json"))
+            .unwrap_or_else(|_| Value::Object(Map::new()))
+    })
+}
+
+/// Istio's default MeshConfig with the chart's mesh applied (`defaults/mesh.json`).
+pub fn builtin_mesh() -> &'static Value {
+    static V: OnceLock<Value> = OnceLock::new();
+    V.get_or_init(|| {
+        serde_json::from_str(include_str!("../defaults/mesh.json"))
+            .unwrap_or_else(|_| Value::Object(Map::new()))
+    })
+}
+
+/// Merges `overlay` onto `base`: maps merge key by key, recursively; a `null` deletes the key; anything
+/// else (lists included) replaces. Nulls inside newly added maps are dropped too.
+pub fn deep_merge(base: &mut Value, overlay: &Value) {
+    match (base, overlay) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                match v {
+                    Value::Null => {
+                        b.remove(k);
+                    }
+                    Value::Object(_) => match b.get_mut(k) {
+                        Some(existing @ Value::Object(_)) => deep_merge(existing, v),
+                        _ => {
+                            let mut fresh = Value::Object(Map::new());
+                            deep_merge(&mut fresh, v);
+                            b.insert(k.clone(), fresh);
+                        }
+                    },
+                    _ => {
+                        b.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (b, o) if !o.is_null() => *b = o.clone(),
+        _ => {}
+    }
+}
+
+fn read_doc(path: &Path) -> Result<Value, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    crate::yaml::parse_json_or_yaml(&text).map_err(|source| ConfigError::Parse {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+fn invalid(path: &str, key: &str, value: &Value, reason: impl Into<String>) -> ConfigError {
+    let mut v = value.to_string();
+    if v.len() > 200 {
+        v.truncate(200);
+        v.push('…');
+    }
+    ConfigError::Invalid {
+        path: path.to_string(),
+        key: key.to_string(),
+        value: v,
+        reason: reason.into(),
+    }
+}
+
+fn expect_object(path: &str, key: &str, v: &Value) -> Result<(), ConfigError> {
+    if v.is_object() {
+        Ok(())
+    } else {
+        Err(invalid(path, key, v, "expected a mapping"))
+    }
+}
 
 impl Settings {
-    /// Loads and validates the configuration named by `args` (and the process environment).
-    pub fn load(_args: &ConfigArgs) -> Result<Settings, ConfigError> {
-        Err(ConfigError::NotImplemented)
+    /// Loads and validates the configuration named by `args` (the environment was read by clap).
+    pub fn load(args: &ConfigArgs) -> Result<Settings, ConfigError> {
+        let pick = |flag: &Option<PathBuf>, name: &str| -> Option<PathBuf> {
+            flag.clone().or_else(|| {
+                args.config_dir
+                    .as_ref()
+                    .map(|d| d.join(name))
+                    .filter(|p| p.exists())
+            })
+        };
+        let sources = Sources {
+            values: pick(&args.values, "values"),
+            injector_config: pick(&args.injector_config, "config"),
+            mesh_config: pick(&args.mesh_config, "mesh"),
+        };
+        let values = match &sources.values {
+            Some(p) => Some((p.display().to_string(), read_doc(p)?)),
+            None => None,
+        };
+        let mesh = match &sources.mesh_config {
+            Some(p) => Some((p.display().to_string(), read_doc(p)?)),
+            None => None,
+        };
+        let config = match &sources.injector_config {
+            Some(p) => Some((p.display().to_string(), read_doc(p)?)),
+            None => None,
+        };
+        let mut s = Settings::from_documents(
+            values.as_ref().map(|(p, v)| (p.as_str(), v)),
+            mesh.as_ref().map(|(p, v)| (p.as_str(), v)),
+            config.as_ref().map(|(p, v)| (p.as_str(), v)),
+            args.native_sidecars.resolve(),
+            &args.revision,
+            &args.compliance_policy,
+        )?;
+        s.sources = sources;
+        Ok(s)
+    }
+
+    /// Builds settings from already-parsed documents (`(name for errors, document)`), e.g. from a
+    /// ConfigMap or in tests.
+    pub fn from_documents(
+        values: Option<(&str, &Value)>,
+        mesh: Option<(&str, &Value)>,
+        injector_config: Option<(&str, &Value)>,
+        native_sidecars: bool,
+        revision: &str,
+        compliance_policy: &str,
+    ) -> Result<Settings, ConfigError> {
+        let mut warnings = Vec::new();
+
+        let mut merged_values = builtin_values().clone();
+        if let Some((path, v)) = values {
+            if !v.is_null() {
+                expect_object(path, "(document)", v)?;
+                deep_merge(&mut merged_values, v);
+            }
+            validate_values(path, &merged_values)?;
+        }
+
+        let mut merged_mesh = builtin_mesh().clone();
+        if let Some((path, m)) = mesh {
+            if !m.is_null() {
+                expect_object(path, "(document)", m)?;
+                deep_merge(&mut merged_mesh, m);
+            }
+            validate_mesh(path, &merged_mesh)?;
+        }
+
+        let injector = match injector_config {
+            Some((path, c)) if !c.is_null() => parse_injector_config(path, c, &mut warnings)?,
+            _ => injector_config_from_values(&merged_values, &mut warnings)?,
+        };
+
+        let revision = if revision == "default" { "" } else { revision };
+        Ok(Settings {
+            values: merged_values,
+            mesh: merged_mesh,
+            injector,
+            native_sidecars,
+            revision: revision.to_string(),
+            compliance_policy: compliance_policy.to_string(),
+            warnings,
+            sources: Sources::default(),
+        })
+    }
+}
+
+fn get_path<'a>(v: &'a Value, dotted: &str) -> Option<&'a Value> {
+    dotted.split('.').try_fold(v, |cur, k| cur.get(k))
+}
+
+/// Type and value checks of the values keys the injector reads; those that reach `istio-init` arguments
+/// get the same validation as the corresponding pod annotations.
+fn validate_values(path: &str, v: &Value) -> Result<(), ConfigError> {
+    use crate::annotations as a;
+    type Check = fn(&str) -> Result<(), String>;
+    let string_checks: &[(&str, Check)] = &[
+        (
+            "global.proxy.includeIPRanges",
+            a::validate_include_ip_ranges,
+        ),
+        (
+            "global.proxy.excludeIPRanges",
+            a::validate_exclude_ip_ranges,
+        ),
+        ("global.proxy.includeInboundPorts", |s| {
+            if s == "*" {
+                Ok(())
+            } else {
+                a::validate_port_list(s)
+            }
+        }),
+        ("global.proxy.excludeInboundPorts", a::validate_port_list),
+        ("global.proxy.includeOutboundPorts", a::validate_port_list),
+        ("global.proxy.excludeOutboundPorts", a::validate_port_list),
+        ("global.logging.level", a::validate_log_level),
+        ("global.imagePullPolicy", |s| match s {
+            "" | "Always" | "IfNotPresent" | "Never" => Ok(()),
+            _ => Err("expected Always, IfNotPresent or Never".to_string()),
+        }),
+        ("global.hub", |_| Ok(())),
+        ("global.variant", |_| Ok(())),
+        ("global.proxy.image", |_| Ok(())),
+        ("global.proxy_init.image", |_| Ok(())),
+        ("global.proxy.clusterDomain", |_| Ok(())),
+        ("global.proxy.logLevel", |_| Ok(())),
+        ("global.proxy.componentLogLevel", |_| Ok(())),
+        ("global.proxy.autoInject", |_| Ok(())),
+        ("global.istioNamespace", |_| Ok(())),
+        ("global.pilotCertProvider", |_| Ok(())),
+    ];
+    for (key, check) in string_checks {
+        match get_path(v, key) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => {
+                check(s).map_err(|r| invalid(path, key, &Value::String(s.clone()), r))?
+            }
+            Some(other) => return Err(invalid(path, key, other, "expected a string")),
+        }
+    }
+    match get_path(v, "global.tag") {
+        None | Some(Value::Null) | Some(Value::String(_)) | Some(Value::Number(_)) => {}
+        Some(other) => {
+            return Err(invalid(
+                path,
+                "global.tag",
+                other,
+                "expected a string or number",
+            ))
+        }
+    }
+    match get_path(v, "global.proxy.statusPort") {
+        None | Some(Value::Null) => {}
+        Some(p) if p.as_u64().is_some_and(|p| p <= 65535) => {}
+        Some(other) => {
+            return Err(invalid(
+                path,
+                "global.proxy.statusPort",
+                other,
+                "expected a port number 0-65535",
+            ))
+        }
+    }
+    for key in [
+        "global.proxy.readinessInitialDelaySeconds",
+        "global.proxy.readinessPeriodSeconds",
+        "global.proxy.readinessFailureThreshold",
+        "global.proxy.startupProbe.failureThreshold",
+    ] {
+        match get_path(v, key) {
+            None | Some(Value::Null) => {}
+            Some(n) if n.as_u64().is_some_and(|n| n <= u64::from(u32::MAX)) => {}
+            Some(other) => {
+                return Err(invalid(path, key, other, "expected a non-negative integer"))
+            }
+        }
+    }
+    for key in [
+        "global.proxy.privileged",
+        "global.logAsJson",
+        "global.nativeNftables",
+        "global.proxy_init.forceApplyIptables",
+        "pilot.cni.enabled",
+        "sidecarInjectorWebhook.rewriteAppHTTPProbe",
+        "global.proxy.holdApplicationUntilProxyStarts",
+        "global.mountMtlsCerts",
+    ] {
+        match get_path(v, key) {
+            None | Some(Value::Null) | Some(Value::Bool(_)) => {}
+            Some(other) => return Err(invalid(path, key, other, "expected a boolean")),
+        }
+    }
+    if let Some(r) = get_path(v, "global.proxy.resources") {
+        if !r.is_null() {
+            expect_object(path, "global.proxy.resources", r)?;
+            for kind in ["limits", "requests"] {
+                if let Some(Value::Object(m)) = r.get(kind) {
+                    for (res, q) in m {
+                        let key = format!("global.proxy.resources.{kind}.{res}");
+                        let ok = match q {
+                            Value::String(s) => a::validate_quantity(s).is_ok(),
+                            Value::Number(_) | Value::Null => true,
+                            _ => false,
+                        };
+                        if !ok {
+                            return Err(invalid(path, &key, q, "expected a Kubernetes quantity"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(s) = get_path(v, "global.imagePullSecrets") {
+        match s {
+            Value::Null => {}
+            Value::Array(items) if items.iter().all(Value::is_string) => {}
+            other => {
+                return Err(invalid(
+                    path,
+                    "global.imagePullSecrets",
+                    other,
+                    "expected a list of names",
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_mesh(path: &str, m: &Value) -> Result<(), ConfigError> {
+    for key in ["proxyListenPort", "proxyInboundListenPort"] {
+        match m.get(key) {
+            None | Some(Value::Null) => {}
+            Some(p) if p.as_u64().is_some_and(|p| (1..=65535).contains(&p)) => {}
+            Some(other) => return Err(invalid(path, key, other, "expected a port number 1-65535")),
+        }
+    }
+    if let Some(dc) = m.get("defaultConfig") {
+        expect_object(path, "defaultConfig", dc)?;
+        let mut pc = crate::proxyconfig::builtin_default();
+        crate::proxyconfig::apply_overlay(&mut pc, dc);
+        crate::proxyconfig::validate(&pc).map_err(|r| invalid(path, "defaultConfig", dc, r))?;
+    }
+    if let Some(mode) = m.pointer("/inboundTrafficPolicy/mode") {
+        if !mode.is_string() {
+            return Err(invalid(
+                path,
+                "inboundTrafficPolicy.mode",
+                mode,
+                "expected a string",
+            ));
+        }
+    }
+    if let Some(v) = m.get("enablePrometheusMerge") {
+        if !(v.is_boolean() || v.is_null()) {
+            return Err(invalid(
+                path,
+                "enablePrometheusMerge",
+                v,
+                "expected a boolean",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn selectors(path: &str, key: &str, v: Option<&Value>) -> Result<Vec<LabelSelector>, ConfigError> {
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                LabelSelector::from_json(s)
+                    .map_err(|e| invalid(path, &format!("{key}[{i}]"), s, e.0))
+            })
+            .collect(),
+        Some(other) => Err(invalid(
+            path,
+            key,
+            other,
+            "expected a list of label selectors",
+        )),
+    }
+}
+
+fn string_map(
+    path: &str,
+    key: &str,
+    v: Option<&Value>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    match v {
+        None | Some(Value::Null) => Ok(BTreeMap::new()),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, val)| match val {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                other => Err(invalid(
+                    path,
+                    &format!("{key}.{k}"),
+                    other,
+                    "expected a string",
+                )),
+            })
+            .collect(),
+        Some(other) => Err(invalid(path, key, other, "expected a mapping of strings")),
+    }
+}
+
+fn string_list(path: &str, key: &str, v: Option<&Value>) -> Result<Vec<String>, ConfigError> {
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                x.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| invalid(path, &format!("{key}[{i}]"), x, "expected a string"))
+            })
+            .collect(),
+        Some(other) => Err(invalid(path, key, other, "expected a list of strings")),
+    }
+}
+
+fn parse_injector_config(
+    path: &str,
+    c: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<InjectorConfig, ConfigError> {
+    expect_object(path, "(document)", c)?;
+    let policy = match c.get("policy") {
+        None | Some(Value::Null) => {
+            warnings.push(format!(
+                "{path}: no `policy`: Istio treats an empty policy as \"never inject\""
+            ));
+            Policy::Other(String::new())
+        }
+        Some(Value::String(s)) => {
+            let p = Policy::parse(s);
+            if let Policy::Other(o) = &p {
+                warnings.push(format!(
+                    "{path}: policy {o:?} is neither \"enabled\" nor \"disabled\": no pod will be injected"
+                ));
+            }
+            p
+        }
+        Some(other) => {
+            return Err(invalid(
+                path,
+                "policy",
+                other,
+                "expected \"enabled\" or \"disabled\"",
+            ))
+        }
+    };
+    if c.get("templates").is_some_and(|t| !t.is_null()) {
+        warnings.push(format!(
+            "{path}: the `templates` key is ignored: this injector's templates are compiled in ({})",
+            crate::render::template_names().join(", ")
+        ));
+    }
+    let mut default_templates = string_list(path, "defaultTemplates", c.get("defaultTemplates"))?;
+    if default_templates.is_empty() {
+        default_templates.push("sidecar".to_string());
+    }
+    let aliases = match c.get("aliases") {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| {
+                Ok((
+                    k.clone(),
+                    string_list(path, &format!("aliases.{k}"), Some(v))?,
+                ))
+            })
+            .collect::<Result<_, ConfigError>>()?,
+        Some(other) => {
+            return Err(invalid(
+                path,
+                "aliases",
+                other,
+                "expected a mapping of name lists",
+            ))
+        }
+    };
+    Ok(InjectorConfig {
+        policy,
+        always_inject_selector: selectors(
+            path,
+            "alwaysInjectSelector",
+            c.get("alwaysInjectSelector"),
+        )?,
+        never_inject_selector: selectors(
+            path,
+            "neverInjectSelector",
+            c.get("neverInjectSelector"),
+        )?,
+        injected_annotations: string_map(
+            path,
+            "injectedAnnotations",
+            c.get("injectedAnnotations"),
+        )?,
+        default_templates,
+        aliases,
+    })
+}
+
+/// Without a `config` document, derive it from the values as Istio's chart does.
+fn injector_config_from_values(
+    values: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<InjectorConfig, ConfigError> {
+    let path = "values";
+    let w = values.get("sidecarInjectorWebhook");
+    let policy = get_path(values, "global.proxy.autoInject")
+        .and_then(Value::as_str)
+        .map(Policy::parse)
+        .unwrap_or(Policy::Enabled);
+    if let Policy::Other(o) = &policy {
+        warnings.push(format!(
+            "values: global.proxy.autoInject {o:?} is neither \"enabled\" nor \"disabled\": no pod will be injected"
+        ));
+    }
+    let mut default_templates = string_list(
+        path,
+        "sidecarInjectorWebhook.defaultTemplates",
+        w.and_then(|w| w.get("defaultTemplates")),
+    )?;
+    if default_templates.is_empty() {
+        default_templates.push("sidecar".to_string());
+    }
+    Ok(InjectorConfig {
+        policy,
+        always_inject_selector: selectors(
+            path,
+            "sidecarInjectorWebhook.alwaysInjectSelector",
+            w.and_then(|w| w.get("alwaysInjectSelector")),
+        )?,
+        never_inject_selector: selectors(
+            path,
+            "sidecarInjectorWebhook.neverInjectSelector",
+            w.and_then(|w| w.get("neverInjectSelector")),
+        )?,
+        injected_annotations: string_map(
+            path,
+            "sidecarInjectorWebhook.injectedAnnotations",
+            w.and_then(|w| w.get("injectedAnnotations")),
+        )?,
+        default_templates,
+        aliases: BTreeMap::new(),
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `shared/` lies beside the clone (CI) or beside the worktrees' parent (developers' machines).
+    fn shared(name: &str) -> PathBuf {
+        let base = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        ["../../shared", "../../../shared"]
+            .iter()
+            .map(|rel| base.join(rel).join("istio-testdata/inject"))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| base.join("../../shared/istio-testdata/inject"))
+            .join(name)
+    }
+
+    #[test]
+    fn base_documents_only_spell_out_the_defaults() {
+        let base_values = read_doc(&shared("base-values.json")).unwrap();
+        let mut merged = builtin_values().clone();
+        deep_merge(&mut merged, &base_values);
+        // Only hub and tag (the test registry) differ from the chart defaults.
+        let mut expect = builtin_values().clone();
+        expect["global"]["hub"] = json!("registry.istio.io/testing");
+        expect["global"]["tag"] = json!("latest");
+        assert_eq!(merged, expect);
+        let base_mesh = read_doc(&shared("base-mesh.yaml")).unwrap();
+        let mut merged = builtin_mesh().clone();
+        deep_merge(&mut merged, &base_mesh);
+        assert_eq!(&merged, builtin_mesh());
+    }
+
+    #[test]
+    fn merge_null_deletes_and_lists_replace() {
+        let mut b = json!({"a": {"x": 1, "y": 2}, "l": [1, 2]});
+        deep_merge(
+            &mut b,
+            &json!({"a": {"x": null, "z": {"n": null, "m": 1}}, "l": [3]}),
+        );
+        assert_eq!(b, json!({"a": {"y": 2, "z": {"m": 1}}, "l": [3]}));
+    }
+
+    #[test]
+    fn load_files_and_errors_name_file_key_value() {
+        let dir = std::env::temp_dir().join(format!("inj-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("values"),
+            "global:\n  proxy:\n    statusPort: 123\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("config"),
+            "policy: disabled\ntemplates:\n  sidecar: x\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("mesh"), "defaultConfig:\n  drainDuration: 23s\n").unwrap();
+        let args = ConfigArgs {
+            config_dir: Some(dir.clone()),
+            revision: "default".into(),
+            ..Default::default()
+        };
+        let s = Settings::load(&args).unwrap();
+        assert_eq!(s.values["global"]["proxy"]["statusPort"], json!(123));
+        assert_eq!(s.values["global"]["proxy"]["logLevel"], json!("warning"));
+        assert_eq!(s.injector.policy, Policy::Disabled);
+        assert_eq!(s.injector.default_templates, vec!["sidecar".to_string()]);
+        assert!(s.warnings.iter().any(|w| w.contains("templates")));
+        assert_eq!(s.mesh["defaultConfig"]["drainDuration"], json!("23s"));
+        assert_eq!(s.mesh["defaultConfig"]["statusPort"], json!(15020));
+        assert_eq!(s.revision, "");
+
+        std::fs::write(
+            dir.join("values"),
+            "global:\n  proxy:\n    excludeIPRanges: '*'\n",
+        )
+        .unwrap();
+        let err = Settings::load(&args).unwrap_err().to_string();
+        assert!(
+            err.contains("values")
+                && err.contains("global.proxy.excludeIPRanges")
+                && err.contains("\"*\""),
+            "{err}"
+        );
+        std::fs::write(dir.join("values"), "global: [").unwrap();
+        assert!(Settings::load(&args)
+            .unwrap_err()
+            .to_string()
+            .contains("values"));
+        std::fs::write(dir.join("values"), "{}").unwrap();
+        std::fs::write(dir.join("config"), "policy: enabled\nneverInjectSelector:\n- matchExpressions:\n  - key: a\n    operator: Bogus\n").unwrap();
+        let err = Settings::load(&args).unwrap_err().to_string();
+        assert!(
+            err.contains("neverInjectSelector[0]") && err.contains("Bogus"),
+            "{err}"
+        );
+        std::fs::write(dir.join("config"), "policy: enabled\n").unwrap();
+        std::fs::write(
+            dir.join("mesh"),
+            "defaultConfig:\n  drainDuration: forever\n",
+        )
+        .unwrap();
+        let err = Settings::load(&args).unwrap_err().to_string();
+        assert!(
+            err.contains("defaultConfig") && err.contains("forever"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn injector_config_defaults_from_values() {
+        let v = json!({"global": {"proxy": {"autoInject": "disabled"}},
+                       "sidecarInjectorWebhook": {"injectedAnnotations": {"a": "b"},
+                       "neverInjectSelector": [{"matchLabels": {"x": "y"}}]}});
+        let s = Settings::from_documents(Some(("v", &v)), None, None, true, "", "").unwrap();
+        assert_eq!(s.injector.policy, Policy::Disabled);
+        assert_eq!(
+            s.injector.injected_annotations.get("a").map(String::as_str),
+            Some("b")
+        );
+        assert_eq!(s.injector.never_inject_selector.len(), 1);
     }
 }

@@ -1,18 +1,470 @@
-//! The injection engine shared by the webhook and `kube-inject`. (Contract only; the engine engineer
-//! fills it in.)
+//! The injection engine shared by the webhook and `kube-inject` (spec §5.1-5.2): validate annotations,
+//! strip a previous injection, render each selected template, strategic-merge it onto the template pod and
+//! the pod, re-apply user-set container fields, post-process, and diff.
 
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::annotations;
 use crate::config::Settings;
+use crate::decision::{self, Decision};
+use crate::merge;
+use crate::postprocess::{self, PostProcessParams};
+use crate::render::{self, TemplateData};
+
+/// Istio's proxy uid/gid (no OpenShift namespace lookup here).
+pub const PROXY_UID: i64 = 1337;
+pub const PROXY_GID: i64 = 1337;
 
 /// A loaded engine: configuration parsed and everything that does not depend on the pod precomputed.
 /// Cheap to share (`Arc<Engine>`); replaced whole on configuration reload.
 #[derive(Debug)]
 pub struct Engine {
     pub settings: Settings,
+    /// The effective ProxyConfig of a pod without `proxy.istio.io/config` (default ⊕ mesh defaultConfig).
+    base_proxy_config: Value,
+    /// Names of the compiled-in templates, for the "not found" message.
+    have_templates: String,
+}
+
+/// The workload a pod belongs to (Istio's deploy meta + type meta).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Workload {
+    pub kind: String,
+    pub api_version: String,
+    pub name: String,
+    pub namespace: String,
+}
+
+/// Which front end is asking: kube-inject differs in a few documented ways (spec §7.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Admission webhook: templates from `inject.istio.io/templates` or `defaultTemplates` (aliases
+    /// expanded), `injectedAnnotations` applied, the mesh passed to templates as configured.
+    Webhook,
+    /// `kube-inject`: default templates fixed to `[sidecar]`, no aliases, no `injectedAnnotations`, and the
+    /// pod's `proxy.istio.io/config` applied to the mesh's `defaultConfig` the templates see.
+    KubeInject,
+}
+
+/// One injection request.
+#[derive(Debug, Clone)]
+pub struct InjectRequest<'a> {
+    /// The pod as received (the patch is computed against it).
+    pub pod: &'a Value,
+    pub workload: &'a Workload,
+    /// Environment from the webhook URL path parameters (spec §2.5); empty for kube-inject.
+    pub url_env: BTreeMap<String, String>,
+    pub mode: Mode,
+}
+
+/// Why injection failed. The messages carry Istio's prefixes (spec §2.3).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Invalid annotations.
+    #[error("failed to run injection template: {0}")]
+    InvalidAnnotations(#[from] annotations::ValidationError),
+    /// `proxy.istio.io/config` (or the saved overrides) could not be used.
+    #[error("failed to run injection template: {0}")]
+    Template(String),
+    /// A template is missing or failed to render.
+    #[error("failed to run injection template: {0}")]
+    Render(#[from] render::RenderError),
+    /// The rendered template could not be merged into the pod.
+    #[error("failed to run injection template: strategic merge: {0}")]
+    Merge(merge::MergeError),
+    /// Re-applying user-set container fields failed.
+    #[error("failed to re apply container: {0}")]
+    Reapply(merge::MergeError),
+    /// Post-processing failed.
+    #[error("failed to process pod: {0}")]
+    PostProcess(#[from] postprocess::PostProcessError),
+    /// The object is not a pod.
+    #[error("not a pod: {0}")]
+    NotAPod(String),
 }
 
 impl Engine {
     /// Builds an engine from loaded settings.
     pub fn new(settings: Settings) -> Engine {
-        Engine { settings }
+        let base_proxy_config =
+            crate::proxyconfig::effective(settings.mesh.get("defaultConfig"), None).unwrap_or_else(
+                |_| {
+                    // Settings::load validated the mesh's defaultConfig, so this cannot fail; fall back to the
+                    // built-in default rather than panic.
+                    crate::proxyconfig::builtin_default()
+                },
+            );
+        Engine {
+            settings,
+            base_proxy_config,
+            have_templates: render::template_names().join(", "),
+        }
+    }
+
+    /// Istio's `injectRequired` with this engine's policy and selectors; kube-inject forces policy
+    /// `enabled` without selectors (spec §1.2).
+    pub fn decide(&self, pod: &Value, mode: Mode) -> Decision {
+        match mode {
+            Mode::Webhook => decision::injection_required(
+                pod,
+                &self.settings.injector.policy,
+                &self.settings.injector.never_inject_selector,
+                &self.settings.injector.always_inject_selector,
+            ),
+            Mode::KubeInject => {
+                decision::injection_required(pod, &decision::Policy::Enabled, &[], &[])
+            }
+        }
+    }
+
+    /// The effective ProxyConfig of a pod (spec §2.4 step 5).
+    pub fn proxy_config(
+        &self,
+        annotations: Option<&Map<String, Value>>,
+    ) -> Result<Value, EngineError> {
+        match annotations.and_then(|a| a.get(annotations::PROXY_CONFIG)) {
+            None => Ok(self.base_proxy_config.clone()),
+            Some(_) => {
+                crate::proxyconfig::effective(self.settings.mesh.get("defaultConfig"), annotations)
+                    .map_err(EngineError::Template)
+            }
+        }
+    }
+
+    /// The template names for a pod: `inject.istio.io/templates` or the defaults, aliases expanded one level.
+    fn templates(&self, annotations: Option<&Map<String, Value>>, mode: Mode) -> Vec<String> {
+        let requested: Vec<String> = match annotations
+            .and_then(|a| a.get(annotations::TEMPLATES))
+            .and_then(Value::as_str)
+        {
+            Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+            None => match mode {
+                Mode::Webhook => self.settings.injector.default_templates.clone(),
+                Mode::KubeInject => vec!["sidecar".to_string()],
+            },
+        };
+        if mode == Mode::KubeInject {
+            return requested;
+        }
+        let mut out = Vec::with_capacity(requested.len());
+        for name in requested {
+            match self.settings.injector.aliases.get(&name) {
+                Some(expansion) => out.extend(expansion.iter().cloned()),
+                None => out.push(name),
+            }
+        }
+        out
+    }
+
+    /// Runs the injection pipeline (spec §5.1-5.2) and returns the injected pod. The caller has already
+    /// decided that the pod is to be injected.
+    pub fn inject(&self, req: &InjectRequest<'_>) -> Result<Value, EngineError> {
+        let original = req.pod;
+        if !original.is_object() {
+            return Err(EngineError::NotAPod(format!(
+                "expected a JSON object, got {original}"
+            )));
+        }
+        let annotations_map = original
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object);
+        annotations::validate(annotations_map)?;
+
+        let proxy_config = self.proxy_config(annotations_map)?;
+        let s = &self.settings;
+
+        // kube-inject shows the templates the mesh with the pod's ProxyConfig applied.
+        let kube_mesh;
+        let mesh = match req.mode {
+            Mode::Webhook => &s.mesh,
+            Mode::KubeInject => {
+                let mut m = s.mesh.clone();
+                if let Some(obj) = m.as_object_mut() {
+                    obj.insert("defaultConfig".to_string(), proxy_config.clone());
+                }
+                kube_mesh = m;
+                &kube_mesh
+            }
+        };
+
+        // Cluster and network (spec §2.5): non-empty results go into the env map post-processing appends.
+        let mut url_env = req.url_env.clone();
+        let cluster = url_env
+            .get("ISTIO_META_CLUSTER_ID")
+            .cloned()
+            .filter(|c| !c.is_empty())
+            .or_else(|| {
+                s.values
+                    .pointer("/global/multiCluster/clusterName")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        let network = original
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get("topology.istio.io/network"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .filter(|n| !n.is_empty())
+            .or_else(|| {
+                url_env
+                    .get("ISTIO_META_NETWORK")
+                    .cloned()
+                    .filter(|n| !n.is_empty())
+            })
+            .or_else(|| {
+                s.values
+                    .pointer("/global/network")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        if !cluster.is_empty() {
+            url_env.insert("ISTIO_META_CLUSTER_ID".to_string(), cluster);
+        }
+        if !network.is_empty() {
+            url_env.insert("ISTIO_META_NETWORK".to_string(), network);
+        }
+
+        // The template's view of the pod: previous injection stripped, saved overrides re-inserted.
+        let mut view = postprocess::strip_pod(original, mesh);
+        postprocess::reinsert_overrides(&mut view)?;
+
+        let w = req.workload;
+        let data = TemplateData {
+            kind: &w.kind,
+            api_version: &w.api_version,
+            deploy_name: &w.name,
+            deploy_namespace: &w.namespace,
+            pod: &view,
+            proxy_config: &proxy_config,
+            mesh,
+            values: &s.values,
+            revision: &s.revision,
+            native_sidecars: s.native_sidecars,
+            proxy_uid: PROXY_UID,
+            proxy_gid: PROXY_GID,
+            compliance_policy: &s.compliance_policy,
+        };
+
+        // Go's rule for moving a user-supplied istio-proxy (spec §1.6): exact "true"/"false" override.
+        let native_move = match annotations_map
+            .and_then(|a| a.get(annotations::NATIVE_SIDECAR))
+            .and_then(Value::as_str)
+        {
+            Some("true") => true,
+            Some("false") => false,
+            _ => s.native_sidecars,
+        };
+
+        let mut merged = original.clone();
+        let mut template_pod = serde_json::json!({"metadata": {}, "spec": {}});
+        for name in self.templates(annotations_map, req.mode) {
+            if !render::template_names().contains(&name.as_str()) {
+                return Err(EngineError::Render(render::RenderError::NotFound {
+                    name,
+                    have: self.have_templates.clone(),
+                }));
+            }
+            let rendered = render::render(&name, &data)?;
+            template_pod =
+                merge::strategic_merge_pod(&template_pod, &rendered).map_err(EngineError::Merge)?;
+            if native_move && has_container(&template_pod, "initContainers", "istio-proxy") {
+                move_proxy_to_init(&mut merged);
+            }
+            merged = merge::strategic_merge_pod(&merged, &rendered).map_err(EngineError::Merge)?;
+        }
+
+        merge::reapply_overwritten_containers(&mut merged, original, &template_pod, &proxy_config)
+            .map_err(EngineError::Reapply)?;
+
+        let no_annotations = BTreeMap::new();
+        let params = PostProcessParams {
+            values: &s.values,
+            mesh,
+            proxy_config: &proxy_config,
+            injected_annotations: match req.mode {
+                Mode::Webhook => &s.injector.injected_annotations,
+                Mode::KubeInject => &no_annotations,
+            },
+            revision: &s.revision,
+            url_env: &url_env,
+        };
+        postprocess::post_process(&mut merged, original, &template_pod, &params)?;
+        Ok(merged)
+    }
+
+    /// The RFC 6902 patch from the request's pod to the injected pod.
+    pub fn patch(&self, original: &Value, injected: &Value) -> Value {
+        crate::patch::create_patch(original, injected)
+    }
+}
+
+fn has_container(pod: &Value, list: &str, name: &str) -> bool {
+    pod.pointer(&format!("/spec/{list}"))
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.get("name").and_then(Value::as_str) == Some(name))
+        })
+}
+
+/// Native move (spec §5.2 step 7): a user `istio-proxy` in `containers` follows the proxy into
+/// `initContainers` (appended at the end) before the template is merged.
+fn move_proxy_to_init(pod: &mut Value) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let Some(containers) = spec.get_mut("containers").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let Some(idx) = containers
+        .iter()
+        .position(|c| c.get("name").and_then(Value::as_str) == Some("istio-proxy"))
+    else {
+        return;
+    };
+    let proxy = containers.remove(idx);
+    match spec.get_mut("initContainers") {
+        Some(Value::Array(inits)) => inits.push(proxy),
+        _ => {
+            spec.insert("initContainers".to_string(), Value::Array(vec![proxy]));
+        }
+    }
+}
+
+/// Istio's `GetDeployMetaFromPod` (spec §2.4 step 6): the workload a pod belongs to, from its owner
+/// references and the controllers' naming conventions.
+pub fn deploy_meta_from_pod(pod: &Value) -> Workload {
+    let meta = pod.get("metadata");
+    let get = |k: &str| {
+        meta.and_then(|m| m.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let labels = meta
+        .and_then(|m| m.get("labels"))
+        .and_then(Value::as_object);
+    let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+    let mut w = Workload {
+        kind: "Pod".to_string(),
+        api_version: "v1".to_string(),
+        name: get("name"),
+        namespace: get("namespace"),
+    };
+    if !get("generateName").is_empty() {
+        let owner = meta
+            .and_then(|m| m.get("ownerReferences"))
+            .and_then(Value::as_array)
+            .and_then(|refs| {
+                refs.iter()
+                    .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+            });
+        if let Some(o) = owner {
+            let s = |k: &str| o.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            w.kind = s("kind");
+            w.api_version = s("apiVersion");
+            w.name = s("name");
+            let name = w.name.clone();
+            if w.kind == "ReplicaSet" {
+                if let Some(hash) = label("pod-template-hash") {
+                    if let Some(base) = name.strip_suffix(&format!("-{hash}")) {
+                        w.kind = "Deployment".to_string();
+                        w.name = base.to_string();
+                    }
+                } else if let Some(hash) = label("rollouts-pod-template-hash") {
+                    w.kind = "Rollout".to_string();
+                    w.api_version = "v1alpha1".to_string();
+                    if let Some(base) = name.strip_suffix(&format!("-{hash}")) {
+                        w.name = base.to_string();
+                    }
+                }
+            } else if w.kind == "ReplicationController" {
+                if let Some(dc) = label("deploymentconfig") {
+                    w.kind = "DeploymentConfig".to_string();
+                    w.name = dc.to_string();
+                }
+            } else if w.kind == "Job" {
+                // `(.+)-\d{8,10}$`: a CronJob's scheduled Job.
+                if let Some((base, suffix)) = name.rsplit_once('-') {
+                    if !base.is_empty()
+                        && (8..=10).contains(&suffix.len())
+                        && suffix.bytes().all(|b| b.is_ascii_digit())
+                    {
+                        w.kind = "CronJob".to_string();
+                        w.api_version = "batch/v1".to_string();
+                        w.name = base.to_string();
+                    }
+                }
+            }
+        }
+    }
+    if w.name.is_empty() {
+        w.name = get("name");
+    }
+    w
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn deploy_meta_heuristics() {
+        let pod = json!({"metadata": {"name": "", "generateName": "hello-fake-", "namespace": "ns",
+            "labels": {"pod-template-hash": "fake"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "hello-fake", "controller": true}]}});
+        let w = deploy_meta_from_pod(&pod);
+        assert_eq!(
+            (w.kind.as_str(), w.api_version.as_str(), w.name.as_str()),
+            ("Deployment", "apps/v1", "hello")
+        );
+        let pod = json!({"metadata": {"generateName": "x-", "ownerReferences": [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "backup-28712345", "controller": true}]}});
+        let w = deploy_meta_from_pod(&pod);
+        assert_eq!((w.kind.as_str(), w.name.as_str()), ("CronJob", "backup"));
+        let pod = json!({"metadata": {"generateName": "x-", "labels": {"deploymentconfig": "dc"}, "ownerReferences": [
+            {"apiVersion": "v1", "kind": "ReplicationController", "name": "dc-1", "controller": true}]}});
+        assert_eq!(deploy_meta_from_pod(&pod).kind, "DeploymentConfig");
+        let pod = json!({"metadata": {"name": "p", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "controller": true}]}});
+        let w = deploy_meta_from_pod(&pod);
+        assert_eq!((w.kind.as_str(), w.name.as_str()), ("Pod", "p"));
+    }
+
+    #[test]
+    fn native_move_appends_to_init() {
+        let mut pod = json!({"spec": {"containers": [{"name": "a"}, {"name": "istio-proxy", "image": "x"}],
+                                       "initContainers": [{"name": "i"}]}});
+        move_proxy_to_init(&mut pod);
+        assert_eq!(pod["spec"]["containers"], json!([{"name": "a"}]));
+        assert_eq!(
+            pod["spec"]["initContainers"][1]["name"],
+            json!("istio-proxy")
+        );
+    }
+
+    #[test]
+    fn aliases_expand_one_level_in_webhook_mode_only() {
+        let mut s = Settings::default();
+        s.injector
+            .aliases
+            .insert("both".into(), vec!["sidecar".into(), "init".into()]);
+        let e = Engine::new(s);
+        let ann = json!({annotations::TEMPLATES: " both , x"});
+        assert_eq!(
+            e.templates(ann.as_object(), Mode::Webhook),
+            vec!["sidecar", "init", "x"]
+        );
+        assert_eq!(
+            e.templates(ann.as_object(), Mode::KubeInject),
+            vec!["both", "x"]
+        );
+        assert_eq!(e.templates(None, Mode::KubeInject), vec!["sidecar"]);
     }
 }

@@ -1,28 +1,689 @@
 //! Strategic merge with the Pod schema's rules (spec §5.3) and re-applying user-set container fields
-//! (spec §5.4). (Contract only; the merge engineer fills it in.)
+//! (spec §5.4).
+//!
+//! The merge follows Kubernetes' `strategicpatch` package as the injector uses it (parallel-list
+//! directives on, unmatched nulls ignored): maps merge recursively and a `null` deletes; lists with a
+//! merge key (containers, env, ports, volumeMounts, volumes, …) merge item by item and are then ordered
+//! by apimachinery's `normalizeElementOrder` (patch items in patch order interleaved with server-only
+//! items; see [`merge_keyed_list`]); `finalizers` is a set union; every other list is replaced;
+//! `$patch: replace|delete`, `$retainKeys` and `$deleteFromPrimitiveList/…` are honoured.
+//! `$setElementOrder/…` is accepted and ignored (it only reorders, and no template emits it).
 
-use serde_json::Value;
+pub(crate) mod gotypes;
+
+use serde_json::{Map, Value};
 
 /// Why a merge failed.
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
-    /// Placeholder until merging exists.
-    #[error("strategic merge is not implemented yet")]
-    NotImplemented,
+    /// An item of a list merged by key lacks the key (e.g. an `env` entry without `name`).
+    #[error("strategic merge: {field}: item {item} does not contain declared merge key: {key}")]
+    MissingMergeKey {
+        field: String,
+        key: &'static str,
+        item: String,
+    },
+    /// An item of a keyed list is not an object.
+    #[error("strategic merge: {field}: item {item} is not an object")]
+    NotAnObject { field: String, item: String },
+    /// A `$patch` directive with an unknown value (or `merge` in a list, which Kubernetes rejects too).
+    #[error("strategic merge: {field}: invalid $patch directive {value}")]
+    BadDirective { field: String, value: String },
+    /// A `$retainKeys` directive that is not a list, or a patch key missing from it.
+    #[error("strategic merge: {field}: invalid $retainKeys directive")]
+    BadRetainKeys { field: String },
+    /// The `proxy.istio.io/overrides` annotation is not the JSON Istio writes.
+    #[error("failed to re apply container: {0}")]
+    InvalidOverrides(String),
 }
 
+/// Annotation holding the user's container customisations saved at the first injection.
+pub const OVERRIDES_ANNOTATION: &str = "proxy.istio.io/overrides";
+/// Annotation holding the names of what a previous injection added.
+pub const STATUS_ANNOTATION: &str = "sidecar.istio.io/status";
+
+/// Which part of the Pod schema a value is, for merge keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ty {
+    Pod,
+    Meta,
+    Spec,
+    Container,
+    Volume,
+    Other,
+}
+
+/// How a list field merges.
+#[derive(Debug, Clone, Copy)]
+enum ListStrategy {
+    Replace,
+    Keyed(&'static str, Ty),
+    Scalars,
+}
+
+fn child_ty(ty: Ty, key: &str) -> Ty {
+    match (ty, key) {
+        (Ty::Pod, "metadata") => Ty::Meta,
+        (Ty::Pod, "spec") => Ty::Spec,
+        _ => Ty::Other,
+    }
+}
+
+/// The patch strategy of list field `key` of a `ty` (k8s.io/api struct tags).
+fn list_strategy(ty: Ty, key: &str) -> ListStrategy {
+    use ListStrategy::*;
+    match (ty, key) {
+        (Ty::Meta, "finalizers") => Scalars,
+        (Ty::Meta, "ownerReferences") => Keyed("uid", Ty::Other),
+        (Ty::Spec, "containers" | "initContainers" | "ephemeralContainers") => {
+            Keyed("name", Ty::Container)
+        }
+        (Ty::Spec, "volumes") => Keyed("name", Ty::Volume),
+        (Ty::Spec, "imagePullSecrets" | "schedulingGates" | "resourceClaims") => {
+            Keyed("name", Ty::Other)
+        }
+        (Ty::Spec, "hostAliases") => Keyed("ip", Ty::Other),
+        (Ty::Spec, "topologySpreadConstraints") => Keyed("topologyKey", Ty::Other),
+        (Ty::Container, "env") => Keyed("name", Ty::Other),
+        (Ty::Container, "ports") => Keyed("containerPort", Ty::Other),
+        (Ty::Container, "volumeMounts") => Keyed("mountPath", Ty::Other),
+        (Ty::Container, "volumeDevices") => Keyed("devicePath", Ty::Other),
+        _ => Replace,
+    }
+}
+
+const DIRECTIVE: &str = "$patch";
+const RETAIN_KEYS: &str = "$retainKeys";
+const DELETE_FROM_PRIMITIVE: &str = "$deleteFromPrimitiveList/";
+const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
+
 /// Strategic-merges `patch` (a partial Pod) onto `original` (a Pod), Kubernetes' rules and list order.
-pub fn strategic_merge_pod(_original: &Value, _patch: &Value) -> Result<Value, MergeError> {
-    Err(MergeError::NotImplemented)
+pub fn strategic_merge_pod(original: &Value, patch: &Value) -> Result<Value, MergeError> {
+    let mut out = original.clone();
+    strategic_merge_pod_into(&mut out, patch)?;
+    Ok(out)
+}
+
+/// [`strategic_merge_pod`] in place (no copy of the pod). On error `pod` may be partly merged: discard it.
+pub fn strategic_merge_pod_into(pod: &mut Value, patch: &Value) -> Result<(), MergeError> {
+    merge_value(pod, patch, Ty::Pod, "")
+}
+
+fn merge_value(orig: &mut Value, patch: &Value, ty: Ty, field: &str) -> Result<(), MergeError> {
+    match patch {
+        Value::Object(pm) => {
+            if !orig.is_object() {
+                *orig = Value::Object(Map::new());
+            }
+            if let Value::Object(om) = orig {
+                merge_map(om, pm, ty, field)?;
+            }
+            Ok(())
+        }
+        other => {
+            *orig = other.clone();
+            Ok(())
+        }
+    }
+}
+
+fn merge_map(
+    orig: &mut Map<String, Value>,
+    patch: &Map<String, Value>,
+    ty: Ty,
+    field: &str,
+) -> Result<(), MergeError> {
+    if let Some(d) = patch.get(DIRECTIVE) {
+        match d.as_str() {
+            Some("replace") => {
+                orig.clear();
+                for (k, v) in patch {
+                    if k != DIRECTIVE {
+                        orig.insert(k.clone(), v.clone());
+                    }
+                }
+                return Ok(());
+            }
+            Some("delete") => {
+                orig.clear();
+                return Ok(());
+            }
+            _ => {
+                return Err(MergeError::BadDirective {
+                    field: field.to_string(),
+                    value: d.to_string(),
+                })
+            }
+        }
+    }
+    if let Some(retain) = patch.get(RETAIN_KEYS) {
+        let keys = retain.as_array().ok_or_else(|| MergeError::BadRetainKeys {
+            field: field.to_string(),
+        })?;
+        let listed = |k: &str| keys.iter().any(|r| r.as_str() == Some(k));
+        let patch_ok = patch
+            .iter()
+            .all(|(k, v)| v.is_null() || k.starts_with('$') || listed(k));
+        if !patch_ok {
+            return Err(MergeError::BadRetainKeys {
+                field: field.to_string(),
+            });
+        }
+        orig.retain(|k, _| listed(k));
+    }
+    for (k, pv) in patch {
+        if k == RETAIN_KEYS || k.starts_with(SET_ELEMENT_ORDER) {
+            continue;
+        }
+        if let Some(target) = k.strip_prefix(DELETE_FROM_PRIMITIVE) {
+            if let (Some(Value::Array(items)), Some(remove)) = (orig.get_mut(target), pv.as_array())
+            {
+                items.retain(|i| !remove.contains(i));
+            }
+            continue;
+        }
+        if pv.is_null() {
+            // `shift_remove` keeps the order of the remaining keys (serde_json's preserve_order map)
+            orig.shift_remove(k);
+            continue;
+        }
+        let sub_field = if field.is_empty() {
+            k.clone()
+        } else {
+            format!("{field}.{k}")
+        };
+        match (orig.get_mut(k), pv) {
+            (Some(ov @ Value::Object(_)), Value::Object(_)) => {
+                merge_value(ov, pv, child_ty(ty, k), &sub_field)?;
+            }
+            (Some(Value::Array(oa)), Value::Array(pa)) => {
+                merge_list(oa, pa, list_strategy(ty, k), &sub_field)?;
+            }
+            (Some(ov), _) if !ov.is_null() && !pv.is_object() && !pv.is_array() => {
+                *ov = pv.clone();
+            }
+            _ => {
+                // Absent in the original (or of another type): the patch value, with its directives applied.
+                let mut fresh = match pv {
+                    Value::Object(_) => Value::Object(Map::new()),
+                    Value::Array(_) => Value::Array(Vec::new()),
+                    _ => Value::Null,
+                };
+                match (&mut fresh, pv) {
+                    (Value::Object(_), _) => {
+                        merge_value(&mut fresh, pv, child_ty(ty, k), &sub_field)?
+                    }
+                    (Value::Array(fa), Value::Array(pa)) => {
+                        merge_list(fa, pa, list_strategy(ty, k), &sub_field)?
+                    }
+                    _ => fresh = pv.clone(),
+                }
+                orig.insert(k.clone(), fresh);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn merge_list(
+    orig: &mut Vec<Value>,
+    patch: &[Value],
+    strategy: ListStrategy,
+    field: &str,
+) -> Result<(), MergeError> {
+    match strategy {
+        ListStrategy::Replace => {
+            *orig = patch.to_vec();
+            Ok(())
+        }
+        ListStrategy::Scalars => {
+            merge_scalar_list(orig, patch);
+            Ok(())
+        }
+        ListStrategy::Keyed(key, ty) => merge_keyed_list(orig, patch, key, ty, field),
+    }
+}
+
+/// Merge-key values compare like Go's `interface{}` equality after JSON decoding: numbers by value.
+fn key_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        _ => a == b,
+    }
+}
+
+fn position(keys: &[&Value], k: &Value) -> Option<usize> {
+    keys.iter().position(|x| key_eq(x, k))
+}
+
+/// `mergeSlice` for lists with a merge key, then `normalizeElementOrder`:
+/// 1. `$patch: delete` items remove matching originals; a `$patch: replace` item makes the rest of the
+///    patch the whole list;
+/// 2. each patch item merges into the first original item with the same key, or is appended whole;
+/// 3. the result is split into patch items (key in the patch), sorted by patch position, and
+///    server-only items, sorted by original position, and interleaved: the server-only head goes first
+///    only when both heads are in the original list and its original index is smaller.
+fn merge_keyed_list(
+    orig: &mut Vec<Value>,
+    patch: &[Value],
+    key: &'static str,
+    ty: Ty,
+    field: &str,
+) -> Result<(), MergeError> {
+    if orig.is_empty() && patch.is_empty() {
+        return Ok(());
+    }
+    let missing_key = |item: &Value| MergeError::MissingMergeKey {
+        field: field.to_string(),
+        key,
+        item: item.to_string(),
+    };
+    let mut plain: Vec<&Map<String, Value>> = Vec::with_capacity(patch.len());
+    let mut replace = false;
+    for item in patch {
+        let m = item.as_object().ok_or_else(|| MergeError::NotAnObject {
+            field: field.to_string(),
+            item: item.to_string(),
+        })?;
+        match m.get(DIRECTIVE) {
+            None => plain.push(m),
+            Some(d) => match d.as_str() {
+                Some("delete") => {
+                    let kv = m.get(key).ok_or_else(|| missing_key(item))?;
+                    orig.retain(|o| !o.get(key).is_some_and(|ok| key_eq(ok, kv)));
+                }
+                Some("replace") => replace = true,
+                _ => {
+                    return Err(MergeError::BadDirective {
+                        field: field.to_string(),
+                        value: d.to_string(),
+                    })
+                }
+            },
+        }
+    }
+    if replace {
+        *orig = plain
+            .into_iter()
+            .map(|m| Value::Object(m.clone()))
+            .collect();
+        return Ok(());
+    }
+    for m in &plain {
+        if !m.contains_key(key) {
+            return Err(missing_key(&Value::Object((*m).clone())));
+        }
+    }
+    for o in orig.iter() {
+        if o.get(key).is_none() {
+            return Err(missing_key(o));
+        }
+    }
+    let server_keys: Vec<Value> = orig.iter().filter_map(|o| o.get(key).cloned()).collect();
+    let server_refs: Vec<&Value> = server_keys.iter().collect();
+    let patch_keys: Vec<&Value> = plain.iter().filter_map(|m| m.get(key)).collect();
+
+    // merge by key; `merged` starts as the original items, new patch items are appended
+    let mut merged: Vec<Value> = std::mem::take(orig);
+    for m in &plain {
+        let kv = &m[key];
+        match merged
+            .iter()
+            .position(|o| o.get(key).is_some_and(|ok| key_eq(ok, kv)))
+        {
+            Some(i) => {
+                if let Value::Object(om) = &mut merged[i] {
+                    merge_map(om, m, ty, field)?;
+                }
+            }
+            None => merged.push(Value::Object((*m).clone())),
+        }
+    }
+
+    // partition and order
+    let mut patch_items: Vec<(usize, Value)> = Vec::new();
+    let mut server_only: Vec<(usize, Value)> = Vec::new();
+    for item in merged {
+        let kv = item.get(key).cloned().unwrap_or(Value::Null);
+        match position(&patch_keys, &kv) {
+            Some(pi) => patch_items.push((pi, item)),
+            None => {
+                let si = position(&server_refs, &kv).unwrap_or(usize::MAX);
+                server_only.push((si, item));
+            }
+        }
+    }
+    *orig = interleave(server_only, patch_items, |item| {
+        item.get(key).and_then(|kv| position(&server_refs, kv))
+    });
+    Ok(())
+}
+
+/// `normalizeElementOrder`: `server_only` sorted by original position, `patch_items` by patch position,
+/// then merged: the server-only head goes first only when both heads have an original position
+/// (`server_index`) and its position is smaller.
+fn interleave(
+    mut server_only: Vec<(usize, Value)>,
+    mut patch_items: Vec<(usize, Value)>,
+    server_index: impl Fn(&Value) -> Option<usize>,
+) -> Vec<Value> {
+    patch_items.sort_by_key(|(pi, _)| *pi);
+    server_only.sort_by_key(|(si, _)| *si);
+    let mut out = Vec::with_capacity(patch_items.len() + server_only.len());
+    let mut left = server_only.into_iter().map(|(_, v)| v).peekable();
+    let mut right = patch_items.into_iter().map(|(_, v)| v).peekable();
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => match (server_index(l), server_index(r)) {
+                (Some(li), Some(ri)) => li < ri,
+                _ => false,
+            },
+        };
+        let next = if take_left { left.next() } else { right.next() };
+        if let Some(v) = next {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// `finalizers`: union without duplicates, ordered like keyed lists (by value).
+fn merge_scalar_list(orig: &mut Vec<Value>, patch: &[Value]) {
+    let server: Vec<Value> = orig.clone();
+    let server_refs: Vec<&Value> = server.iter().collect();
+    let patch_refs: Vec<&Value> = patch.iter().collect();
+    let mut merged: Vec<Value> = Vec::with_capacity(orig.len() + patch.len());
+    for v in orig.iter().chain(patch.iter()) {
+        if !merged.iter().any(|m| key_eq(m, v)) {
+            merged.push(v.clone());
+        }
+    }
+    let mut p = Vec::new();
+    let mut s = Vec::new();
+    for v in merged {
+        match position(&patch_refs, &v) {
+            Some(i) => p.push((i, v)),
+            None => s.push((position(&server_refs, &v).unwrap_or(usize::MAX), v)),
+        }
+    }
+    *orig = interleave(s, p, |v| position(&server_refs, v));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// reapplyOverwrittenContainers / adjustInitContainerUser
+
+/// The `sidecar.istio.io/status` names a previous injection recorded (unparseable → `None`).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct InjectedNames {
+    pub containers: Vec<String>,
+    pub init_containers: Vec<String>,
+}
+
+/// Parses a status annotation value; `None` when it is not a JSON object of name lists.
+pub(crate) fn parse_status(text: &str) -> Option<InjectedNames> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    let obj = v.as_object()?;
+    let names = |k: &str| -> Option<Vec<String>> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Some(Vec::new()),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|n| n.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>(),
+            Some(_) => None,
+        }
+    };
+    // Go decodes the whole status struct: a mistyped list makes it unparseable
+    names("volumes")?;
+    names("imagePullSecrets")?;
+    Some(InjectedNames {
+        containers: names("containers")?,
+        init_containers: names("initContainers")?,
+    })
+}
+
+pub(crate) fn annotation<'a>(pod: &'a Value, name: &str) -> Option<&'a str> {
+    pod.get("metadata")?.get("annotations")?.get(name)?.as_str()
+}
+
+pub(crate) fn containers<'a>(pod: &'a Value, list: &str) -> &'a [Value] {
+    pod.get("spec")
+        .and_then(|s| s.get(list))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+pub(crate) fn name_of(c: &Value) -> &str {
+    c.get("name").and_then(Value::as_str).unwrap_or("")
+}
+
+fn find_named<'a>(list: &'a [Value], name: &str) -> Option<&'a Value> {
+    list.iter().find(|c| name_of(c) == name)
+}
+
+/// The saved overrides: `(containers, initContainers)`.
+pub(crate) fn parse_overrides(text: &str) -> Result<(Vec<Value>, Vec<Value>), MergeError> {
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| MergeError::InvalidOverrides(e.to_string()))?;
+    let obj = v.as_object().ok_or_else(|| {
+        MergeError::InvalidOverrides(format!("{OVERRIDES_ANNOTATION} is not a JSON object"))
+    })?;
+    let list = |k: &str| -> Result<Vec<Value>, MergeError> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(a)) if a.iter().all(Value::is_object) => Ok(a.clone()),
+            Some(other) => Err(MergeError::InvalidOverrides(format!(
+                "{OVERRIDES_ANNOTATION}: {k} must be a list of containers, got {other}"
+            ))),
+        }
+    };
+    Ok((list("containers")?, list("initContainers")?))
 }
 
 /// `reapplyOverwrittenContainers` + `adjustInitContainerUser`: fields the user set on a container the
 /// template also defines win. `original` is the request pod, `template_pod` the merged template output.
 pub fn reapply_overwritten_containers(
-    _final_pod: &mut Value,
-    _original: &Value,
-    _template_pod: &Value,
-    _proxy_config: &Value,
+    final_pod: &mut Value,
+    original: &Value,
+    template_pod: &Value,
+    proxy_config: &Value,
 ) -> Result<(), MergeError> {
-    Err(MergeError::NotImplemented)
+    let (saved_containers, saved_inits) = match annotation(original, OVERRIDES_ANNOTATION) {
+        Some(text) => parse_overrides(text)?,
+        None => (Vec::new(), Vec::new()),
+    };
+    let status = annotation(original, STATUS_ANNOTATION);
+    let already_injected = status.is_some();
+    let skip = status.and_then(parse_status).unwrap_or_default();
+
+    let orig_containers = containers(original, "containers");
+    let orig_inits = containers(original, "initContainers");
+    let mut recorded_containers: Vec<Value> = Vec::new();
+    let mut recorded_inits: Vec<Value> = Vec::new();
+
+    for c in containers(template_pod, "containers") {
+        let name = name_of(c);
+        if skip.containers.iter().any(|n| n == name) {
+            continue;
+        }
+        let Some(found) =
+            find_named(&saved_containers, name).or_else(|| find_named(orig_containers, name))
+        else {
+            continue;
+        };
+        let overlay = user_overlay(found);
+        let patch = serde_json::json!({"spec": {"containers": [overlay]}});
+        strategic_merge_pod_into(final_pod, &patch)?;
+        recorded_containers.push(patch_item(patch));
+    }
+    for c in containers(template_pod, "initContainers") {
+        let name = name_of(c);
+        if skip.init_containers.iter().any(|n| n == name) {
+            continue;
+        }
+        let Some(found) = find_named(&saved_inits, name)
+            .or_else(|| find_named(orig_containers, name))
+            .or_else(|| find_named(orig_inits, name))
+        else {
+            continue;
+        };
+        let overlay = user_overlay(found);
+        let patch = serde_json::json!({"spec": {"initContainers": [overlay]}});
+        strategic_merge_pod_into(final_pod, &patch)?;
+        recorded_inits.push(patch_item(patch));
+    }
+
+    if !already_injected && (!recorded_containers.is_empty() || !recorded_inits.is_empty()) {
+        let mut saved = Map::new();
+        if !recorded_containers.is_empty() {
+            saved.insert("containers".to_string(), Value::Array(recorded_containers));
+        }
+        if !recorded_inits.is_empty() {
+            saved.insert("initContainers".to_string(), Value::Array(recorded_inits));
+        }
+        let text = Value::Object(saved).to_string();
+        set_annotation(final_pod, OVERRIDES_ANNOTATION, text);
+    }
+    adjust_init_container_user(final_pod, original, proxy_config);
+    Ok(())
 }
+
+/// The user's container as Istio re-applies it: `image: auto` cleared, printed as a typed Go container.
+fn user_overlay(c: &Value) -> Value {
+    if c.get("image").and_then(Value::as_str) == Some("auto") {
+        let mut copy = c.clone();
+        if let Some(m) = copy.as_object_mut() {
+            m.insert("image".to_string(), Value::String(String::new()));
+        }
+        gotypes::go_container(&copy)
+    } else {
+        gotypes::go_container(c)
+    }
+}
+
+/// Takes the single container back out of a `{spec: {<list>: [c]}}` patch (avoids a clone).
+fn patch_item(mut patch: Value) -> Value {
+    patch
+        .get_mut("spec")
+        .and_then(Value::as_object_mut)
+        .and_then(|s| s.values_mut().next())
+        .and_then(Value::as_array_mut)
+        .and_then(|a| a.pop())
+        .unwrap_or(Value::Null)
+}
+
+/// Sets `metadata.annotations[name]`, creating the maps as needed.
+pub(crate) fn set_annotation(pod: &mut Value, name: &str, value: String) {
+    if let Some(ann) = ensure_map(pod, &["metadata", "annotations"]) {
+        ann.insert(name.to_string(), Value::String(value));
+    }
+}
+
+/// The object at `path` under `v`, created (replacing non-objects) as needed; `None` only if `v` is not an
+/// object.
+pub(crate) fn ensure_map<'a>(
+    v: &'a mut Value,
+    path: &[&str],
+) -> Option<&'a mut Map<String, Value>> {
+    let mut cur = v;
+    for p in path {
+        let m = cur.as_object_mut()?;
+        let entry = m
+            .entry(p.to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !entry.is_object() {
+            *entry = Value::Object(Map::new());
+        }
+        cur = entry;
+    }
+    cur.as_object_mut()
+}
+
+fn find_named_mut<'a>(pod: &'a mut Value, list: &str, name: &str) -> Option<&'a mut Value> {
+    pod.get_mut("spec")?
+        .get_mut(list)?
+        .as_array_mut()?
+        .iter_mut()
+        .find(|c| name_of(c) == name)
+}
+
+fn sc_int(c: &Value, k: &str) -> Option<i64> {
+    c.get("securityContext")?.get(k)?.as_i64()
+}
+
+/// `adjustInitContainerUser`: a user `istio-proxy` `runAsUser`/`runAsGroup` carries over to the init
+/// container (`-u` argument, the validation container's identity) and, with TPROXY, makes the proxy root.
+fn adjust_init_container_user(final_pod: &mut Value, original: &Value, proxy_config: &Value) {
+    let Some(user) = find_named(
+        containers(original, "containers"),
+        crate::postprocess::PROXY,
+    )
+    .or_else(|| {
+        find_named(
+            containers(original, "initContainers"),
+            crate::postprocess::PROXY,
+        )
+    }) else {
+        return;
+    };
+    let run_as_user = sc_int(user, "runAsUser");
+    let run_as_group = sc_int(user, "runAsGroup");
+    if run_as_user.is_none() && run_as_group.is_none() {
+        return;
+    }
+    let init_name = if find_named(containers(final_pod, "initContainers"), "istio-init").is_some() {
+        "istio-init"
+    } else if find_named(containers(final_pod, "initContainers"), "istio-validation").is_some() {
+        "istio-validation"
+    } else {
+        return;
+    };
+    let tproxy = proxy_config.get("interceptionMode").and_then(Value::as_str) == Some("TPROXY")
+        || annotation(final_pod, "sidecar.istio.io/interceptionMode") == Some("TPROXY");
+
+    if tproxy && run_as_user.is_some() {
+        let proxy = if find_named(
+            containers(final_pod, "containers"),
+            crate::postprocess::PROXY,
+        )
+        .is_some()
+        {
+            find_named_mut(final_pod, "containers", crate::postprocess::PROXY)
+        } else {
+            find_named_mut(final_pod, "initContainers", crate::postprocess::PROXY)
+        };
+        if let Some(sc) = proxy.and_then(|p| ensure_map(p, &["securityContext"])) {
+            sc.insert("runAsUser".to_string(), Value::from(0));
+        }
+    }
+    let Some(init) = find_named_mut(final_pod, "initContainers", init_name) else {
+        return;
+    };
+    if !tproxy && init_name == "istio-validation" {
+        if let Some(sc) = ensure_map(init, &["securityContext"]) {
+            if let Some(u) = run_as_user {
+                sc.insert("runAsUser".to_string(), Value::from(u));
+            }
+            if let Some(g) = run_as_group {
+                sc.insert("runAsGroup".to_string(), Value::from(g));
+            }
+        }
+    }
+    if let Some(u) = run_as_user.filter(|u| *u != 0) {
+        if let Some(args) = init.get_mut("args").and_then(Value::as_array_mut) {
+            if let Some(i) = args.iter().position(|a| a.as_str() == Some("-u")) {
+                if let Some(slot) = args.get_mut(i + 1) {
+                    *slot = Value::String(u.to_string());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

@@ -1,10 +1,202 @@
 //! The RFC 6902 JSON Patch from the original request JSON to the result (spec §5.8); our own diff, so
-//! that tests can check it with an independent implementation. (Contract only; the merge engineer
-//! fills it in.)
+//! that tests can check it with an independent implementation.
+//!
+//! Shape (like Istio's gomodules jsonpatch): objects are diffed key by key (`remove` for keys only in the
+//! original, `add` of the whole value for new keys, recursion otherwise); a type change or a different
+//! scalar is a `replace`; arrays are compared positionally (recursion over the common prefix, then
+//! `remove` of the surplus from the end down, or `add` of the extra tail). Identical documents give `[]`.
+//! Paths are RFC 6901 pointers with `~` → `~0` and `/` → `~1` in keys.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// The patch (a JSON array of operations) that turns `original` into `result`.
-pub fn create_patch(_original: &Value, _result: &Value) -> Value {
-    Value::Array(Vec::new())
+pub fn create_patch(original: &Value, result: &Value) -> Value {
+    let mut ops = Vec::new();
+    let mut path = String::new();
+    diff(original, result, &mut path, &mut ops);
+    Value::Array(ops)
+}
+
+/// Appends the RFC 6901 escaped form of `key` to `path` (with its leading `/`).
+fn push_key(path: &mut String, key: &str) {
+    path.push('/');
+    for c in key.chars() {
+        match c {
+            '~' => path.push_str("~0"),
+            '/' => path.push_str("~1"),
+            c => path.push(c),
+        }
+    }
+}
+
+fn op(kind: &str, path: &str, value: Option<&Value>) -> Value {
+    let mut m = Map::with_capacity(3);
+    m.insert("op".to_string(), Value::String(kind.to_string()));
+    m.insert("path".to_string(), Value::String(path.to_string()));
+    if let Some(v) = value {
+        m.insert("value".to_string(), v.clone());
+    }
+    Value::Object(m)
+}
+
+/// Diffs `a` → `b` at `path`, pushing operations. `path` is restored before returning.
+fn diff(a: &Value, b: &Value, path: &mut String, ops: &mut Vec<Value>) {
+    match (a, b) {
+        (Value::Object(ma), Value::Object(mb)) => {
+            let base = path.len();
+            for k in ma.keys() {
+                if !mb.contains_key(k) {
+                    push_key(path, k);
+                    ops.push(op("remove", path, None));
+                    path.truncate(base);
+                }
+            }
+            for (k, vb) in mb {
+                push_key(path, k);
+                match ma.get(k) {
+                    None => ops.push(op("add", path, Some(vb))),
+                    Some(va) => diff(va, vb, path, ops),
+                }
+                path.truncate(base);
+            }
+        }
+        (Value::Array(xa), Value::Array(xb)) => {
+            let base = path.len();
+            let common = xa.len().min(xb.len());
+            for i in 0..common {
+                path.push('/');
+                path.push_str(&i.to_string());
+                diff(&xa[i], &xb[i], path, ops);
+                path.truncate(base);
+            }
+            // Surplus original items, removed from the end so earlier indices stay valid.
+            for i in (common..xa.len()).rev() {
+                path.push('/');
+                path.push_str(&i.to_string());
+                ops.push(op("remove", path, None));
+                path.truncate(base);
+            }
+            for (i, vb) in xb.iter().enumerate().skip(common) {
+                path.push('/');
+                path.push_str(&i.to_string());
+                ops.push(op("add", path, Some(vb)));
+                path.truncate(base);
+            }
+        }
+        _ => {
+            if a != b {
+                ops.push(op("replace", path, Some(b)));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn apply(a: &Value, p: &Value) -> Value {
+        let patch: json_patch::Patch = serde_json::from_value(p.clone()).expect("valid patch");
+        let mut doc = a.clone();
+        json_patch::patch(&mut doc, &patch).expect("patch applies");
+        doc
+    }
+
+    #[test]
+    fn identical_is_empty() {
+        let a = json!({"a": [1, {"b": null}], "c": "x"});
+        assert_eq!(create_patch(&a, &a.clone()), json!([]));
+    }
+
+    #[test]
+    fn escapes_keys() {
+        let a = json!({"metadata": {"annotations": {}}});
+        let b = json!({"metadata": {"annotations": {"sidecar.istio.io/status": "x", "a~b": "y"}}});
+        let p = create_patch(&a, &b);
+        assert_eq!(
+            p,
+            json!([
+                {"op": "add", "path": "/metadata/annotations/sidecar.istio.io~1status", "value": "x"},
+                {"op": "add", "path": "/metadata/annotations/a~0b", "value": "y"}
+            ])
+        );
+        assert_eq!(apply(&a, &p), b);
+    }
+
+    #[test]
+    fn arrays_positional() {
+        let a = json!({"c": [{"name": "hello"}, 1, 2, 3]});
+        let b = json!({"c": [{"name": "istio-proxy"}, {"name": "hello"}]});
+        let p = create_patch(&a, &b);
+        assert_eq!(apply(&a, &p), b);
+        let p = create_patch(&b, &a);
+        assert_eq!(apply(&b, &p), a);
+    }
+
+    #[test]
+    fn root_type_change_and_nulls() {
+        let a = json!([1, 2]);
+        let b = json!({"x": null});
+        assert_eq!(apply(&a, &create_patch(&a, &b)), b);
+        let a = json!({"x": 1});
+        let b = json!({"x": null});
+        let p = create_patch(&a, &b);
+        assert_eq!(p, json!([{"op": "replace", "path": "/x", "value": null}]));
+        assert_eq!(apply(&a, &p), b);
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let key = prop_oneof![
+            Just("a".to_string()),
+            Just("b".to_string()),
+            Just("a/b".to_string()),
+            Just("~".to_string()),
+            Just("~1".to_string()),
+            Just("".to_string()),
+            Just("0".to_string()),
+            "[a-z/~]{0,4}",
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-5i64..5).prop_map(Value::from),
+            prop_oneof![Just(1.5f64), Just(-0.25f64)].prop_map(Value::from),
+            "[a-z~/]{0,3}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec((key.clone(), inner), 0..6)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Pairs that share structure, so the diff recurses instead of replacing whole values.
+    fn arb_pair() -> impl Strategy<Value = (Value, Value)> {
+        (arb_json(), arb_json(), arb_json()).prop_map(|(a, b, c)| {
+            let a2 = json!({"spec": a.clone(), "k/~": [a.clone(), c.clone()], "same": c});
+            let b2 = json!({"spec": b, "k/~": [a], "new~/": 1});
+            (a2, b2)
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn patch_applies_arbitrary(a in arb_json(), b in arb_json()) {
+            let p = create_patch(&a, &b);
+            prop_assert_eq!(apply(&a, &p), b);
+        }
+
+        #[test]
+        fn patch_applies_related((a, b) in arb_pair()) {
+            let p = create_patch(&a, &b);
+            prop_assert_eq!(apply(&a, &p), b.clone());
+            let back = create_patch(&b, &a);
+            prop_assert_eq!(apply(&b, &back), a);
+        }
+    }
 }

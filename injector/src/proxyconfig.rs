@@ -1,1 +1,265 @@
-//! (placeholder: filled in by its owner)
+//! The effective ProxyConfig (spec §2.4 step 5, §3.1): Istio's built-in default, overlaid by the mesh's
+//! `defaultConfig`, overlaid by the pod's `proxy.istio.io/config` annotation (YAML or JSON). The result is
+//! JSON with proto camelCase names, as render expects. Overlays merge like Istio's YAML merge onto the
+//! proto: scalars and lists replace, maps (`proxyMetadata`, nested messages) merge key by key.
+
+use std::sync::OnceLock;
+
+use serde_json::{Map, Value};
+
+use crate::config::builtin_mesh;
+
+/// Istio's default ProxyConfig (the `defaultConfig` of the default MeshConfig).
+pub fn builtin_default() -> Value {
+    static DEFAULT: OnceLock<Value> = OnceLock::new();
+    DEFAULT
+        .get_or_init(|| {
+            builtin_mesh()
+                .get("defaultConfig")
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Map::new()))
+        })
+        .clone()
+}
+
+/// Parses a `proxy.istio.io/config` value (YAML or JSON) into an overlay object.
+pub fn parse_overlay(text: &str) -> Result<Value, String> {
+    let v = crate::yaml::parse_json_or_yaml(text)
+        .map_err(|e| format!("could not parse proxy config: {e}"))?;
+    match v {
+        Value::Object(_) => Ok(v),
+        Value::Null => Ok(Value::Object(Map::new())),
+        other => Err(format!("proxy config must be a mapping, got {other}")),
+    }
+}
+
+/// Applies an overlay onto a ProxyConfig: maps merge recursively, everything else replaces; `null` unsets.
+pub fn apply_overlay(base: &mut Value, overlay: &Value) {
+    crate::config::deep_merge(base, overlay);
+    normalize(base);
+}
+
+/// Rewrites durations to protobuf JSON spelling (`23s`, `1.500s`), as Istio prints them.
+fn normalize(pc: &mut Value) {
+    for key in [
+        "drainDuration",
+        "terminationDrainDuration",
+        "parentShutdownDuration",
+    ] {
+        if let Some(Value::String(s)) = pc.get(key) {
+            if let Some(n) = normalize_duration(s) {
+                pc[key] = Value::String(n);
+            }
+        }
+    }
+}
+
+/// Parses a protobuf JSON duration (`<seconds>[.<fraction>]s`) into nanoseconds.
+pub fn parse_duration_nanos(s: &str) -> Option<i128> {
+    let body = s.strip_suffix('s')?;
+    let (neg, body) = match body.strip_prefix('-') {
+        Some(b) => (true, b),
+        None => (false, body),
+    };
+    let (whole, frac) = match body.split_once('.') {
+        Some((w, f)) => (w, f),
+        None => (body, ""),
+    };
+    if whole.is_empty() && frac.is_empty() {
+        return None;
+    }
+    if !whole.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+        || frac.len() > 9
+    {
+        return None;
+    }
+    let secs: i128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    let mut nanos_str = frac.to_string();
+    while nanos_str.len() < 9 {
+        nanos_str.push('0');
+    }
+    let nanos: i128 = nanos_str.parse().ok()?;
+    let total = secs.checked_mul(1_000_000_000)? + nanos;
+    Some(if neg { -total } else { total })
+}
+
+fn normalize_duration(s: &str) -> Option<String> {
+    let n = parse_duration_nanos(s)?;
+    let sign = if n < 0 { "-" } else { "" };
+    let n = n.abs();
+    let secs = n / 1_000_000_000;
+    let frac = n % 1_000_000_000;
+    Some(if frac == 0 {
+        format!("{sign}{secs}s")
+    } else if frac % 1_000_000 == 0 {
+        format!("{sign}{secs}.{:03}s", frac / 1_000_000)
+    } else if frac % 1_000 == 0 {
+        format!("{sign}{secs}.{:06}s", frac / 1_000)
+    } else {
+        format!("{sign}{secs}.{frac:09}s")
+    })
+}
+
+fn check_port(pc: &Value, key: &str) -> Result<(), String> {
+    match pc.get(key) {
+        None | Some(Value::Null) => Ok(()),
+        Some(v) => match v.as_i64() {
+            Some(p) if (1..=65535).contains(&p) => Ok(()),
+            _ => Err(format!(
+                "{key}: port number {v} must be in the range 1..65535"
+            )),
+        },
+    }
+}
+
+fn check_duration(pc: &Value, key: &str) -> Result<(), String> {
+    match pc.get(key) {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(s)) => match parse_duration_nanos(s) {
+            Some(n) if n >= 1_000_000 && n % 1_000_000 == 0 => Ok(()),
+            Some(_) => Err(format!(
+                "{key}: duration {s:?} must be at least 1ms and a whole number of ms"
+            )),
+            None => Err(format!("{key}: invalid duration {s:?} (want e.g. \"5s\")")),
+        },
+        Some(v) => Err(format!("{key}: invalid duration {v}")),
+    }
+}
+
+fn check_host_port(pc: &Value, key: &str) -> Result<(), String> {
+    match pc.get(key) {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(s)) => {
+            let (host, port) = s
+                .rsplit_once(':')
+                .ok_or_else(|| format!("{key}: {s:?} is not host:port"))?;
+            if host.is_empty() {
+                return Err(format!("{key}: {s:?} has an empty host"));
+            }
+            match port.parse::<u32>() {
+                Ok(p) if (1..=65535).contains(&p) => Ok(()),
+                _ => Err(format!("{key}: {s:?} has an invalid port")),
+            }
+        }
+        Some(v) => Err(format!("{key}: {v} is not a string")),
+    }
+}
+
+fn check_non_empty(pc: &Value, key: &str) -> Result<(), String> {
+    match pc.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(()),
+        _ => Err(format!("{key} must be set")),
+    }
+}
+
+/// Istio's ProxyConfig validation (the parts that matter for injection), plus type checks of the fields
+/// the injector reads.
+pub fn validate(pc: &Value) -> Result<(), String> {
+    if !pc.is_object() {
+        return Err("proxy config must be a mapping".to_string());
+    }
+    check_non_empty(pc, "configPath")?;
+    check_non_empty(pc, "binaryPath")?;
+    check_non_empty(pc, "serviceCluster")?;
+    check_duration(pc, "drainDuration")?;
+    check_duration(pc, "terminationDrainDuration")?;
+    check_host_port(pc, "discoveryAddress")?;
+    check_host_port(pc, "envoyMetricsService")?;
+    check_port(pc, "proxyAdminPort")?;
+    check_port(pc, "statusPort")?;
+    match pc.get("interceptionMode") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(m)) if matches!(m.as_str(), "REDIRECT" | "TPROXY" | "NONE") => {}
+        Some(v) => {
+            return Err(format!(
+                "interceptionMode: {v} is not one of REDIRECT, TPROXY, NONE"
+            ))
+        }
+    }
+    match pc.get("concurrency") {
+        None | Some(Value::Null) => {}
+        Some(v)
+            if v.as_i64()
+                .is_some_and(|c| (0..=i64::from(i32::MAX)).contains(&c)) => {}
+        Some(v) => return Err(format!("concurrency: {v} is not a non-negative integer")),
+    }
+    match pc.get("holdApplicationUntilProxyStarts") {
+        None | Some(Value::Null) | Some(Value::Bool(_)) => {}
+        Some(v) => {
+            return Err(format!(
+                "holdApplicationUntilProxyStarts: {v} is not a boolean"
+            ))
+        }
+    }
+    match pc.get("proxyMetadata") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(m)) => {
+            if let Some((k, v)) = m.iter().find(|(_, v)| !v.is_string()) {
+                return Err(format!("proxyMetadata.{k}: {v} is not a string"));
+            }
+        }
+        Some(v) => return Err(format!("proxyMetadata: {v} is not a mapping")),
+    }
+    Ok(())
+}
+
+/// The effective ProxyConfig for a pod: default ⊕ mesh `defaultConfig` ⊕ `proxy.istio.io/config`.
+/// `mesh_default` is the (already merged) mesh `defaultConfig`.
+pub fn effective(
+    mesh_default: Option<&Value>,
+    annotations: Option<&Map<String, Value>>,
+) -> Result<Value, String> {
+    let mut pc = builtin_default();
+    if let Some(d) = mesh_default {
+        apply_overlay(&mut pc, d);
+    }
+    if let Some(Value::String(text)) =
+        annotations.and_then(|a| a.get(crate::annotations::PROXY_CONFIG))
+    {
+        let overlay = parse_overlay(text)?;
+        apply_overlay(&mut pc, &overlay);
+        validate(&pc)?;
+    }
+    Ok(pc)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn annotation_overrides_mesh_and_merges_metadata() {
+        let mesh = json!({"drainDuration": "23s", "proxyMetadata": {"A": "1", "B": "2"}});
+        let ann =
+            json!({"proxy.istio.io/config": "proxyMetadata:\n  B: x\n  C: z\nconcurrency: 2\n"});
+        let pc = effective(Some(&mesh), ann.as_object()).unwrap();
+        assert_eq!(pc["drainDuration"], json!("23s"));
+        assert_eq!(pc["proxyMetadata"], json!({"A": "1", "B": "x", "C": "z"}));
+        assert_eq!(pc["concurrency"], json!(2));
+        assert_eq!(pc["statusPort"], json!(15020));
+        assert_eq!(
+            pc["discoveryAddress"],
+            json!("istiod.istio-system.svc:15012")
+        );
+    }
+
+    #[test]
+    fn json_annotation_and_durations() {
+        let ann = json!({"proxy.istio.io/config": "{\"terminationDrainDuration\": \"1.5s\", \"holdApplicationUntilProxyStarts\": true}"});
+        let pc = effective(None, ann.as_object()).unwrap();
+        assert_eq!(pc["terminationDrainDuration"], json!("1.500s"));
+        assert_eq!(pc["holdApplicationUntilProxyStarts"], json!(true));
+        assert!(effective(
+            None,
+            json!({"proxy.istio.io/config": "drainDuration: 1m"}).as_object()
+        )
+        .is_err());
+    }
+}

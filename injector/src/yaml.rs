@@ -1,1 +1,159 @@
-//! (placeholder: filled in by its owner)
+//! YAML helpers: splitting a multi-document stream the way Kubernetes' YAML reader does, parsing one
+//! document into a JSON value with YAML 1.1 scalars (as `kubectl` and Istio read manifests), and emitting
+//! a value as YAML that reads back to the same value.
+
+use serde_json::{Map, Value};
+
+/// A YAML document could not be parsed or a value could not be emitted.
+#[derive(Debug, thiserror::Error)]
+pub enum YamlError {
+    /// The text is not valid YAML (or not representable as JSON, e.g. a non-string map key).
+    #[error("invalid YAML: {0}")]
+    Parse(String),
+    /// The value could not be written as YAML.
+    #[error("cannot write YAML: {0}")]
+    Emit(String),
+}
+
+/// Splits a stream into documents like Kubernetes' `YAMLReader`: a line that starts with `---` followed
+/// only by whitespace or a comment ends the current document if it has content; a separator seen while the
+/// buffer is empty stays part of the next document; documents consisting only of whitespace are dropped.
+/// Each returned slice keeps its original bytes (so unknown kinds can be echoed unchanged).
+pub fn split_documents(input: &str) -> Vec<&str> {
+    let mut docs = Vec::new();
+    let mut start = 0usize;
+    let mut pos = 0usize;
+    let bytes = input.as_bytes();
+    while pos < bytes.len() {
+        let end = match input[pos..].find('\n') {
+            Some(i) => pos + i + 1,
+            None => input.len(),
+        };
+        let line = &input[pos..end];
+        if is_separator(line) && !input[start..pos].trim().is_empty() {
+            docs.push(&input[start..pos]);
+            start = end;
+        } else if is_separator(line) && input[start..pos].trim().is_empty() {
+            // Kubernetes keeps a leading separator as part of the next document; it is harmless for
+            // parsing, and keeping it preserves the original bytes.
+        }
+        pos = end;
+    }
+    if start < input.len() && !input[start..].trim().is_empty() {
+        docs.push(&input[start..]);
+    }
+    docs
+}
+
+fn is_separator(line: &str) -> bool {
+    match line.strip_prefix("---") {
+        Some(rest) => {
+            let rest = rest.trim();
+            rest.is_empty() || rest.starts_with('#')
+        }
+        None => false,
+    }
+}
+
+/// True when a document holds no YAML content (only separators, comments and whitespace).
+pub fn is_blank_document(doc: &str) -> bool {
+    doc.lines().all(|l| {
+        let t = l.trim();
+        t.is_empty() || t.starts_with('#') || is_separator(l)
+    })
+}
+
+fn parse_options() -> serde_saphyr::Options {
+    let mut o = serde_saphyr::Options::default();
+    // YAML 1.1 (go-yaml v2, as sigs.k8s.io/yaml reads manifests): `0755` is octal.
+    o.legacy_octal_numbers = true;
+    o
+}
+
+/// Parses one YAML (or JSON) document into a JSON value. An empty document is `null`.
+pub fn parse(text: &str) -> Result<Value, YamlError> {
+    if is_blank_document(text) {
+        return Ok(Value::Null);
+    }
+    serde_saphyr::from_str_with_options::<Value>(text, parse_options())
+        .map_err(|e| YamlError::Parse(e.to_string()))
+}
+
+/// Parses a configuration document that may be JSON or YAML: JSON first (exact numbers and strings), then
+/// YAML.
+pub fn parse_json_or_yaml(text: &str) -> Result<Value, YamlError> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) => Ok(v),
+        Err(_) => parse(text),
+    }
+}
+
+/// Returns `v` with every mapping's keys sorted (as Kubernetes' YAML output), recursively.
+pub fn sorted(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let mut out = Map::with_capacity(m.len());
+            for k in keys {
+                if let Some(val) = m.get(k) {
+                    out.insert(k.clone(), sorted(val));
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Emits `v` as one YAML document with sorted keys. Strings that would read back as another type
+/// (`"yes"`, `"on"`, `"15020"`, `"true"`, `""`) are quoted, so the output reads back identically.
+pub fn to_string(v: &Value) -> Result<String, YamlError> {
+    let mut opts = serde_saphyr::SerializerOptions::default();
+    // Multi-line strings (PROXY_CONFIG, pod ports) as block scalars, like Kubernetes' output.
+    opts.prefer_block_scalars = true;
+    serde_saphyr::to_string_with_options(&sorted(v), opts)
+        .map_err(|e| YamlError::Emit(e.to_string()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn splits_like_kubernetes() {
+        let s = "---\na: 1\n---\n\n--- # c\nb: 2\n---\n";
+        let docs = split_documents(s);
+        assert_eq!(docs.len(), 2, "{docs:?}");
+        assert_eq!(parse(docs[0]).unwrap(), json!({"a": 1}));
+        assert_eq!(parse(docs[1]).unwrap(), json!({"b": 2}));
+        // `---foo` is content, not a separator.
+        assert_eq!(split_documents("a: |\n  ---foo\n").len(), 1);
+    }
+
+    #[test]
+    fn yaml11_scalars() {
+        let v =
+            parse("a: yes\nb: on\nc: '15020'\nd: 15020\ne: 0755\nf: 2020-01-01\ng: ~\n").unwrap();
+        assert_eq!(
+            v,
+            json!({"a": true, "b": true, "c": "15020", "d": 15020, "e": 493, "f": "2020-01-01", "g": null})
+        );
+    }
+
+    #[test]
+    fn emits_strings_that_read_back_identically() {
+        let v = json!({
+            "s": ["yes", "on", "no", "off", "y", "n", "true", "15020", "", "~", "null", "1e3", "0755", "*",
+                  "{\"a\":1}", "line1\nline2\n", "line1\nline2", " lead", "trail ", "a: b", "- x", "#c",
+                  "1:20", "0x1F", "2020-01-01", "a'b\"c", "tab\tx", "\u{1}"],
+            "n": [1, -2, 1.5, true, null],
+            "nested": {"z": 1, "a": {"b": []}, "m": {}}
+        });
+        let text = to_string(&v).unwrap();
+        assert_eq!(parse(&text).unwrap(), v, "{text}");
+    }
+}

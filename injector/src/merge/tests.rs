@@ -1,0 +1,399 @@
+use super::*;
+use serde_json::json;
+
+fn names(v: &Value) -> Vec<String> {
+    v.as_array()
+        .expect("list")
+        .iter()
+        .map(|c| {
+            c.get("mountPath")
+                .or_else(|| c.get("name"))
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn template_containers_go_first() {
+    let pod = json!({"spec": {"containers": [{"name": "hello", "image": "h"}]}});
+    let patch = json!({"spec": {"containers": [{"name": "istio-proxy", "image": "p"}]}});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    assert_eq!(names(&out["spec"]["containers"]), ["istio-proxy", "hello"]);
+}
+
+#[test]
+fn volumes_and_mounts_template_first() {
+    let pod = json!({"spec": {
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "containers": [{"name": "istio-proxy", "volumeMounts": [{"name": "certs", "mountPath": "/etc/certs"}]}]
+    }});
+    let patch = json!({"spec": {
+        "volumes": [{"name": "workload-socket", "emptyDir": null}, {"name": "istio-envoy", "emptyDir": {"medium": "Memory"}}],
+        "containers": [{"name": "istio-proxy", "volumeMounts": [
+            {"name": "workload-socket", "mountPath": "/var/run/secrets/workload-spiffe-uds"},
+            {"name": "istio-envoy", "mountPath": "/etc/istio/proxy"}]}]
+    }});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    assert_eq!(
+        names(&out["spec"]["volumes"]),
+        ["workload-socket", "istio-envoy", "data"]
+    );
+    // a new item is inserted whole, null fields included
+    assert_eq!(
+        out["spec"]["volumes"][0],
+        json!({"name": "workload-socket", "emptyDir": null})
+    );
+    assert_eq!(
+        names(&out["spec"]["containers"][0]["volumeMounts"]),
+        [
+            "/var/run/secrets/workload-spiffe-uds",
+            "/etc/istio/proxy",
+            "/etc/certs"
+        ]
+    );
+}
+
+#[test]
+fn env_interleave_keeps_leading_server_item() {
+    // merge-probers: JWT_POLICY preceded PILOT_CERT_PROVIDER in the original, so it stays in front;
+    // ISTIO_KUBE_APP_PROBERS came after everything the template sets, so it goes last.
+    let env = |names: &[&str]| -> Value {
+        Value::Array(
+            names
+                .iter()
+                .map(|n| json!({"name": n, "value": "old"}))
+                .collect(),
+        )
+    };
+    let pod = json!({"spec": {"containers": [{"name": "istio-proxy",
+        "env": env(&["JWT_POLICY", "PILOT_CERT_PROVIDER", "CA_ADDR", "PROXY_CONFIG", "TRUST_DOMAIN", "ISTIO_KUBE_APP_PROBERS"])}]}});
+    let patch = json!({"spec": {"containers": [{"name": "istio-proxy",
+        "env": [{"name": "PILOT_CERT_PROVIDER", "value": "new"}, {"name": "CA_ADDR", "value": "new"},
+                {"name": "ISTIO_CPU_LIMIT", "value": "new"}, {"name": "PROXY_CONFIG", "value": "new"},
+                {"name": "TRUST_DOMAIN", "value": "new"}]}]}});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    let got = &out["spec"]["containers"][0]["env"];
+    assert_eq!(
+        names(got),
+        [
+            "JWT_POLICY",
+            "PILOT_CERT_PROVIDER",
+            "CA_ADDR",
+            "ISTIO_CPU_LIMIT",
+            "PROXY_CONFIG",
+            "TRUST_DOMAIN",
+            "ISTIO_KUBE_APP_PROBERS"
+        ]
+    );
+    assert_eq!(got[1]["value"], "new");
+    assert_eq!(got[0]["value"], "old");
+
+    // and back: re-applying the old container puts server-only items between its items by position
+    let overlay = json!({"spec": {"containers": [{"name": "istio-proxy",
+        "env": env(&["JWT_POLICY", "PILOT_CERT_PROVIDER", "CA_ADDR", "PROXY_CONFIG", "TRUST_DOMAIN", "ISTIO_KUBE_APP_PROBERS"])}]}});
+    let again = strategic_merge_pod(&out, &overlay).unwrap();
+    assert_eq!(
+        names(&again["spec"]["containers"][0]["env"]),
+        [
+            "JWT_POLICY",
+            "PILOT_CERT_PROVIDER",
+            "CA_ADDR",
+            "ISTIO_CPU_LIMIT",
+            "PROXY_CONFIG",
+            "TRUST_DOMAIN",
+            "ISTIO_KUBE_APP_PROBERS"
+        ]
+    );
+    assert_eq!(again["spec"]["containers"][0]["env"][1]["value"], "old");
+}
+
+#[test]
+fn maps_merge_nulls_delete_lists_replace() {
+    let pod = json!({"metadata": {"labels": {"a": "1", "b": "2"}},
+        "spec": {"containers": [{"name": "c", "args": ["x", "y"],
+            "securityContext": {"runAsUser": 1, "capabilities": {"add": ["A"], "drop": ["ALL"]}},
+            "ports": [{"containerPort": 80, "name": "http"}]}]}});
+    let patch = json!({"metadata": {"labels": {"b": null, "c": "3", "gone": null}},
+        "spec": {"containers": [{"name": "c", "args": ["z"],
+            "securityContext": {"capabilities": {"add": ["B"]}, "runAsGroup": 2},
+            "ports": [{"containerPort": 80.0, "protocol": "TCP"}]}]}});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    assert_eq!(out["metadata"]["labels"], json!({"a": "1", "c": "3"}));
+    let c = &out["spec"]["containers"][0];
+    assert_eq!(c["args"], json!(["z"]));
+    assert_eq!(
+        c["securityContext"],
+        json!({"runAsUser": 1, "capabilities": {"add": ["B"], "drop": ["ALL"]}, "runAsGroup": 2})
+    );
+    // the key matched across 80 / 80.0; the patch's scalar wins, as in Go (all numbers are float64 there)
+    assert_eq!(
+        c["ports"],
+        json!([{"containerPort": 80.0, "name": "http", "protocol": "TCP"}])
+    );
+}
+
+#[test]
+fn patch_replace_directive_on_map() {
+    // Istio's TestStrategicMerge
+    let pod = json!({"metadata": {"labels": {"app": "x", "keep": "no"}}});
+    let patch = json!({"metadata": {"labels": {"$patch": "replace", "foo": "bar"}}});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    assert_eq!(out["metadata"]["labels"], json!({"foo": "bar"}));
+
+    let patch = json!({"metadata": {"labels": {"$patch": "delete"}}});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    assert_eq!(out["metadata"]["labels"], json!({}));
+
+    let bad = json!({"metadata": {"labels": {"$patch": "sideways"}}});
+    assert!(matches!(
+        strategic_merge_pod(&pod, &bad),
+        Err(MergeError::BadDirective { .. })
+    ));
+}
+
+#[test]
+fn list_directives() {
+    let pod = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}});
+    let del = json!({"spec": {"containers": [{"name": "b", "$patch": "delete"}]}});
+    let out = strategic_merge_pod(&pod, &del).unwrap();
+    assert_eq!(names(&out["spec"]["containers"]), ["a", "c"]);
+
+    let rep = json!({"spec": {"containers": [{"$patch": "replace"}, {"name": "z"}]}});
+    let out = strategic_merge_pod(&pod, &rep).unwrap();
+    assert_eq!(out["spec"]["containers"], json!([{"name": "z"}]));
+
+    // an empty patch list leaves a keyed list alone
+    let empty = json!({"spec": {"initContainers": [], "containers": []}});
+    let out = strategic_merge_pod(&pod, &empty).unwrap();
+    assert_eq!(names(&out["spec"]["containers"]), ["a", "b", "c"]);
+    assert_eq!(out["spec"]["initContainers"], json!([]));
+
+    let nokey = json!({"spec": {"containers": [{"image": "x"}]}});
+    let err = strategic_merge_pod(&pod, &nokey).unwrap_err().to_string();
+    assert!(err.contains("merge key: name"), "{err}");
+}
+
+#[test]
+fn retain_keys_on_volumes() {
+    let pod = json!({"spec": {"volumes": [{"name": "v", "emptyDir": {}}]}});
+    let patch = json!({"spec": {"volumes": [{"name": "v", "$retainKeys": ["name", "secret"], "secret": {"secretName": "s"}}]}});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    assert_eq!(
+        out["spec"]["volumes"],
+        json!([{"name": "v", "secret": {"secretName": "s"}}])
+    );
+}
+
+#[test]
+fn finalizers_union_and_owner_refs() {
+    let pod = json!({"metadata": {"finalizers": ["a", "b"], "ownerReferences": [{"uid": "1", "name": "x"}]}});
+    let patch = json!({"metadata": {"finalizers": ["c", "a"], "ownerReferences": [{"uid": "2"}, {"uid": "1", "kind": "K"}]}});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    assert_eq!(out["metadata"]["finalizers"], json!(["c", "a", "b"]));
+    assert_eq!(
+        out["metadata"]["ownerReferences"],
+        json!([{"uid": "2"}, {"uid": "1", "name": "x", "kind": "K"}])
+    );
+    let patch = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["b"]}});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    assert_eq!(out["metadata"]["finalizers"], json!(["a"]));
+}
+
+#[test]
+fn unknown_fields_and_odd_keys_pass_through() {
+    let pod = json!({"spec": {"x-unknown": {"a/b": 1, "~": [1, 2]}, "containers": [{"name": "c", "future": true}]}});
+    let patch = json!({"spec": {"containers": [{"name": "istio-proxy"}]}});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    assert_eq!(out["spec"]["x-unknown"], pod["spec"]["x-unknown"]);
+    assert_eq!(
+        out["spec"]["containers"][1],
+        json!({"name": "c", "future": true})
+    );
+}
+
+fn proxy_override_pod() -> Value {
+    json!({
+        "metadata": {"labels": {"app": "hello"}},
+        "spec": {
+            "initContainers": [{"name": "istio-init", "args": ["my", "custom", "args"], "image": "fake/custom-image"}],
+            "containers": [
+                {"name": "hello", "image": "fake.docker.io/google-samples/hello-go-gke:1.0"},
+                {"name": "istio-proxy", "image": "auto",
+                 "resources": {"requests": {"cpu": "123m"}, "limits": {"cpu": "3000m"}},
+                 "livenessProbe": {"failureThreshold": 30, "httpGet": {"path": "/healthz/ready", "port": 15021},
+                                   "initialDelaySeconds": 10, "periodSeconds": 2, "timeoutSeconds": 3},
+                 "tty": true, "terminationMessagePath": "/foo/bar",
+                 "volumeMounts": [{"mountPath": "/etc/certs", "name": "certs"}],
+                 "lifecycle": {"preStop": {"exec": {"command": ["sleep", "10"]}}},
+                 "securityContext": {"allowPrivilegeEscalation": true, "readOnlyRootFilesystem": false,
+                                     "runAsUser": 1234, "runAsGroup": 1234}}
+            ],
+            "volumes": [{"name": "certs", "secret": {"secretName": "istio-certs"}}]
+        }
+    })
+}
+
+fn native_template() -> Value {
+    json!({"spec": {
+        "initContainers": [
+            {"name": "istio-init", "image": "proxyv2", "args": ["istio-iptables", "-p", "15001", "-u", "1337"],
+             "securityContext": {"runAsUser": 0}},
+            {"name": "istio-proxy", "image": "proxyv2", "restartPolicy": "Always", "args": ["proxy", "sidecar"],
+             "resources": {"limits": {"cpu": "2"}, "requests": {"cpu": "100m"}},
+             "volumeMounts": [{"name": "istio-envoy", "mountPath": "/etc/istio/proxy"}],
+             "securityContext": {"runAsUser": 1337, "runAsGroup": 1337, "readOnlyRootFilesystem": true}}
+        ],
+        "containers": []
+    }})
+}
+
+#[test]
+fn overrides_annotation_matches_golden() {
+    let original = proxy_override_pod();
+    let template = native_template();
+    // what RunTemplate produced: the template merged onto the pod, user proxy moved to init containers
+    let mut merged = original.clone();
+    let proxy = merged["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .remove(1);
+    merged["spec"]["initContainers"]
+        .as_array_mut()
+        .unwrap()
+        .push(proxy);
+    strategic_merge_pod_into(&mut merged, &template).unwrap();
+    reapply_overwritten_containers(&mut merged, &original, &template, &json!({})).unwrap();
+
+    let golden = r#"{"initContainers":[{"name":"istio-init","image":"fake/custom-image","args":["my","custom","args"],"resources":{}},{"name":"istio-proxy","resources":{"limits":{"cpu":"3"},"requests":{"cpu":"123m"}},"volumeMounts":[{"name":"certs","mountPath":"/etc/certs"}],"livenessProbe":{"httpGet":{"path":"/healthz/ready","port":15021},"initialDelaySeconds":10,"timeoutSeconds":3,"periodSeconds":2,"failureThreshold":30},"lifecycle":{"preStop":{"exec":{"command":["sleep","10"]}}},"terminationMessagePath":"/foo/bar","securityContext":{"runAsUser":1234,"runAsGroup":1234,"readOnlyRootFilesystem":false,"allowPrivilegeEscalation":true},"tty":true}]}"#;
+    assert_eq!(
+        merged["metadata"]["annotations"][OVERRIDES_ANNOTATION],
+        golden
+    );
+    let inits = &merged["spec"]["initContainers"];
+    assert_eq!(names(inits), ["istio-init", "istio-proxy"]);
+    // user scalars win, lists replace, template image kept for `auto`
+    assert_eq!(inits[0]["image"], "fake/custom-image");
+    assert_eq!(inits[0]["args"], json!(["my", "custom", "args"]));
+    let proxy = &inits[1];
+    assert_eq!(proxy["image"], "proxyv2");
+    assert_eq!(proxy["securityContext"]["runAsUser"], 1234);
+    assert_eq!(proxy["securityContext"]["readOnlyRootFilesystem"], false);
+    assert_eq!(proxy["tty"], true);
+    assert_eq!(
+        names(&proxy["volumeMounts"]),
+        ["/etc/istio/proxy", "/etc/certs"]
+    );
+    // adjustInitContainerUser: -u follows the user's runAsUser
+    assert_eq!(inits[0]["args"], json!(["my", "custom", "args"]));
+}
+
+#[test]
+fn adjust_init_user_rewrites_u_and_validation_identity() {
+    let original = json!({"spec": {"containers": [
+        {"name": "hello"},
+        {"name": "istio-proxy", "securityContext": {"runAsUser": 1234, "runAsGroup": 4321}}]}});
+    // istio-init: -u replaced
+    let template = json!({"spec": {"initContainers": [
+        {"name": "istio-init", "args": ["istio-iptables", "-p", "15001", "-u", "1337", "-m", "REDIRECT"]}],
+        "containers": [{"name": "istio-proxy", "securityContext": {"runAsUser": 1337}}]}});
+    let mut merged = strategic_merge_pod(&original, &template).unwrap();
+    reapply_overwritten_containers(&mut merged, &original, &template, &json!({})).unwrap();
+    assert_eq!(
+        merged["spec"]["initContainers"][0]["args"],
+        json!([
+            "istio-iptables",
+            "-p",
+            "15001",
+            "-u",
+            "1234",
+            "-m",
+            "REDIRECT"
+        ])
+    );
+    // TPROXY: proxy runs as root, -u still follows the user
+    let mut merged = strategic_merge_pod(&original, &template).unwrap();
+    reapply_overwritten_containers(
+        &mut merged,
+        &original,
+        &template,
+        &json!({"interceptionMode": "TPROXY"}),
+    )
+    .unwrap();
+    // the original order wins for items both sides know: hello stays before istio-proxy
+    assert_eq!(
+        names(&merged["spec"]["containers"]),
+        ["hello", "istio-proxy"]
+    );
+    let proxy = &merged["spec"]["containers"][1];
+    assert_eq!(proxy["securityContext"]["runAsUser"], 0);
+    assert_eq!(proxy["securityContext"]["runAsGroup"], 4321);
+    assert_eq!(merged["spec"]["initContainers"][0]["args"][4], "1234");
+    // CNI: the validation container takes the user's identity
+    let template = json!({"spec": {"initContainers": [
+        {"name": "istio-validation", "args": ["istio-iptables", "-u", "1337"],
+         "securityContext": {"runAsUser": 1337, "runAsGroup": 1337}}],
+        "containers": [{"name": "istio-proxy"}]}});
+    let mut merged = strategic_merge_pod(&original, &template).unwrap();
+    reapply_overwritten_containers(&mut merged, &original, &template, &json!({})).unwrap();
+    let v = &merged["spec"]["initContainers"][0];
+    assert_eq!(
+        v["securityContext"],
+        json!({"runAsUser": 1234, "runAsGroup": 4321})
+    );
+    assert_eq!(v["args"], json!(["istio-iptables", "-u", "1234"]));
+}
+
+#[test]
+fn already_injected_skips_status_names_and_writes_no_annotation() {
+    let original = json!({
+        "metadata": {"annotations": {STATUS_ANNOTATION: r#"{"initContainers":["istio-init"],"containers":["istio-proxy"],"volumes":null,"imagePullSecrets":null,"revision":"default"}"#}},
+        "spec": {"containers": [{"name": "hello"}, {"name": "istio-proxy", "args": ["--concurrency", "2"]}],
+                 "initContainers": [{"name": "istio-init", "args": ["old"]}]}});
+    // non-native re-injection: the proxy is in the old status, so it is not re-applied
+    let template = json!({"spec": {"initContainers": [{"name": "istio-init", "args": ["new"]}],
+        "containers": [{"name": "istio-proxy", "args": ["new"]}]}});
+    let mut merged = strategic_merge_pod(&original, &template).unwrap();
+    reapply_overwritten_containers(&mut merged, &original, &template, &json!({})).unwrap();
+    assert_eq!(
+        names(&merged["spec"]["containers"]),
+        ["hello", "istio-proxy"]
+    );
+    assert_eq!(merged["spec"]["containers"][1]["args"], json!(["new"]));
+    assert_eq!(merged["spec"]["initContainers"][0]["args"], json!(["new"]));
+    // native re-injection: the old proxy is not in the old status' initContainers → re-applied
+    let template = json!({"spec": {"initContainers": [{"name": "istio-init", "args": ["new"]},
+        {"name": "istio-proxy", "args": ["new"]}], "containers": []}});
+    let mut merged = strategic_merge_pod(&original, &template).unwrap();
+    reapply_overwritten_containers(&mut merged, &original, &template, &json!({})).unwrap();
+    let proxy = merged["spec"]["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "istio-proxy")
+        .unwrap();
+    assert_eq!(proxy["args"], json!(["--concurrency", "2"]));
+    assert!(merged["metadata"]["annotations"]
+        .get(OVERRIDES_ANNOTATION)
+        .is_none());
+}
+
+#[test]
+fn saved_overrides_win_and_bad_json_fails() {
+    let original = json!({
+        "metadata": {"annotations": {OVERRIDES_ANNOTATION: r#"{"containers":[{"name":"istio-proxy","args":["saved"],"resources":{}}]}"#}},
+        "spec": {"containers": [{"name": "hello"}]}});
+    let template = json!({"spec": {"containers": [{"name": "istio-proxy", "args": ["new"]}]}});
+    let mut merged = strategic_merge_pod(&original, &template).unwrap();
+    reapply_overwritten_containers(&mut merged, &original, &template, &json!({})).unwrap();
+    assert_eq!(merged["spec"]["containers"][0]["args"], json!(["saved"]));
+
+    let bad = json!({"metadata": {"annotations": {OVERRIDES_ANNOTATION: "{nope"}}});
+    let err = reapply_overwritten_containers(&mut merged, &bad, &template, &json!({})).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("failed to re apply container: "),
+        "{err}"
+    );
+}

@@ -1,0 +1,106 @@
+//! The `injector kube-inject` binary: flags (istioctl spellings too), stdin/stdout, `-o`, exit codes.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use crate::parity::{case_args, cases, compare_streams, inject_dir, TempDir};
+
+fn kube_inject_cmd(case_name: &str, dir: &TempDir) -> Command {
+    let case = cases()
+        .into_iter()
+        .find(|c| c.name == case_name)
+        .expect("case");
+    let args = case_args(&case, &dir.0).expect("args");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_injector"));
+    cmd.arg("kube-inject")
+        .arg("--valuesFile")
+        .arg(args.values.expect("values"))
+        .arg("--meshConfigFile")
+        .arg(args.mesh_config.expect("mesh"))
+        .arg("--injectConfigFile")
+        .arg(args.injector_config.expect("config"))
+        .arg("--native-sidecars")
+        .arg(&case.native_sidecars)
+        .env_remove("ENABLE_NATIVE_SIDECARS")
+        .env_remove("COMPLIANCE_POLICY")
+        .env_remove("REVISION");
+    cmd
+}
+
+#[test]
+fn binary_injects_from_file_and_stdin() {
+    let dir = TempDir::new("cli");
+    let input = inject_dir().join("hello.yaml");
+    let golden = std::fs::read_to_string(inject_dir().join("hello.yaml.injected")).expect("golden");
+
+    let out = kube_inject_cmd("hello", &dir)
+        .arg("-f")
+        .arg(&input)
+        .output()
+        .expect("run injector");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kube-inject failed: {stderr}");
+    compare_streams(&String::from_utf8_lossy(&out.stdout), &golden)
+        .expect("file → stdout matches the golden");
+
+    let out_file = dir.0.join("out.yaml");
+    let mut child = kube_inject_cmd("hello", &dir)
+        .args(["--filename", "-", "--output"])
+        .arg(&out_file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn injector");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&std::fs::read(&input).expect("input"))
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty(), "with -o nothing goes to stdout");
+    let written = std::fs::read_to_string(&out_file).expect("output file");
+    compare_streams(&written, &golden).expect("stdin → -o file matches the golden");
+}
+
+#[test]
+fn binary_fails_on_bad_annotation_naming_the_document() {
+    let dir = TempDir::new("cli-err");
+    let input = inject_dir().join("traffic-annotations-bad-excludeipranges.yaml");
+    let out = kube_inject_cmd("traffic-annotations-bad-excludeipranges", &dir)
+        .arg("-f")
+        .arg(&input)
+        .output()
+        .expect("run injector");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.to_lowercase().contains("excludeipranges"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("document 0"), "{stderr}");
+    assert!(out.stdout.is_empty(), "nothing is half-written");
+}
+
+#[test]
+fn binary_rejects_invalid_config_naming_file_and_key() {
+    let dir = TempDir::new("cli-cfg");
+    let values = dir.0.join("values.yaml");
+    std::fs::write(&values, "global:\n  proxy:\n    statusPort: notaport\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_injector"))
+        .args(["kube-inject", "-f"])
+        .arg(inject_dir().join("hello.yaml"))
+        .arg("--values")
+        .arg(&values)
+        .output()
+        .expect("run injector");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("values.yaml")
+            && stderr.contains("global.proxy.statusPort")
+            && stderr.contains("notaport"),
+        "{stderr}"
+    );
+}

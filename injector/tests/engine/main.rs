@@ -1,0 +1,7 @@
+//! The injector's integration tests: Istio parity (kube-inject and webhook modes), the kube-inject
+//! binary, and property tests of the engine.
+
+mod cli;
+mod compare;
+mod parity;
+mod props;
