@@ -148,11 +148,7 @@ fn init_logging(format: LogFormat) {
 
 /// The paths whose change triggers a configuration reload.
 pub fn config_paths(args: &ConfigArgs) -> Vec<PathBuf> {
-    [&args.values, &args.injector_config, &args.mesh_config]
-        .into_iter()
-        .flatten()
-        .cloned()
-        .collect()
+    args.watched_paths()
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {

@@ -9,11 +9,14 @@ use anyhow::{anyhow, bail, Context};
 use serde_json::{json, Map, Value};
 
 /// The corpus directory.
+/// `shared/` sits beside the repository (CI) or, for a worktree under `wt/`, one level higher.
 pub fn corpus_dir() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/istio-testdata/inject"
-    ))
+    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    ["../../shared", "../../../shared"]
+        .iter()
+        .map(|p| base.join(p).join("istio-testdata/inject"))
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| base.join("../../shared/istio-testdata/inject"))
 }
 
 /// One entry of `cases.json`.
