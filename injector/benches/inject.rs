@@ -1,1 +1,97 @@
-fn main() {}
+//! Injection through `admission::handle` (the webhook's hot path) against the floor: decoding and
+//! re-encoding the same AdmissionReview without injecting.
+//!
+//! `cargo bench -p injector --bench inject -- --warm-up-time 1 --measurement-time 3`
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use injector::config::Settings;
+use injector::engine::Engine;
+use serde_json::{json, Value};
+use std::hint::black_box;
+
+fn review(pod: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0df28fbd-5f5f-11e8-bc74-36e6bb280816",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "default",
+            "operation": "CREATE",
+            "object": pod
+        }
+    }))
+    .unwrap_or_default()
+}
+
+/// The `hello` Deployment's pod, as the API server sends it.
+fn hello_pod() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "generateName": "hello-7d8f9c-", "namespace": "default",
+            "labels": {"app": "hello", "tier": "backend", "track": "stable", "pod-template-hash": "7d8f9c"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "hello-7d8f9c",
+                                 "uid": "u", "controller": true}]
+        },
+        "spec": {
+            "containers": [{"name": "hello", "image": "fake.docker.io/google-samples/hello-go-gke:1.0",
+                            "ports": [{"name": "http", "containerPort": 80}], "resources": {}}]
+        },
+        "status": {}
+    })
+}
+
+/// A large pod: 12 containers, each with 30 env vars, 8 ports, probes and mounts.
+fn large_pod() -> Value {
+    let containers: Vec<Value> = (0..12)
+        .map(|i| {
+            let env: Vec<Value> = (0..30).map(|j| json!({"name": format!("VAR_{i}_{j}"), "value": format!("value-{j}")})).collect();
+            let ports: Vec<Value> = (0..8).map(|j| json!({"name": format!("p{j}"), "containerPort": 8000 + i * 10 + j})).collect();
+            json!({
+                "name": format!("app{i}"), "image": format!("registry.example.com/app{i}:1.2.3"),
+                "env": env, "ports": ports, "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": "p0"}, "periodSeconds": 5},
+                "livenessProbe": {"tcpSocket": {"port": 8000 + i * 10}},
+                "volumeMounts": [{"name": "data", "mountPath": format!("/data/{i}")}]
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "large", "namespace": "default",
+                     "labels": {"app": "large", "version": "v1"},
+                     "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9090"}},
+        "spec": {"containers": containers, "volumes": [{"name": "data", "emptyDir": {}}]},
+        "status": {}
+    })
+}
+
+fn floor(body: &[u8]) -> Vec<u8> {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+fn bench(c: &mut Criterion) {
+    let engine = Engine::new(Settings::default());
+    for (name, pod) in [("hello", hello_pod()), ("large", large_pod())] {
+        let body = review(pod);
+        let check = injector::admission::handle(&engine, &body, "/inject");
+        assert_eq!(
+            check.kind,
+            injector::admission::OutcomeKind::Injected,
+            "{name}: {}",
+            check.message
+        );
+        let mut g = c.benchmark_group(name);
+        g.bench_function("floor", |b| b.iter(|| floor(black_box(&body))));
+        g.bench_function("inject", |b| {
+            b.iter(|| injector::admission::handle(&engine, black_box(&body), "/inject"))
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,368 @@
+//! Rendering the injection templates (askama, compiled in from `templates/`) from a typed context.
+//!
+//! `render("sidecar", data)` computes the typed context `context::Sidecar` from [`TemplateData`] (all of the
+//! logic of Istio's Go template: annotation lookups with defaults, traffic arguments, images, ProxyConfig
+//! JSON, env, resources, security contexts, volumes, probes, lifecycle), renders `templates/sidecar.yaml`
+//! with it, and parses the YAML into the partial Pod that the engine strategically merges into the pod.
+
+mod context;
+mod image;
+mod init_args;
+mod proxy_config;
+
+use std::borrow::Cow;
+
+use askama::Template;
+use serde_json::{Map, Value};
+
+pub use proxy_config::ProxyConfigError;
+
+/// The template input (Istio's `SidecarTemplateData`). All documents are JSON as Istio serialises them.
+#[derive(Debug, Clone, Copy)]
+pub struct TemplateData<'a> {
+    /// Workload `kind` / `apiVersion` (webhook: from owner references; kube-inject: the object's own).
+    pub kind: &'a str,
+    pub api_version: &'a str,
+    /// Workload name and namespace.
+    pub deploy_name: &'a str,
+    pub deploy_namespace: &'a str,
+    /// The pod as the template sees it: previous injection stripped, saved overrides re-inserted.
+    pub pod: &'a Value,
+    /// Effective ProxyConfig (proto JSON names, camelCase).
+    pub proxy_config: &'a Value,
+    /// MeshConfig (proto JSON names).
+    pub mesh: &'a Value,
+    /// The `values` document (defaults merged).
+    pub values: &'a Value,
+    /// Webhook revision; empty for the default revision.
+    pub revision: &'a str,
+    /// The global native-sidecar decision (spec §1.6). The template applies the pod's
+    /// `sidecar.istio.io/nativeSidecar` annotation itself, with the template's rule (non-empty value
+    /// `!= "false"` means native); passing the Go rule's per-pod result here gives the same outcome.
+    pub native_sidecars: bool,
+    pub proxy_uid: i64,
+    pub proxy_gid: i64,
+    /// `COMPLIANCE_POLICY` of the injector process.
+    pub compliance_policy: &'a str,
+}
+
+/// Why rendering failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// The pod asked for a template that is not compiled in.
+    #[error("requested template {name:?} not found; have {have}")]
+    NotFound { name: String, have: String },
+    /// A value that would become an `istio-init` argument does not have the shape of that argument.
+    #[error("invalid value '{value}' for {origin}: not a valid istio-iptables argument")]
+    InvalidArgument { origin: String, value: String },
+    /// An annotation the template reads could not be used.
+    #[error("invalid value '{value}' for annotation '{annotation}': {reason}")]
+    InvalidAnnotation {
+        annotation: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// A values/mesh setting the template reads has an unusable value.
+    #[error("invalid value '{value}' for {key}: {reason}")]
+    InvalidSetting {
+        key: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+    /// The effective ProxyConfig could not be printed.
+    #[error(transparent)]
+    ProxyConfig(#[from] ProxyConfigError),
+    /// askama failed (a `Display`/serialisation error inside the template).
+    #[error("rendering template {name:?}: {source}")]
+    Template {
+        name: &'static str,
+        source: askama::Error,
+    },
+    /// The rendered text did not parse as YAML (a bug in a template: values cannot cause it).
+    #[error("template {name:?} produced invalid YAML: {message}")]
+    Yaml { name: &'static str, message: String },
+}
+
+/// Names of the compiled-in templates.
+pub fn template_names() -> &'static [&'static str] {
+    &["sidecar"]
+}
+
+/// Renders template `name` to a partial Pod (JSON: `metadata.labels/annotations`, `spec.initContainers`,
+/// `spec.containers`, `spec.volumes`, …) to be strategically merged into the pod.
+pub fn render(name: &str, data: &TemplateData<'_>) -> Result<Value, RenderError> {
+    match name {
+        "sidecar" => {
+            let text = render_text_sidecar(data)?;
+            parse_yaml("sidecar", &text)
+        }
+        _ => Err(RenderError::NotFound {
+            name: name.to_string(),
+            have: template_names().join(", "),
+        }),
+    }
+}
+
+/// The rendered YAML text of the `sidecar` template (exposed for review and debugging).
+pub fn render_text_sidecar(data: &TemplateData<'_>) -> Result<String, RenderError> {
+    let inputs = Inputs::new(data)?;
+    let ctx = context::Sidecar::build(&inputs)?;
+    ctx.render().map_err(|source| RenderError::Template {
+        name: "sidecar",
+        source,
+    })
+}
+
+fn parse_yaml(name: &'static str, text: &str) -> Result<Value, RenderError> {
+    let text = yaml_printable(text);
+    serde_saphyr::from_str::<Value>(&text).map_err(|e| RenderError::Yaml {
+        name,
+        message: e.to_string(),
+    })
+}
+
+/// JSON allows some characters raw that YAML does not (DEL, C1 controls, BOM, U+FFFE/U+FFFF; NEL is
+/// escaped too so no parser can take it for a line break). The template's own text is ASCII, so such a
+/// character can only come from an interpolated value, i.e. from inside a JSON string, which is a YAML
+/// double-quoted scalar: there it is replaced by the equivalent `\uXXXX` escape.
+fn yaml_printable(text: &str) -> Cow<'_, str> {
+    fn needs_escape(c: char) -> bool {
+        matches!(
+            c,
+            '\u{7f}'..='\u{9f}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}'
+        )
+    }
+    // Fast path: every such character is either DEL or encoded with a 0xC2/0xEF lead byte.
+    if !text.bytes().any(|b| matches!(b, 0x7f | 0xc2 | 0xef)) || !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if needs_escape(c) {
+            out.push_str(&format!("\\u{:04X}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Lookups shared by the context builders, with the per-pod decisions every part needs computed once.
+pub(crate) struct Inputs<'a> {
+    pub data: &'a TemplateData<'a>,
+    pub annotations: Option<&'a Map<String, Value>>,
+    pub labels: Option<&'a Map<String, Value>>,
+    pub values: &'a Value,
+    pub mesh: &'a Value,
+    pub proxy_config: &'a Value,
+    /// Effective interception mode: annotation, else ProxyConfig (`REDIRECT` when unset).
+    pub interception_mode: &'a str,
+    pub tproxy: bool,
+    /// `values.pilot.cni.enabled`.
+    pub cni: bool,
+    pub native: bool,
+    pub proxy_uid: i64,
+    pub proxy_gid: i64,
+    /// Status port text: annotation `status.sidecar.istio.io/port`, else `values.global.proxy.statusPort`.
+    status_port: Cow<'a, str>,
+}
+
+const INTERCEPTION_ANNOTATION: &str = "sidecar.istio.io/interceptionMode";
+
+impl<'a> Inputs<'a> {
+    fn new(data: &'a TemplateData<'a>) -> Result<Inputs<'a>, RenderError> {
+        let metadata = data.pod.get("metadata");
+        let annotations = metadata
+            .and_then(|m| m.get("annotations"))
+            .and_then(Value::as_object);
+        let labels = metadata
+            .and_then(|m| m.get("labels"))
+            .and_then(Value::as_object);
+        let ann = |k: &str| annotations.and_then(|a| a.get(k)).and_then(Value::as_str);
+        let interception_mode = match ann(INTERCEPTION_ANNOTATION) {
+            Some(m) => m,
+            None => match data.proxy_config.get("interceptionMode") {
+                None | Some(Value::Null) => "REDIRECT",
+                Some(Value::String(s)) => s.as_str(),
+                Some(Value::Number(n)) => match n.as_u64() {
+                    Some(0) => "REDIRECT",
+                    Some(1) => "TPROXY",
+                    Some(2) => "NONE",
+                    _ => "",
+                },
+                Some(_) => "",
+            },
+        };
+        if !matches!(interception_mode, "REDIRECT" | "TPROXY" | "NONE") {
+            return Err(RenderError::InvalidAnnotation {
+                annotation: INTERCEPTION_ANNOTATION,
+                value: interception_mode.to_string(),
+                reason: "must be one of REDIRECT, TPROXY, NONE".to_string(),
+            });
+        }
+        let mut inputs = Inputs {
+            data,
+            annotations,
+            labels,
+            values: data.values,
+            mesh: data.mesh,
+            proxy_config: data.proxy_config,
+            interception_mode,
+            tproxy: interception_mode == "TPROXY",
+            cni: false,
+            // The template's own rule (spec §1.6): a non-empty annotation decides, and anything but
+            // "false" means native.
+            native: match ann("sidecar.istio.io/nativeSidecar").filter(|v| !v.is_empty()) {
+                Some(v) => v != "false",
+                None => data.native_sidecars,
+            },
+            proxy_uid: data.proxy_uid,
+            proxy_gid: data.proxy_gid,
+            status_port: Cow::Borrowed(""),
+        };
+        inputs.cni = truthy(inputs.values_at("pilot.cni.enabled"));
+        inputs.status_port = match ann("status.sidecar.istio.io/port") {
+            Some(p) => Cow::Borrowed(p),
+            None => sprint(inputs.values_at("global.proxy.statusPort")),
+        };
+        Ok(inputs)
+    }
+
+    /// The annotation's value when present (non-string values are not annotations and count as absent).
+    pub fn ann(&self, key: &str) -> Option<&'a str> {
+        self.annotations
+            .and_then(|a| a.get(key))
+            .and_then(Value::as_str)
+    }
+
+    pub fn label(&self, key: &str) -> Option<&'a str> {
+        self.labels.and_then(|l| l.get(key)).and_then(Value::as_str)
+    }
+
+    /// `values` at a dotted path.
+    pub fn values_at(&self, path: &str) -> Option<&'a Value> {
+        path.split('.')
+            .try_fold(self.values, |v, k| v.as_object().and_then(|m| m.get(k)))
+    }
+
+    /// A values string ("" when absent or not a string).
+    pub fn values_str(&self, path: &str) -> &'a str {
+        self.values_at(path).and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// Go-template truthiness of a values entry.
+    pub fn values_true(&self, path: &str) -> bool {
+        truthy(self.values_at(path))
+    }
+
+    pub fn status_port(&self) -> &str {
+        &self.status_port
+    }
+
+    /// `annotation .ObjectMeta KEY DEFAULT`: the annotation when present (even empty), else `fmt.Sprint` of
+    /// the values entry (`<nil>` when absent).
+    pub fn ann_or_values(&self, key: &str, values_path: &str) -> Cow<'a, str> {
+        match self.ann(key) {
+            Some(v) => Cow::Borrowed(v),
+            None => sprint(self.values_at(values_path)),
+        }
+    }
+
+    /// `--log_output_level` of both containers.
+    pub fn agent_log_level(&self) -> (Cow<'a, str>, init_args::Source) {
+        const KEY: &str = "sidecar.istio.io/agentLogLevel";
+        match self.ann(KEY) {
+            Some(v) => (Cow::Borrowed(v), init_args::Source::Annotation(KEY)),
+            None => (
+                sprint(self.values_at("global.logging.level")),
+                init_args::Source::Values("global.logging.level"),
+            ),
+        }
+    }
+
+    /// ProxyConfig `proxyMetadata` entries, sorted by key (values printed as Go prints them).
+    pub fn proxy_metadata(&self) -> Vec<(&'a str, Cow<'a, str>)> {
+        let Some(m) = self
+            .proxy_config
+            .get("proxyMetadata")
+            .and_then(Value::as_object)
+        else {
+            return Vec::new();
+        };
+        let mut out: Vec<(&'a str, Cow<'a, str>)> = m
+            .iter()
+            .map(|(k, v)| (k.as_str(), sprint(Some(v))))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(b.0));
+        out
+    }
+}
+
+/// Go-template truthiness: false, 0, nil and empty strings/lists/maps are false.
+pub(crate) fn truthy(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+    }
+}
+
+/// An integer from a JSON number (or an integral float) or a numeric string.
+pub(crate) fn as_i64(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64().or_else(|| {
+            let f = n.as_f64()?;
+            (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)
+        }),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// Go's `fmt.Sprint` of a value decoded from JSON (numbers are float64 there): `<nil>` for absent/null.
+pub(crate) fn sprint(v: Option<&Value>) -> Cow<'_, str> {
+    match v {
+        None | Some(Value::Null) => Cow::Borrowed("<nil>"),
+        Some(Value::String(s)) => Cow::Borrowed(s),
+        Some(Value::Bool(true)) => Cow::Borrowed("true"),
+        Some(Value::Bool(false)) => Cow::Borrowed("false"),
+        Some(Value::Number(n)) => Cow::Owned(go_float(n.as_f64().unwrap_or(0.0))),
+        Some(Value::Array(a)) => {
+            let items: Vec<Cow<'_, str>> = a.iter().map(|v| sprint(Some(v))).collect();
+            Cow::Owned(format!("[{}]", items.join(" ")))
+        }
+        Some(Value::Object(o)) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort();
+            let items: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{k}:{}", sprint(o.get(k))))
+                .collect();
+            Cow::Owned(format!("map[{}]", items.join(" ")))
+        }
+    }
+}
+
+/// `%v` of a float64, as strconv's `'g'` with shortest precision: plain digits, exponent form when the
+/// decimal exponent is < -4 or >= 6 (`1e+06`).
+fn go_float(f: f64) -> String {
+    if f == 0.0 {
+        return "0".to_string();
+    }
+    let e = format!("{f:e}");
+    let (mantissa, exp) = e.split_once('e').unwrap_or((e.as_str(), "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
+    } else {
+        format!("{f}")
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;
