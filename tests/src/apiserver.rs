@@ -509,3 +509,44 @@ pub fn webhook_called(
             pod_labels,
         )
 }
+
+/// The `kubectl` binary; on a fresh Debian machine without one, Debian's `kubernetes-client` is installed
+/// (the tests run as root, see scripts/test.sh).
+pub fn kubectl() -> PathBuf {
+    for p in ["/usr/bin/kubectl", "/usr/local/bin/kubectl"] {
+        if Path::new(p).exists() {
+            return PathBuf::from(p);
+        }
+    }
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null")
+        .status()
+        .expect("running apt-get");
+    assert!(
+        status.success(),
+        "installing kubernetes-client for kubectl failed"
+    );
+    PathBuf::from("/usr/bin/kubectl")
+}
+
+/// `kubectl kustomize <dir>` split into documents.
+pub fn kustomize(dir: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let out = Command::new(kubectl())
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .context("running kubectl kustomize")?;
+    if !out.status.success() {
+        bail!(
+            "kubectl kustomize {} failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = String::from_utf8(out.stdout)?;
+    text.split("\n---")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_saphyr::from_str(d).map_err(|e| anyhow!("rendered YAML: {e}")))
+        .collect()
+}
