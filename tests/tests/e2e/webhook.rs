@@ -3,6 +3,8 @@
 //! generated MutatingWebhookConfiguration's caBundle, sends AdmissionReviews v1 and v1beta1 over HTTP/1.1
 //! and HTTP/2, applies the patch with the `json-patch` crate).
 
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -822,7 +824,8 @@ async fn eight_row_table_and_decisions_through_http() {
     let yes_ns = labels(&[("istio-injection", "enabled")]);
     let no_ns = labels(&[]);
     // (row, namespace matches, policy enabled, pod override (None = default), via label?, injected?)
-    let rows: Vec<(u32, bool, bool, Option<&str>, bool, bool)> = vec![
+    type Row = (u32, bool, bool, Option<&'static str>, bool, bool);
+    let rows: Vec<Row> = vec![
         (1, true, true, None, true, true),
         (1, true, true, Some("true"), true, true),
         (2, true, true, Some("false"), true, false),
