@@ -472,9 +472,12 @@ async fn inject_inner(state: &Arc<State>, req: Request<Incoming>) -> Resp {
             };
             tracing::warn!(path = %path, error = %msg, "rejected request");
             let mut r = text(StatusCode::BAD_REQUEST, msg);
-            // The rest of the body may still be in flight: do not reuse this connection.
-            r.headers_mut()
-                .insert(CONNECTION, HeaderValue::from_static("close"));
+            // The rest of the body may still be in flight: do not reuse this HTTP/1 connection (HTTP/2
+            // resets just the stream, and forbids the header).
+            if parts.version < hyper::Version::HTTP_2 {
+                r.headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+            }
             return r;
         }
     };

@@ -333,6 +333,17 @@ async fn bad_input_is_answered_and_the_server_keeps_serving() {
         "{:?}",
         a.body
     );
+    let mut h2 = api.connect(Http::H2).await.unwrap();
+    let a = h2
+        .send(
+            "POST",
+            "/inject",
+            Some("application/json"),
+            Bytes::from(vec![b' '; 10 << 20]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(a.status, 400, "10 MiB over HTTP/2");
     assert_still_injects(&f, "10MiB").await;
 
     // Undecodable bodies: HTTP 200, allowed false, a message, no uid.
