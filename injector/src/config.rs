@@ -234,6 +234,23 @@ pub fn deep_merge(base: &mut Value, overlay: &Value) {
     }
 }
 
+/// Values blocks that replace the default whole instead of merging into it. A `values` document from an
+/// Istio ConfigMap is complete (Helm already merged the chart defaults and dropped nulls), so a resources
+/// block without `cpu` means "no cpu": merging the default `cpu` back in would undo the user's deletion.
+const ATOMIC_VALUES_BLOCKS: [&str; 1] = ["/global/proxy/resources"];
+
+fn replace_atomic_blocks(merged: &mut Value, overlay: &Value) {
+    for ptr in ATOMIC_VALUES_BLOCKS {
+        if let Some(block @ Value::Object(_)) = overlay.pointer(ptr) {
+            let mut fresh = Value::Object(Map::new());
+            deep_merge(&mut fresh, block);
+            if let Some(slot) = merged.pointer_mut(ptr) {
+                *slot = fresh;
+            }
+        }
+    }
+}
+
 fn read_doc(path: &Path) -> Result<Value, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.display().to_string(),
@@ -324,6 +341,7 @@ impl Settings {
             if !v.is_null() {
                 expect_object(path, "(document)", v)?;
                 deep_merge(&mut merged_values, v);
+                replace_atomic_blocks(&mut merged_values, v);
             }
             validate_values(path, &merged_values)?;
         }
@@ -832,6 +850,16 @@ mod tests {
             "{err}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn resources_block_replaces_the_default() {
+        let v = json!({"global": {"proxy": {"resources": {"limits": {"memory": "500Mi"}, "requests": {"cpu": null, "memory": "150Mi"}}}}});
+        let s = Settings::from_documents(Some(("v", &v)), None, None, true, "", "").unwrap();
+        assert_eq!(
+            s.values["global"]["proxy"]["resources"],
+            json!({"limits": {"memory": "500Mi"}, "requests": {"memory": "150Mi"}})
+        );
     }
 
     #[test]

@@ -401,9 +401,16 @@ fn add_typed_defaults(obj: &mut Value, kind: &str) {
             }
         }
     }
-    if kind == "DeploymentConfig" {
-        if let Some(spec) = o.get_mut("spec").and_then(Value::as_object_mut) {
+    if let Some(spec) = o.get_mut("spec").and_then(Value::as_object_mut) {
+        if kind == "DeploymentConfig" {
             spec.entry("test").or_insert(Value::Bool(false));
+        }
+        // `omitempty` workload fields: a typed round trip drops their zero values.
+        if spec.get("minReadySeconds").and_then(Value::as_i64) == Some(0) {
+            spec.remove("minReadySeconds");
+        }
+        if spec.get("paused").and_then(Value::as_bool) == Some(false) {
+            spec.remove("paused");
         }
     }
 }

@@ -17,23 +17,24 @@ use serde_json::{Map, Value};
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
     /// An item of a list merged by key lacks the key (e.g. an `env` entry without `name`).
-    #[error("strategic merge: {field}: item {item} does not contain declared merge key: {key}")]
+    #[error("{field}: item {item} does not contain declared merge key: {key}")]
     MissingMergeKey {
         field: String,
         key: &'static str,
         item: String,
     },
     /// An item of a keyed list is not an object.
-    #[error("strategic merge: {field}: item {item} is not an object")]
+    #[error("{field}: item {item} is not an object")]
     NotAnObject { field: String, item: String },
     /// A `$patch` directive with an unknown value (or `merge` in a list, which Kubernetes rejects too).
-    #[error("strategic merge: {field}: invalid $patch directive {value}")]
+    #[error("{field}: invalid $patch directive {value}")]
     BadDirective { field: String, value: String },
     /// A `$retainKeys` directive that is not a list, or a patch key missing from it.
-    #[error("strategic merge: {field}: invalid $retainKeys directive")]
+    #[error("{field}: invalid $retainKeys directive")]
     BadRetainKeys { field: String },
-    /// The `proxy.istio.io/overrides` annotation is not the JSON Istio writes.
-    #[error("failed to re apply container: {0}")]
+    /// The `proxy.istio.io/overrides` annotation is not the JSON Istio writes. (Messages carry no
+    /// prefix: the engine adds Istio's `strategic merge:` / `failed to re apply container:`.)
+    #[error("{0}")]
     InvalidOverrides(String),
 }
 
@@ -106,10 +107,38 @@ pub fn strategic_merge_pod(original: &Value, patch: &Value) -> Result<Value, Mer
 
 /// [`strategic_merge_pod`] in place (no copy of the pod). On error `pod` may be partly merged: discard it.
 pub fn strategic_merge_pod_into(pod: &mut Value, patch: &Value) -> Result<(), MergeError> {
-    merge_value(pod, patch, Ty::Pod, "")
+    merge_value(pod, patch, Ty::Pod, &ROOT)
 }
 
-fn merge_value(orig: &mut Value, patch: &Value, ty: Ty, field: &str) -> Result<(), MergeError> {
+/// Where in the pod a merge is, for error messages; built on the stack, printed only on error.
+#[derive(Clone, Copy)]
+struct FieldPath<'a> {
+    parent: Option<&'a FieldPath<'a>>,
+    key: &'a str,
+}
+
+impl std::fmt::Display for FieldPath<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(p) = self.parent {
+            if p.parent.is_some() || !p.key.is_empty() {
+                write!(f, "{p}.")?;
+            }
+        }
+        f.write_str(self.key)
+    }
+}
+
+const ROOT: FieldPath<'static> = FieldPath {
+    parent: None,
+    key: "",
+};
+
+fn merge_value(
+    orig: &mut Value,
+    patch: &Value,
+    ty: Ty,
+    field: &FieldPath<'_>,
+) -> Result<(), MergeError> {
     match patch {
         Value::Object(pm) => {
             if !orig.is_object() {
@@ -131,7 +160,7 @@ fn merge_map(
     orig: &mut Map<String, Value>,
     patch: &Map<String, Value>,
     ty: Ty,
-    field: &str,
+    field: &FieldPath<'_>,
 ) -> Result<(), MergeError> {
     if let Some(d) = patch.get(DIRECTIVE) {
         match d.as_str() {
@@ -187,10 +216,9 @@ fn merge_map(
             orig.shift_remove(k);
             continue;
         }
-        let sub_field = if field.is_empty() {
-            k.clone()
-        } else {
-            format!("{field}.{k}")
+        let sub_field = FieldPath {
+            parent: Some(field),
+            key: k,
         };
         match (orig.get_mut(k), pv) {
             (Some(ov @ Value::Object(_)), Value::Object(_)) => {
@@ -229,7 +257,7 @@ fn merge_list(
     orig: &mut Vec<Value>,
     patch: &[Value],
     strategy: ListStrategy,
-    field: &str,
+    field: &FieldPath<'_>,
 ) -> Result<(), MergeError> {
     match strategy {
         ListStrategy::Replace => {
@@ -268,7 +296,7 @@ fn merge_keyed_list(
     patch: &[Value],
     key: &'static str,
     ty: Ty,
-    field: &str,
+    field: &FieldPath<'_>,
 ) -> Result<(), MergeError> {
     if orig.is_empty() && patch.is_empty() {
         return Ok(());

@@ -3,8 +3,9 @@
 //!
 //! Shape (like Istio's gomodules jsonpatch): objects are diffed key by key (`remove` for keys only in the
 //! original, `add` of the whole value for new keys, recursion otherwise); a type change or a different
-//! scalar is a `replace`; arrays are compared positionally (recursion over the common prefix, then
-//! `remove` of the surplus from the end down, or `add` of the extra tail). Identical documents give `[]`.
+//! scalar is a `replace`; arrays are compared positionally after skipping equal items at both ends
+//! (recursion over the common positions, then `remove` of the surplus from the end down, or `add` of the
+//! extra items before the equal tail). Identical documents give `[]`.
 //! Paths are RFC 6901 pointers with `~` → `~0` and `/` → `~1` in keys.
 
 use serde_json::{Map, Value};
@@ -61,24 +62,38 @@ fn diff(a: &Value, b: &Value, path: &mut String, ops: &mut Vec<Value>) {
             }
         }
         (Value::Array(xa), Value::Array(xb)) => {
+            // Equal items at both ends are left alone, so an insertion in front of existing items (the
+            // injected init containers before the app's) is an `add`, not a rewrite of every item.
+            let prefix = xa.iter().zip(xb.iter()).take_while(|(a, b)| a == b).count();
+            let suffix = xa[prefix..]
+                .iter()
+                .rev()
+                .zip(xb[prefix..].iter().rev())
+                .take_while(|(a, b)| a == b)
+                .count();
+            let (ma, mb) = (
+                &xa[prefix..xa.len() - suffix],
+                &xb[prefix..xb.len() - suffix],
+            );
             let base = path.len();
-            let common = xa.len().min(xb.len());
+            let common = ma.len().min(mb.len());
             for i in 0..common {
                 path.push('/');
-                path.push_str(&i.to_string());
-                diff(&xa[i], &xb[i], path, ops);
+                path.push_str(&(prefix + i).to_string());
+                diff(&ma[i], &mb[i], path, ops);
                 path.truncate(base);
             }
             // Surplus original items, removed from the end so earlier indices stay valid.
-            for i in (common..xa.len()).rev() {
+            for i in (common..ma.len()).rev() {
                 path.push('/');
-                path.push_str(&i.to_string());
+                path.push_str(&(prefix + i).to_string());
                 ops.push(op("remove", path, None));
                 path.truncate(base);
             }
-            for (i, vb) in xb.iter().enumerate().skip(common) {
+            // Extra items, inserted in order before the common suffix.
+            for (i, vb) in mb.iter().enumerate().skip(common) {
                 path.push('/');
-                path.push_str(&i.to_string());
+                path.push_str(&(prefix + i).to_string());
                 ops.push(op("add", path, Some(vb)));
                 path.truncate(base);
             }
@@ -137,6 +152,27 @@ mod tests {
     }
 
     #[test]
+    fn insertion_in_front_is_adds() {
+        let a = json!({"i": [{"name": "init-one"}, {"name": "init-two"}]});
+        let b = json!({"i": [{"name": "istio-init"}, {"name": "istio-proxy"}, {"name": "init-one"}, {"name": "init-two"}]});
+        let p = create_patch(&a, &b);
+        assert_eq!(
+            p,
+            json!([
+                {"op": "add", "path": "/i/0", "value": {"name": "istio-init"}},
+                {"op": "add", "path": "/i/1", "value": {"name": "istio-proxy"}}
+            ])
+        );
+        assert_eq!(apply(&a, &p), b);
+        let back = create_patch(&b, &a);
+        assert_eq!(
+            back,
+            json!([{"op": "remove", "path": "/i/1"}, {"op": "remove", "path": "/i/0"}])
+        );
+        assert_eq!(apply(&b, &back), a);
+    }
+
+    #[test]
     fn root_type_change_and_nulls() {
         let a = json!([1, 2]);
         let b = json!({"x": null});
@@ -184,7 +220,38 @@ mod tests {
         })
     }
 
+    /// Arrays edited in place: items inserted, removed and changed anywhere, so prefixes/suffixes match.
+    fn arb_edited_array() -> impl Strategy<Value = (Value, Value)> {
+        (
+            prop::collection::vec(arb_json(), 0..8),
+            prop::collection::vec((0usize..10, 0u8..3, arb_json()), 0..5),
+        )
+            .prop_map(|(items, edits)| {
+                let mut b = items.clone();
+                for (at, kind, v) in edits {
+                    let i = if b.is_empty() { 0 } else { at % (b.len() + 1) };
+                    match kind {
+                        0 => b.insert(i, v),
+                        1 if i < b.len() => {
+                            b.remove(i);
+                        }
+                        _ if i < b.len() => b[i] = json!({"changed": [b[i].clone(), v]}),
+                        _ => b.push(v),
+                    }
+                }
+                (json!({"list": items}), json!({"list": b}))
+            })
+    }
+
     proptest! {
+        #[test]
+        fn patch_applies_edited_arrays((a, b) in arb_edited_array()) {
+            let p = create_patch(&a, &b);
+            prop_assert_eq!(apply(&a, &p), b.clone());
+            let back = create_patch(&b, &a);
+            prop_assert_eq!(apply(&b, &back), a);
+        }
+
         #[test]
         fn patch_applies_arbitrary(a in arb_json(), b in arb_json()) {
             let p = create_patch(&a, &b);

@@ -60,27 +60,30 @@ pub enum PostProcessError {
     #[error("invalid prometheus scrape configuration: {0}")]
     ScrapeConfig(String),
     /// `proxy.istio.io/overrides` is not valid JSON.
-    #[error(transparent)]
+    #[error("invalid proxy.istio.io/overrides annotation: {0}")]
     Overrides(#[from] crate::merge::MergeError),
 }
 
-/// Prometheus label sanitising: every character outside `[a-zA-Z0-9_]` becomes `_`.
-fn sanitize(key: &str) -> String {
-    key.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
+/// Whether `key` sanitises to `sanitized` (already sanitised) under Prometheus label sanitising (every
+/// character outside `[a-zA-Z0-9_]` becomes `_`), without allocating: this runs for every annotation
+/// several times per request.
+fn sanitizes_to(key: &str, sanitized: &str) -> bool {
+    key.chars().count() == sanitized.len()
+        && key.chars().zip(sanitized.bytes()).all(|(c, s)| {
+            let c = if c.is_ascii_alphanumeric() || c == '_' {
                 c
             } else {
                 '_'
-            }
+            };
+            c as u32 == u32::from(s)
         })
-        .collect()
 }
 
 const PROM_SCRAPE: &str = "prometheus_io_scrape";
 const PROM_PORT: &str = "prometheus_io_port";
 const PROM_PATH: &str = "prometheus_io_path";
 const PROM_TARGETS: &str = "prometheus_istio_io_scrape_targets";
+const PROM_SECURE_PORT: &str = "prometheus_istio_io_secure_port";
 
 /// Go's `strconv.ParseBool`.
 fn parse_bool(s: &str) -> Option<bool> {
@@ -99,7 +102,7 @@ fn annotations(pod: &Value) -> Option<&Map<String, Value>> {
 fn sanitized_annotation<'a>(pod: &'a Value, sanitized: &str) -> Option<&'a str> {
     annotations(pod)?
         .iter()
-        .find(|(k, _)| sanitize(k) == sanitized)
+        .find(|(k, _)| sanitizes_to(k, sanitized))
         .and_then(|(_, v)| v.as_str())
 }
 
@@ -109,7 +112,7 @@ fn remove_sanitized(pod: &mut Value, keys: &[&str]) {
         .and_then(|m| m.get_mut("annotations"))
         .and_then(Value::as_object_mut)
     {
-        ann.retain(|k, _| !keys.contains(&sanitize(k).as_str()));
+        ann.retain(|k, _| !keys.iter().any(|s| sanitizes_to(k, s)));
     }
 }
 
@@ -147,7 +150,7 @@ pub fn strip_pod(pod: &Value, mesh: &Value) -> Value {
     let target = mesh_status_port(mesh).to_string();
     let port_is_ours = annotations(pod).is_some_and(|a| {
         a.iter()
-            .any(|(k, v)| sanitize(k) == PROM_PORT && v.as_str() == Some(target.as_str()))
+            .any(|(k, v)| sanitizes_to(k, PROM_PORT) && v.as_str() == Some(target.as_str()))
     });
     if port_is_ours {
         remove_sanitized(&mut out, &[PROM_PATH, PROM_PORT, PROM_SCRAPE, PROM_TARGETS]);
@@ -328,7 +331,7 @@ fn apply_prometheus_merge(
     let scrape_enabled = annotations(pod)
         .and_then(|a| {
             a.iter()
-                .filter(|(k, _)| sanitize(k) == PROM_SCRAPE)
+                .filter(|(k, _)| sanitizes_to(k, PROM_SCRAPE))
                 .find_map(|(_, v)| v.as_str().and_then(parse_bool))
         })
         .unwrap_or(true);
@@ -345,7 +348,7 @@ fn apply_prometheus_merge(
     let target = mesh_status_port(params.mesh).to_string();
     let already = annotations(pod).is_some_and(|a| {
         a.iter()
-            .any(|(k, v)| sanitize(k) == PROM_PORT && v.as_str() == Some(target.as_str()))
+            .any(|(k, v)| sanitizes_to(k, PROM_PORT) && v.as_str() == Some(target.as_str()))
     });
     if already {
         return Ok(());
@@ -401,7 +404,7 @@ fn apply_prometheus_merge(
 
 /// `applySecurePrometheusAnnotation`: the proxy's secure merged-metrics port, unless the user set one.
 fn apply_secure_prometheus_annotation(pod: &mut Value) {
-    if sanitized_annotation(pod, &sanitize(SECURE_PORT_ANNOTATION)).is_some() {
+    if sanitized_annotation(pod, PROM_SECURE_PORT).is_some() {
         return;
     }
     let port = proxy(pod)

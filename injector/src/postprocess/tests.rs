@@ -83,6 +83,27 @@ fn env_value<'a>(c: &'a Value, name: &str) -> Option<&'a str> {
 }
 
 #[test]
+fn sanitized_keys() {
+    for k in [
+        "prometheus.io/scrape",
+        "prometheus.io.scrape",
+        "prometheus-io/scrape",
+        "prometheus_io_scrape",
+    ] {
+        assert!(sanitizes_to(k, PROM_SCRAPE), "{k}");
+    }
+    for k in [
+        "prometheus.io/scrapes",
+        "prometheus.io/scrap",
+        "Prometheus.io/scrape",
+        "prometheus.iö/scrape",
+    ] {
+        assert!(!sanitizes_to(k, PROM_SCRAPE), "{k}");
+    }
+    assert!(sanitizes_to("prometheus.io/päth", "prometheus_io_p_th"));
+}
+
+#[test]
 fn status_annotation_strings() {
     assert_eq!(
         status_annotation(&native_template(), ""),

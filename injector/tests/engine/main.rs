@@ -3,5 +3,6 @@
 
 mod cli;
 mod compare;
+mod kube;
 mod parity;
 mod props;

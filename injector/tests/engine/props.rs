@@ -148,3 +148,105 @@ proptest! {
         }
     }
 }
+
+fn any_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        prop_oneof![
+            Just("istio-proxy".to_string()),
+            Just("true".to_string()),
+            Just("{\"containers\":[{\"name\":\"x\"}]}".to_string()),
+            Just("80".to_string()),
+            Just("*".to_string()),
+            "[ -~]{0,8}",
+        ]
+        .prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 32, 5, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(
+                prop_oneof![
+                    Just("name".to_string()),
+                    Just("ports".to_string()),
+                    Just("containerPort".to_string()),
+                    Just("httpGet".to_string()),
+                    Just("port".to_string()),
+                    Just("readinessProbe".to_string()),
+                    Just("env".to_string()),
+                    Just("securityContext".to_string()),
+                    "[a-z/~.]{1,6}",
+                ],
+                inner,
+                0..4
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// A pod whose known fields hold either plausible or arbitrary values.
+fn hostile_pod() -> impl Strategy<Value = Value> {
+    let annotation_keys = prop_oneof![
+        Just("sidecar.istio.io/status"),
+        Just("proxy.istio.io/overrides"),
+        Just("proxy.istio.io/config"),
+        Just("inject.istio.io/templates"),
+        Just("sidecar.istio.io/userVolume"),
+        Just("sidecar.istio.io/userVolumeMount"),
+        Just("prometheus.io/port"),
+        Just("prometheus.istio.io/scrape-targets"),
+        Just("status.sidecar.istio.io/port"),
+        Just("sidecar.istio.io/proxyCPU"),
+        Just("sidecar.istio.io/nativeSidecar"),
+        Just("sidecar.istio.io/rewriteAppHTTPProbers"),
+        Just("apm.datadoghq.com/env"),
+        Just("k8s.v1.cni.cncf.io/networks"),
+    ];
+    (
+        prop::collection::btree_map(annotation_keys, prop_oneof![any_json(), "[ -~]{0,12}".prop_map(Value::String)], 0..4),
+        any_json(),
+        prop_oneof![any_json(), prop::collection::vec(any_json(), 0..3).prop_map(Value::Array)],
+        any_json(),
+    )
+        .prop_map(|(ann, labels, containers, init)| {
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "h", "namespace": "default",
+                             "annotations": Value::Object(ann.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
+                             "labels": labels},
+                "spec": {"containers": containers, "initContainers": init}
+            })
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Whatever the request, `admission::handle` answers (never panics), echoes the uid, and any patch
+    /// it returns applies to the request's object.
+    #[test]
+    fn admission_never_panics_and_patches_apply(p in hostile_pod()) {
+        let out = injector::admission::handle(engine(), &review(&p), "/inject");
+        let resp: Value = serde_json::from_slice(&out.response).expect("response json");
+        prop_assert_eq!(&resp["response"]["uid"], &json!("u"));
+        prop_assert!(resp["response"]["allowed"].is_boolean());
+        if let Some(b64) = resp["response"]["patch"].as_str() {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(b64).expect("base64");
+            let patch: json_patch::Patch = serde_json::from_slice(&bytes).expect("patch");
+            let mut got = p.clone();
+            json_patch::patch(&mut got, &patch).expect("patch applies");
+        } else {
+            prop_assert!(resp["response"]["allowed"] == json!(false) || out.kind == injector::admission::OutcomeKind::Skipped);
+        }
+    }
+
+    #[test]
+    fn admission_survives_arbitrary_bytes(body in prop::collection::vec(any::<u8>(), 0..256), path in "[ -~]{0,40}") {
+        let out = injector::admission::handle(engine(), &body, &path);
+        let resp: Value = serde_json::from_slice(&out.response).expect("response json");
+        prop_assert_eq!(&resp["response"]["allowed"], &json!(false));
+    }
+}

@@ -1,0 +1,170 @@
+//! `kube_inject::inject_stream` beyond the golden cases: stream handling, pass-through, skips, errors
+//! that name the document and field, and output that reads back identically.
+
+use injector::config::Settings;
+use injector::engine::Engine;
+use injector::kube_inject::{inject_stream, KubeInjectError};
+use serde_json::{json, Value};
+
+fn engine() -> Engine {
+    Engine::new(Settings::default())
+}
+
+fn docs(text: &str) -> Vec<Value> {
+    injector::yaml::split_documents(text)
+        .into_iter()
+        .map(|d| injector::yaml::parse(d).expect("output parses"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+const DEPLOY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: shop\nspec:\n  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n      - name: web\n        image: nginx\n";
+
+#[test]
+fn unknown_kinds_and_kindless_documents_pass_through_byte_for_byte() {
+    let other = "# a comment\nkind: Service\napiVersion: v1\nmetadata:\n  name: s   # trailing\nspec:\n  ports: [{port: 80}]\n";
+    let kindless = "foo: bar\n";
+    let input = format!("{other}---\n{DEPLOY}---\n{kindless}");
+    let out = inject_stream(&engine(), &input).expect("inject");
+    assert!(
+        out.text.starts_with(&format!("{other}---\n")),
+        "{}",
+        out.text
+    );
+    assert!(
+        out.text.ends_with(&format!("{kindless}---\n")),
+        "{}",
+        out.text
+    );
+    let d = docs(&out.text);
+    assert_eq!(d.len(), 3);
+    let names: Vec<&str> = d[1]["spec"]["template"]["spec"]["initContainers"]
+        .as_array()
+        .expect("init containers")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["istio-init", "istio-proxy"]);
+}
+
+#[test]
+fn lists_are_injected_item_by_item() {
+    let input = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\n  data:\n    a: 'yes'\n- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: p\n  spec:\n    containers:\n    - name: c\n      image: i\n";
+    let out = inject_stream(&engine(), input).expect("inject");
+    let d = docs(&out.text);
+    assert_eq!(d.len(), 1);
+    assert_eq!(
+        d[0]["items"][0],
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"a": "yes"}})
+    );
+    assert!(d[0]["items"][1]["spec"]["initContainers"]
+        .as_array()
+        .is_some_and(|a| a.len() == 2));
+}
+
+#[test]
+fn skipped_workloads_are_unchanged_with_a_warning() {
+    let host = DEPLOY.replace(
+        "      containers:",
+        "      hostNetwork: true\n      containers:",
+    );
+    let off = DEPLOY.replace(
+        "      labels:\n",
+        "      labels:\n        sidecar.istio.io/inject: \"false\"\n",
+    );
+    for (input, why) in [
+        (host, "host networking"),
+        (off, "sidecar injection disabled"),
+    ] {
+        let out = inject_stream(&engine(), &input).expect("inject");
+        let got = &docs(&out.text)[0];
+        let want = injector::yaml::parse(&input).expect("input");
+        assert_eq!(got["spec"]["template"], want["spec"]["template"]);
+        assert_eq!(out.warnings.len(), 1);
+        assert!(
+            out.warnings[0].contains(why) && out.warnings[0].contains("Deployment \"shop/web\""),
+            "{:?}",
+            out.warnings
+        );
+    }
+}
+
+#[test]
+fn cronjob_metadata_goes_on_the_job_template() {
+    let input = "apiVersion: batch/v1\nkind: CronJob\nmetadata:\n  name: cj\nspec:\n  schedule: '*/1 * * * *'\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: OnFailure\n          containers:\n          - name: c\n            image: i\n";
+    let out = inject_stream(&engine(), input).expect("inject");
+    let d = &docs(&out.text)[0];
+    assert!(d
+        .pointer("/spec/jobTemplate/metadata/annotations/sidecar.istio.io~1status")
+        .is_some());
+    assert!(d
+        .pointer("/spec/jobTemplate/spec/template/metadata/annotations")
+        .is_none());
+    assert_eq!(d["spec"]["schedule"], json!("*/1 * * * *"));
+}
+
+#[test]
+fn errors_name_the_document_and_field() {
+    let bad_containers = DEPLOY.replace(
+        "      containers:\n      - name: web\n        image: nginx\n",
+        "      containers: nope\n",
+    );
+    let input = format!("{DEPLOY}---\n{bad_containers}");
+    let err = inject_stream(&engine(), &input).expect_err("must fail");
+    let text = err.to_string();
+    assert!(
+        text.contains("document 1") && text.contains("Deployment") && text.contains("\"web\""),
+        "{text}"
+    );
+    assert!(text.contains("spec.template.spec.containers"), "{text}");
+    let KubeInjectError::Document { index, .. } = err;
+    assert_eq!(index, 1);
+
+    let rc = "apiVersion: v1\nkind: ReplicationController\nmetadata:\n  name: rc\nspec:\n  replicas: 1\n";
+    let text = inject_stream(&engine(), rc)
+        .expect_err("must fail")
+        .to_string();
+    assert!(
+        text.contains("spec.template") && text.contains("is required"),
+        "{text}"
+    );
+
+    let broken = "kind: Pod\nmetadata: {name: [\n";
+    let text = inject_stream(&engine(), broken)
+        .expect_err("must fail")
+        .to_string();
+    assert!(
+        text.contains("document 0") && text.contains("invalid YAML"),
+        "{text}"
+    );
+
+    let ann = DEPLOY.replace(
+        "      labels:\n",
+        "      annotations:\n        sidecar.istio.io/interceptionMode: BOGUS\n      labels:\n",
+    );
+    let text = inject_stream(&engine(), &ann)
+        .expect_err("must fail")
+        .to_string();
+    assert!(
+        text.contains("sidecar.istio.io/interceptionMode") && text.contains("BOGUS"),
+        "{text}"
+    );
+}
+
+#[test]
+fn output_reads_back_identically() {
+    // Values YAML 1.1 would misread must come back as the same strings.
+    let input = DEPLOY.replace(
+        "      labels:\n        app: web\n",
+        "      labels:\n        app: web\n        flag: \"yes\"\n        on: \"on\"\n        num: \"0755\"\n        tilde: \"~\"\n",
+    );
+    let out = inject_stream(&engine(), &input).expect("inject");
+    let first = docs(&out.text);
+    let labels = &first[0]["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["flag"], json!("yes"));
+    assert_eq!(labels["on"], json!("on"));
+    assert_eq!(labels["num"], json!("0755"));
+    assert_eq!(labels["tilde"], json!("~"));
+    let again = injector::yaml::to_string(&first[0]).expect("emit");
+    assert_eq!(injector::yaml::parse(&again).expect("parse"), first[0]);
+}
