@@ -1298,3 +1298,50 @@ fn deploy_local_overlay_with_generated_certs() {
         std::fs::read(copy.join("local/certs/ca.crt")).unwrap()
     );
 }
+
+/// `--max-connections` caps the connections served at once: a further client waits (in the kernel's
+/// backlog, not refused) until a slot frees up, then is served normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_cap() {
+    let f = fixture(Value::Null, Value::Null, &["--max-connections", "2"]);
+    let mut a = f.api.connect(Http::H1).await.unwrap();
+    let mut b = f.api.connect(Http::H2).await.unwrap();
+    assert_eq!(
+        a.send("GET", "/healthz", None, Bytes::new())
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    assert_eq!(
+        b.send("GET", "/healthz", None, Bytes::new())
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    let api = f.api.clone();
+    let third = tokio::spawn(async move {
+        let mut c = api.connect(Http::H1).await?;
+        c.send("GET", "/readyz", None, Bytes::new()).await
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        !third.is_finished(),
+        "a third connection was served beyond the cap"
+    );
+    drop(a);
+    let answer = tokio::time::timeout(Duration::from_secs(5), third)
+        .await
+        .expect("the waiting client is served once a slot frees up")
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        b.send("GET", "/healthz", None, Bytes::new())
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+}
