@@ -1,5 +1,5 @@
 //! The typed context of the `sidecar` template (spec §3): every decision of Istio's Go template, made in
-//! Rust. `templates/sidecar.yaml` and `templates/sidecar-proxy.yaml` only lay the result out.
+//! Rust. `templates/sidecar.json` and `templates/sidecar-proxy.json` only lay the result out.
 
 use std::borrow::Cow;
 
@@ -11,7 +11,7 @@ use super::{image, proxy_config, sprint, truthy, Inputs, RenderError};
 
 /// The default `sidecar` template with its context.
 #[derive(Template)]
-#[template(path = "sidecar.yaml", escape = "none")]
+#[template(path = "sidecar.json", escape = "none")]
 pub(crate) struct Sidecar<'a> {
     // metadata.labels (§3.3)
     tls_mode: &'a str,
@@ -541,7 +541,6 @@ fn proxy<'a>(
     containers: &'a [Value],
     app_containers: &[&'a str],
 ) -> Result<Proxy<'a>, RenderError> {
-    let data = inp.data;
     let requested: Cow<'a, str> = match inp.ann("sidecar.istio.io/proxyImage") {
         Some(a) => Cow::Borrowed(a),
         None => sprint(inp.values_at("global.proxy.image")),
@@ -710,7 +709,6 @@ fn proxy<'a>(
         None
     };
 
-    let _ = data;
     Ok(Proxy {
         image,
         args,

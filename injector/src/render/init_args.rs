@@ -28,9 +28,13 @@ enum Shape {
 impl Shape {
     fn allows(self, c: char) -> bool {
         match self {
-            Shape::Cidrs => c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '/' | ',' | '*'),
+            // Spaces around list entries are accepted by Istio's validation (entries are trimmed) and are
+            // harmless inside one argument.
+            Shape::Cidrs => c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '/' | ',' | '*' | ' '),
             Shape::Ports => c.is_ascii_digit() || matches!(c, ',' | ' ' | '*'),
-            Shape::Interfaces => c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ','),
+            Shape::Interfaces => {
+                c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ',' | ' ')
+            }
             Shape::LogLevel => {
                 c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ',' | ':')
             }
@@ -290,6 +294,9 @@ mod tests {
         assert!(check("80;rm", Shape::Ports, src).is_err());
         assert!(check("eth0,-x", Shape::Interfaces, src).is_err());
         assert!(check("net1,net2", Shape::Interfaces, src).is_ok());
+        assert!(check("net1, net2", Shape::Interfaces, src).is_ok());
+        assert!(check("net1, -net2", Shape::Interfaces, src).is_err());
+        assert!(check("10.0.0.0/8\t", Shape::Cidrs, src).is_err());
         assert!(check("default:info,ads:debug", Shape::LogLevel, src).is_ok());
         assert!(check("info --x", Shape::LogLevel, src).is_err());
         let err = check("1\n2", Shape::Ports, Source::Values("global.proxy.x")).unwrap_err();

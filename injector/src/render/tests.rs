@@ -728,3 +728,355 @@ fn sprint_matches_go() {
     assert_eq!(sprint(None), "<nil>");
     assert_eq!(sprint(Some(&json!(true))), "true");
 }
+
+fn env_value<'a>(c: &'a Value, name: &str) -> Option<&'a Value> {
+    c["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
+        .map(|e| e.get("value").unwrap_or(&Value::Null))
+}
+
+fn names(list: &Value) -> Vec<&str> {
+    list.as_array()
+        .map(|a| a.iter().filter_map(|v| v["name"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn security_contexts_for_cap_net_bind_and_iptables_trace() {
+    let case = Case::default_env();
+    let doc = with_annotations(
+        &hello_doc(),
+        json!({"sidecar.istio.io/capNetBindService": "true"}),
+    );
+    let r = case.render(&doc).unwrap();
+    let sc = &container(&r["spec"]["initContainers"], "istio-proxy").unwrap()["securityContext"];
+    assert_eq!(
+        sc["capabilities"],
+        json!({"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]})
+    );
+    assert_eq!(
+        (&sc["runAsUser"], &sc["runAsGroup"], &sc["runAsNonRoot"]),
+        (&json!(0), &json!(1337), &json!(false))
+    );
+
+    let mut case = Case::default_env();
+    case.mesh["defaultConfig"]["proxyMetadata"] = json!({"IPTABLES_TRACE_LOGGING": "true"});
+    let r = case.render(&hello_doc()).unwrap();
+    let sc = &container(&r["spec"]["initContainers"], "istio-proxy").unwrap()["securityContext"];
+    assert_eq!(sc["privileged"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], true);
+    assert_eq!(sc["capabilities"]["add"], json!(["NET_ADMIN"]));
+    assert_eq!(sc["runAsUser"], 0);
+    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    assert_eq!(
+        init["env"],
+        json!([{"name": "IPTABLES_TRACE_LOGGING", "value": "true"}])
+    );
+}
+
+#[test]
+fn values_switches_for_volumes_and_certificates() {
+    let mut case = Case::default_env();
+    case.values["global"]["caName"] = json!("GkeWorkloadCertificate");
+    case.values["global"]["mountMtlsCerts"] = json!(true);
+    case.values["global"]["trustBundleName"] = json!("my-bundle");
+    case.values["pilot"]["env"]["ENABLE_CLUSTER_TRUST_BUNDLE_API"] = json!(true);
+    case.values["pilot"]["crlConfigMapName"] = json!("my-crl");
+    let mut doc = hello_doc();
+    doc["spec"]["template"]["spec"]["serviceAccountName"] = json!("sa1");
+    let r = case.render(&doc).unwrap();
+    let vols = &r["spec"]["volumes"];
+    assert_eq!(
+        names(vols),
+        [
+            "workload-socket",
+            "credential-socket",
+            "gke-workload-certificate",
+            "istio-envoy",
+            "istio-data",
+            "istio-podinfo",
+            "istio-token",
+            "istiod-ca-cert",
+            "istio-ca-crl",
+            "istio-certs"
+        ]
+    );
+    assert_eq!(
+        vols[7]["projected"]["sources"][0]["clusterTrustBundle"],
+        json!({"name": "istio.io:istiod-ca:my-bundle", "path": "root-cert.pem"})
+    );
+    assert_eq!(vols[8]["configMap"]["name"], "my-crl");
+    assert_eq!(
+        vols[9]["secret"],
+        json!({"optional": true, "secretName": "istio.sa1"})
+    );
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let mounts = &proxy["volumeMounts"];
+    assert_eq!(
+        mounts[2],
+        json!({"name": "gke-workload-certificate", "mountPath": "/var/run/secrets/workload-spiffe-credentials", "readOnly": true})
+    );
+    assert!(mounts
+        .as_array()
+        .unwrap()
+        .contains(&json!({"name": "istio-certs", "mountPath": "/etc/certs/", "readOnly": true})));
+
+    // No istiod CA: neither the CA volumes nor their mounts.
+    let mut case = Case::default_env();
+    case.values["global"]["pilotCertProvider"] = json!("kubernetes");
+    let r = case.render(&hello_doc()).unwrap();
+    assert!(!names(&r["spec"]["volumes"]).contains(&"istiod-ca-cert"));
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    assert!(!names(&proxy["volumeMounts"]).contains(&"istio-ca-crl"));
+    assert_eq!(
+        env_value(proxy, "PILOT_CERT_PROVIDER"),
+        Some(&json!("kubernetes"))
+    );
+}
+
+#[test]
+fn bootstrap_override_lightstep_and_datadog() {
+    let mut case = Case::default_env();
+    case.values["global"]["proxy"]["tracer"] = json!("lightstep");
+    case.mesh["defaultConfig"]["tracing"] =
+        json!({"tlsSettings": {"caCertificates": "/etc/lightstep/cacert.pem"}});
+    let doc = with_annotations(
+        &hello_doc(),
+        json!({"sidecar.istio.io/bootstrapOverride": "my-bootstrap"}),
+    );
+    let r = case.render(&doc).unwrap();
+    let vols = names(&r["spec"]["volumes"]);
+    assert_eq!(vols[3], "custom-bootstrap-volume");
+    assert_eq!(vols.last(), Some(&"lightstep-certs"));
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    assert_eq!(
+        env_value(proxy, "ISTIO_BOOTSTRAP_OVERRIDE"),
+        Some(&json!("/etc/istio/custom-bootstrap/custom_bootstrap.json"))
+    );
+    let mounts = proxy["volumeMounts"].as_array().unwrap();
+    assert_eq!(
+        mounts.last().unwrap(),
+        &json!({"name": "lightstep-certs", "mountPath": "/etc/lightstep", "readOnly": true})
+    );
+    assert!(mounts.contains(
+        &json!({"name": "custom-bootstrap-volume", "mountPath": "/etc/istio/custom-bootstrap"})
+    ));
+
+    let mut case = Case::default_env();
+    case.values["global"]["proxy"]["tracer"] = json!("datadog");
+    let doc = with_annotations(
+        &hello_doc(),
+        json!({"apm.datadoghq.com/env": "{\"DD_SERVICE\":\"svc\",\"DD_ENV\":\"prod\"}"}),
+    );
+    let r = case.render(&doc).unwrap();
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let env = names(&proxy["env"]);
+    let i = env.iter().position(|n| *n == "DD_ENV").unwrap();
+    assert_eq!(env[i + 1], "DD_SERVICE");
+    assert_eq!(env_value(proxy, "DD_SERVICE"), Some(&json!("svc")));
+}
+
+#[test]
+fn env_from_mesh_values_and_process() {
+    let mut case = Case::default_env();
+    case.mesh["inboundTrafficPolicy"]["mode"] = json!("LOCALHOST");
+    case.mesh["extensionProviders"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "otel", "opentelemetry": {"service": "c", "port": 4317, "serviceAttributeEnrichment": "OTEL_SEMANTIC_CONVENTIONS"}}));
+    case.values["revision"] = json!("canary");
+    case.values["global"]["meshID"] = json!("mesh1");
+    case.values["global"]["multiCluster"]["clusterName"] = json!("c1");
+    case.compliance = "fips-140-3".into();
+    let mut doc = hello_doc();
+    doc["metadata"]["namespace"] = json!("ns1");
+    doc["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/version"] = json!("v2");
+    let r = case.render(&doc).unwrap();
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let env = names(&proxy["env"]);
+    assert_eq!(env[0], "REWRITE_PROBE_LEGACY_LOCALHOST_DESTINATION");
+    assert_eq!(
+        env_value(proxy, "CA_ADDR"),
+        Some(&json!("istiod-canary.istio-system.svc:15012"))
+    );
+    assert_eq!(
+        env_value(proxy, "ISTIO_META_CLUSTER_ID"),
+        Some(&json!("c1"))
+    );
+    assert_eq!(
+        env_value(proxy, "ISTIO_META_MESH_ID"),
+        Some(&json!("mesh1"))
+    );
+    assert_eq!(env_value(proxy, "GODEBUG"), Some(&json!("fips140=only")));
+    assert_eq!(
+        env_value(proxy, "ISTIO_META_OWNER"),
+        Some(&json!(
+            "kubernetes://apis/apps/v1/namespaces/ns1/deployments/hello"
+        ))
+    );
+    assert_eq!(
+        env_value(proxy, "OTEL_RESOURCE_ATTRIBUTES"),
+        Some(&json!(
+            "service.namespace=ns1,service.version=v2,service.instance.id=ns1.$(POD_NAME).hello"
+        ))
+    );
+    assert_eq!(
+        r["metadata"]["labels"]["service.istio.io/canonical-revision"],
+        "v2"
+    );
+}
+
+#[test]
+fn values_lifecycle_and_optional_args() {
+    let mut case = Case::default_env();
+    case.values["global"]["proxy"]["lifecycle"] =
+        json!({"preStop": {"exec": {"command": ["sleep", "5"]}}});
+    case.values["global"]["logAsJson"] = json!(true);
+    case.values["global"]["sts"]["servicePort"] = json!(15463);
+    case.values["global"]["proxy"]["outlierLogPath"] = json!("/dev/stdout");
+    case.values["global"]["proxy_init"]["forceApplyIptables"] = json!(true);
+    case.values["global"]["nativeNftables"] = json!(true);
+    case.values["global"]["imagePullPolicy"] = json!("IfNotPresent");
+    case.values["global"]["proxy"]["includeOutboundPorts"] = json!("5000");
+    let r = case.render(&hello_doc()).unwrap();
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    assert_eq!(
+        proxy["lifecycle"]["preStop"]["exec"]["command"],
+        json!(["sleep", "5"])
+    );
+    let args: Vec<&str> = proxy["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.ends_with(&[
+        "--stsPort=15463",
+        "--log_as_json",
+        "--outlierLogPath=/dev/stdout"
+    ]));
+    assert_eq!(proxy["imagePullPolicy"], "IfNotPresent");
+    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let args: Vec<&str> = init["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.ends_with(&[
+        "-q",
+        "5000",
+        "--log_output_level=default:info",
+        "--log_as_json",
+        "--force-apply",
+        "--native-nftables"
+    ]));
+    assert_eq!(init["imagePullPolicy"], "IfNotPresent");
+}
+
+#[test]
+fn labels_revision_and_hbone() {
+    let mut case = Case::default_env();
+    case.mesh["defaultConfig"]["proxyMetadata"] = json!({"ISTIO_META_ENABLE_HBONE": "true"});
+    let mut doc = hello_doc();
+    doc["spec"]["template"]["metadata"]["labels"]["security.istio.io/tlsMode"] = json!("disabled");
+    doc["spec"]["template"]["metadata"]["labels"]["service.istio.io/canonical-name"] =
+        json!("_svc-");
+    let pod = pod_of(&doc);
+    let pc = case.mesh["defaultConfig"].clone();
+    let data = TemplateData {
+        kind: "Deployment",
+        api_version: "apps/v1",
+        deploy_name: "hello",
+        deploy_namespace: "",
+        pod: &pod,
+        proxy_config: &pc,
+        mesh: &case.mesh,
+        values: &case.values,
+        revision: "canary",
+        native_sidecars: true,
+        proxy_uid: 1337,
+        proxy_gid: 1337,
+        compliance_policy: "",
+    };
+    let r = render("sidecar", &data).unwrap();
+    assert_eq!(
+        r["metadata"]["labels"],
+        json!({
+            "security.istio.io/tlsMode": "disabled",
+            "networking.istio.io/tunnel": "http",
+            "service.istio.io/canonical-name": "svc",
+            "service.istio.io/canonical-revision": "latest"
+        })
+    );
+    assert_eq!(r["metadata"]["annotations"]["istio.io/rev"], "canary");
+    assert!(matches!(
+        render("gateway", &data),
+        Err(RenderError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn invalid_interception_mode_names_its_source() {
+    let case = Case::default_env();
+    let doc = with_annotations(
+        &hello_doc(),
+        json!({"sidecar.istio.io/interceptionMode": "redirect"}),
+    );
+    let err = case.render(&doc).unwrap_err().to_string();
+    assert!(
+        err.contains("sidecar.istio.io/interceptionMode") && err.contains("redirect"),
+        "{err}"
+    );
+    let mut case = Case::default_env();
+    case.mesh["defaultConfig"]["interceptionMode"] = json!("BOGUS");
+    let err = case.render(&hello_doc()).unwrap_err().to_string();
+    assert!(
+        err.contains("ProxyConfig interceptionMode") && err.contains("BOGUS"),
+        "{err}"
+    );
+}
+
+#[test]
+fn init_image_name_from_values_and_zero_status_port() {
+    let mut case = Case::default_env();
+    case.values["global"]["proxy_init"]["image"] = json!("proxyInitTest");
+    case.values["global"]["variant"] = json!("distroless");
+    let doc = with_annotations(&hello_doc(), json!({"status.sidecar.istio.io/port": "0"}));
+    let r = case.render(&doc).unwrap();
+    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    assert_eq!(
+        init["image"],
+        "registry.istio.io/testing/proxyInitTest:latest-distroless"
+    );
+    assert_eq!(init["args"][16], "15090,15021");
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    assert_eq!(
+        proxy["image"],
+        "registry.istio.io/testing/proxyv2:latest-distroless"
+    );
+    assert!(proxy.get("startupProbe").is_none() && proxy.get("readinessProbe").is_none());
+
+    // The ProxyConfig image type applies to the proxy only; the annotation to both.
+    let mut case = Case::default_env();
+    case.mesh["defaultConfig"]["image"] = json!({"imageType": "debug"});
+    let r = case.render(&hello_doc()).unwrap();
+    let names_images: Vec<(&str, &str)> = r["spec"]["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["image"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        names_images,
+        [
+            ("istio-init", "registry.istio.io/testing/proxyv2:latest"),
+            (
+                "istio-proxy",
+                "registry.istio.io/testing/proxyv2:latest-debug"
+            )
+        ]
+    );
+}
