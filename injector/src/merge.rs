@@ -6,8 +6,8 @@
 //! merge key (containers, env, ports, volumeMounts, volumes, …) merge item by item and are then ordered
 //! by apimachinery's `normalizeElementOrder` (patch items in patch order interleaved with server-only
 //! items; see [`merge_keyed_list`]); `finalizers` is a set union; every other list is replaced;
-//! `$patch: replace|delete`, `$retainKeys` and `$deleteFromPrimitiveList/…` are honoured.
-//! `$setElementOrder/…` is accepted and ignored (it only reorders, and no template emits it).
+//! `$patch: replace|delete`, `$retainKeys`, `$deleteFromPrimitiveList/…` and `$setElementOrder/…` are
+//! honoured.
 
 pub(crate) mod gotypes;
 
@@ -32,6 +32,10 @@ pub enum MergeError {
     /// A `$retainKeys` directive that is not a list, or a patch key missing from it.
     #[error("{field}: invalid $retainKeys directive")]
     BadRetainKeys { field: String },
+    /// A `$setElementOrder/…` directive that is not a list, or that does not name the patch's items in
+    /// their order.
+    #[error("{field}: invalid $setElementOrder directive")]
+    BadElementOrder { field: String },
     /// The `proxy.istio.io/overrides` annotation is not the JSON Istio writes. (Messages carry no
     /// prefix: the engine adds Istio's `strategic merge:` / `failed to re apply container:`.)
     #[error("{0}")]
@@ -101,12 +105,18 @@ const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
 /// Strategic-merges `patch` (a partial Pod) onto `original` (a Pod), Kubernetes' rules and list order.
 pub fn strategic_merge_pod(original: &Value, patch: &Value) -> Result<Value, MergeError> {
     let mut out = original.clone();
-    strategic_merge_pod_into(&mut out, patch)?;
+    strategic_merge_pod_owned(&mut out, patch.clone())?;
     Ok(out)
 }
 
 /// [`strategic_merge_pod`] in place (no copy of the pod). On error `pod` may be partly merged: discard it.
 pub fn strategic_merge_pod_into(pod: &mut Value, patch: &Value) -> Result<(), MergeError> {
+    strategic_merge_pod_owned(pod, patch.clone())
+}
+
+/// [`strategic_merge_pod_into`] consuming the patch: its parts are moved into the pod, not copied (the
+/// cheapest form for the last merge of a rendered template). On error `pod` may be partly merged.
+pub fn strategic_merge_pod_owned(pod: &mut Value, patch: Value) -> Result<(), MergeError> {
     merge_value(pod, patch, Ty::Pod, &ROOT)
 }
 
@@ -135,7 +145,7 @@ const ROOT: FieldPath<'static> = FieldPath {
 
 fn merge_value(
     orig: &mut Value,
-    patch: &Value,
+    patch: Value,
     ty: Ty,
     field: &FieldPath<'_>,
 ) -> Result<(), MergeError> {
@@ -150,7 +160,7 @@ fn merge_value(
             Ok(())
         }
         other => {
-            *orig = other.clone();
+            *orig = other;
             Ok(())
         }
     }
@@ -158,19 +168,15 @@ fn merge_value(
 
 fn merge_map(
     orig: &mut Map<String, Value>,
-    patch: &Map<String, Value>,
+    mut patch: Map<String, Value>,
     ty: Ty,
     field: &FieldPath<'_>,
 ) -> Result<(), MergeError> {
     if let Some(d) = patch.get(DIRECTIVE) {
         match d.as_str() {
             Some("replace") => {
-                orig.clear();
-                for (k, v) in patch {
-                    if k != DIRECTIVE {
-                        orig.insert(k.clone(), v.clone());
-                    }
-                }
+                patch.shift_remove(DIRECTIVE);
+                *orig = patch;
                 return Ok(());
             }
             Some("delete") => {
@@ -185,7 +191,7 @@ fn merge_map(
             }
         }
     }
-    if let Some(retain) = patch.get(RETAIN_KEYS) {
+    if let Some(retain) = patch.shift_remove(RETAIN_KEYS) {
         let keys = retain.as_array().ok_or_else(|| MergeError::BadRetainKeys {
             field: field.to_string(),
         })?;
@@ -200,10 +206,25 @@ fn merge_map(
         }
         orig.retain(|k, _| listed(k));
     }
-    for (k, pv) in patch {
-        if k == RETAIN_KEYS || k.starts_with(SET_ELEMENT_ORDER) {
-            continue;
+    // `$setElementOrder/<list>`: that list is merged and ordered here (and taken out of the patch).
+    if patch.keys().any(|k| k.starts_with(SET_ELEMENT_ORDER)) {
+        let directives: Vec<String> = patch
+            .keys()
+            .filter(|k| k.starts_with(SET_ELEMENT_ORDER))
+            .cloned()
+            .collect();
+        for d in directives {
+            let order = patch.shift_remove(&d).unwrap_or(Value::Null);
+            let list_key = &d[SET_ELEMENT_ORDER.len()..];
+            let list = patch.shift_remove(list_key);
+            let sub_field = FieldPath {
+                parent: Some(field),
+                key: list_key,
+            };
+            apply_element_order(orig, list, list_key, &order, ty, &sub_field)?;
         }
+    }
+    for (k, pv) in patch {
         if let Some(target) = k.strip_prefix(DELETE_FROM_PRIMITIVE) {
             if let (Some(Value::Array(items)), Some(remove)) = (orig.get_mut(target), pv.as_array())
             {
@@ -213,55 +234,144 @@ fn merge_map(
         }
         if pv.is_null() {
             // `shift_remove` keeps the order of the remaining keys (serde_json's preserve_order map)
-            orig.shift_remove(k);
+            orig.shift_remove(&k);
             continue;
         }
         let sub_field = FieldPath {
             parent: Some(field),
-            key: k,
+            key: &k,
         };
-        match (orig.get_mut(k), pv) {
-            (Some(ov @ Value::Object(_)), Value::Object(_)) => {
-                merge_value(ov, pv, child_ty(ty, k), &sub_field)?;
+        match (orig.get_mut(&k), pv) {
+            (Some(ov @ Value::Object(_)), pv @ Value::Object(_)) => {
+                merge_value(ov, pv, child_ty(ty, &k), &sub_field)?;
             }
             (Some(Value::Array(oa)), Value::Array(pa)) => {
-                merge_list(oa, pa, list_strategy(ty, k), &sub_field)?;
+                merge_list(oa, pa, list_strategy(ty, &k), &sub_field)?;
             }
-            (Some(ov), _) if !ov.is_null() && !pv.is_object() && !pv.is_array() => {
-                *ov = pv.clone();
+            (Some(ov), pv) if !ov.is_null() && !pv.is_object() && !pv.is_array() => {
+                *ov = pv;
             }
-            _ => {
+            (_, pv) => {
                 // Absent in the original (or of another type): the patch value, with its directives applied.
-                let mut fresh = match pv {
-                    Value::Object(_) => Value::Object(Map::new()),
-                    Value::Array(_) => Value::Array(Vec::new()),
-                    _ => Value::Null,
+                let fresh = match pv {
+                    pv @ Value::Object(_) => {
+                        let mut fresh = Value::Object(Map::new());
+                        merge_value(&mut fresh, pv, child_ty(ty, &k), &sub_field)?;
+                        fresh
+                    }
+                    Value::Array(pa) => {
+                        let mut fa = Vec::new();
+                        merge_list(&mut fa, pa, list_strategy(ty, &k), &sub_field)?;
+                        Value::Array(fa)
+                    }
+                    scalar => scalar,
                 };
-                match (&mut fresh, pv) {
-                    (Value::Object(_), _) => {
-                        merge_value(&mut fresh, pv, child_ty(ty, k), &sub_field)?
-                    }
-                    (Value::Array(fa), Value::Array(pa)) => {
-                        merge_list(fa, pa, list_strategy(ty, k), &sub_field)?
-                    }
-                    _ => fresh = pv.clone(),
-                }
-                orig.insert(k.clone(), fresh);
+                orig.insert(k, fresh);
             }
         }
     }
     Ok(())
 }
 
+/// `mergePatchIntoOriginal` for one `$setElementOrder/<list_key>` directive: the list is merged as usual,
+/// then ordered with the directive's order for the items it names (precedence: directive, then the
+/// original order for items only the original has).
+fn apply_element_order(
+    orig: &mut Map<String, Value>,
+    patch_list: Option<Value>,
+    list_key: &str,
+    order: &Value,
+    ty: Ty,
+    field: &FieldPath<'_>,
+) -> Result<(), MergeError> {
+    let bad = || MergeError::BadElementOrder {
+        field: field.to_string(),
+    };
+    let order = order.as_array().ok_or_else(bad)?;
+    let strategy = list_strategy(ty, list_key);
+    let key = match strategy {
+        ListStrategy::Keyed(key, _) => Some(key),
+        _ => None,
+    };
+    // what identifies an item: its merge key, or the whole value
+    let ident = |v: &'_ Value| -> Option<Value> {
+        match key {
+            Some(k) => v.get(k).cloned(),
+            None => Some(v.clone()),
+        }
+    };
+    let order_ids: Vec<Value> = order.iter().filter_map(ident).collect();
+    let order_refs: Vec<&Value> = order_ids.iter().collect();
+    let patch_list = match patch_list {
+        None => None,
+        Some(Value::Array(pl)) => Some(pl),
+        Some(_) => return Err(bad()),
+    };
+    // the patch's items must appear in the directive, in the same relative order
+    if let Some(pl) = &patch_list {
+        let mut last = None;
+        for item in pl.iter().filter(|i| i.get(DIRECTIVE).is_none()) {
+            let pos = ident(item)
+                .and_then(|id| position(&order_refs, &id))
+                .ok_or_else(bad)?;
+            if last.is_some_and(|l| pos < l) {
+                return Err(bad());
+            }
+            last = Some(pos);
+        }
+    }
+    let original_list = match orig.shift_remove(list_key) {
+        Some(Value::Array(ol)) => Some(ol),
+        _ => None,
+    };
+    let server_ids: Vec<Value> = original_list
+        .as_ref()
+        .map(|ol| ol.iter().filter_map(ident).collect())
+        .unwrap_or_default();
+    let server_refs: Vec<&Value> = server_ids.iter().collect();
+    let merged: Vec<Value> = match (original_list, patch_list) {
+        (None, None) => return Ok(()),
+        (Some(ol), None) => ol,
+        (None, Some(pl)) => pl
+            .into_iter()
+            .filter(|i| i.get(DIRECTIVE).is_none())
+            .collect(),
+        (Some(mut ol), Some(pl)) => {
+            merge_list(&mut ol, pl, strategy, field)?;
+            ol
+        }
+    };
+    let mut patch_items = Vec::new();
+    let mut server_only = Vec::new();
+    for item in merged {
+        let id = ident(&item);
+        match id.as_ref().and_then(|id| position(&order_refs, id)) {
+            Some(i) => patch_items.push((i, item)),
+            None => {
+                let si = id
+                    .as_ref()
+                    .and_then(|id| position(&server_refs, id))
+                    .unwrap_or(usize::MAX);
+                server_only.push((si, item));
+            }
+        }
+    }
+    let sorted = interleave(server_only, patch_items, |item| {
+        ident(item).and_then(|id| position(&server_refs, &id))
+    });
+    orig.insert(list_key.to_string(), Value::Array(sorted));
+    Ok(())
+}
+
 fn merge_list(
     orig: &mut Vec<Value>,
-    patch: &[Value],
+    patch: Vec<Value>,
     strategy: ListStrategy,
     field: &FieldPath<'_>,
 ) -> Result<(), MergeError> {
     match strategy {
         ListStrategy::Replace => {
-            *orig = patch.to_vec();
+            *orig = patch;
             Ok(())
         }
         ListStrategy::Scalars => {
@@ -293,7 +403,7 @@ fn position(keys: &[&Value], k: &Value) -> Option<usize> {
 ///    only when both heads are in the original list and its original index is smaller.
 fn merge_keyed_list(
     orig: &mut Vec<Value>,
-    patch: &[Value],
+    patch: Vec<Value>,
     key: &'static str,
     ty: Ty,
     field: &FieldPath<'_>,
@@ -306,18 +416,25 @@ fn merge_keyed_list(
         key,
         item: item.to_string(),
     };
-    let mut plain: Vec<&Map<String, Value>> = Vec::with_capacity(patch.len());
+    let mut plain: Vec<Map<String, Value>> = Vec::with_capacity(patch.len());
     let mut replace = false;
     for item in patch {
-        let m = item.as_object().ok_or_else(|| MergeError::NotAnObject {
-            field: field.to_string(),
-            item: item.to_string(),
-        })?;
+        let m = match item {
+            Value::Object(m) => m,
+            other => {
+                return Err(MergeError::NotAnObject {
+                    field: field.to_string(),
+                    item: other.to_string(),
+                })
+            }
+        };
         match m.get(DIRECTIVE) {
             None => plain.push(m),
             Some(d) => match d.as_str() {
                 Some("delete") => {
-                    let kv = m.get(key).ok_or_else(|| missing_key(item))?;
+                    let kv = m
+                        .get(key)
+                        .ok_or_else(|| missing_key(&Value::Object(m.clone())))?;
                     orig.retain(|o| !o.get(key).is_some_and(|ok| key_eq(ok, kv)));
                 }
                 Some("replace") => replace = true,
@@ -331,30 +448,23 @@ fn merge_keyed_list(
         }
     }
     if replace {
-        *orig = plain
-            .into_iter()
-            .map(|m| Value::Object(m.clone()))
-            .collect();
+        *orig = plain.into_iter().map(Value::Object).collect();
         return Ok(());
     }
-    for m in &plain {
-        if !m.contains_key(key) {
-            return Err(missing_key(&Value::Object((*m).clone())));
-        }
+    if let Some(m) = plain.iter().find(|m| !m.contains_key(key)) {
+        return Err(missing_key(&Value::Object(m.clone())));
     }
-    for o in orig.iter() {
-        if o.get(key).is_none() {
-            return Err(missing_key(o));
-        }
+    if let Some(o) = orig.iter().find(|o| o.get(key).is_none()) {
+        return Err(missing_key(o));
     }
     let server_keys: Vec<Value> = orig.iter().filter_map(|o| o.get(key).cloned()).collect();
     let server_refs: Vec<&Value> = server_keys.iter().collect();
-    let patch_keys: Vec<&Value> = plain.iter().filter_map(|m| m.get(key)).collect();
+    let patch_keys: Vec<Value> = plain.iter().filter_map(|m| m.get(key).cloned()).collect();
+    let patch_refs: Vec<&Value> = patch_keys.iter().collect();
 
     // merge by key; `merged` starts as the original items, new patch items are appended
     let mut merged: Vec<Value> = std::mem::take(orig);
-    for m in &plain {
-        let kv = &m[key];
+    for (m, kv) in plain.into_iter().zip(patch_keys.iter()) {
         match merged
             .iter()
             .position(|o| o.get(key).is_some_and(|ok| key_eq(ok, kv)))
@@ -364,7 +474,7 @@ fn merge_keyed_list(
                     merge_map(om, m, ty, field)?;
                 }
             }
-            None => merged.push(Value::Object((*m).clone())),
+            None => merged.push(Value::Object(m)),
         }
     }
 
@@ -372,11 +482,14 @@ fn merge_keyed_list(
     let mut patch_items: Vec<(usize, Value)> = Vec::new();
     let mut server_only: Vec<(usize, Value)> = Vec::new();
     for item in merged {
-        let kv = item.get(key).cloned().unwrap_or(Value::Null);
-        match position(&patch_keys, &kv) {
+        let pi = item.get(key).and_then(|kv| position(&patch_refs, kv));
+        match pi {
             Some(pi) => patch_items.push((pi, item)),
             None => {
-                let si = position(&server_refs, &kv).unwrap_or(usize::MAX);
+                let si = item
+                    .get(key)
+                    .and_then(|kv| position(&server_refs, kv))
+                    .unwrap_or(usize::MAX);
                 server_only.push((si, item));
             }
         }
@@ -419,7 +532,7 @@ fn interleave(
 }
 
 /// `finalizers`: union without duplicates, ordered like keyed lists (by value).
-fn merge_scalar_list(orig: &mut Vec<Value>, patch: &[Value]) {
+fn merge_scalar_list(orig: &mut Vec<Value>, patch: Vec<Value>) {
     let server: Vec<Value> = orig.clone();
     let server_refs: Vec<&Value> = server.iter().collect();
     let patch_refs: Vec<&Value> = patch.iter().collect();
@@ -544,9 +657,9 @@ pub fn reapply_overwritten_containers(
             continue;
         };
         let overlay = user_overlay(found);
-        let patch = serde_json::json!({"spec": {"containers": [overlay]}});
-        strategic_merge_pod_into(final_pod, &patch)?;
-        recorded_containers.push(patch_item(patch));
+        let patch = serde_json::json!({"spec": {"containers": [overlay.clone()]}});
+        strategic_merge_pod_owned(final_pod, patch)?;
+        recorded_containers.push(overlay);
     }
     for c in containers(template_pod, "initContainers") {
         let name = name_of(c);
@@ -560,9 +673,9 @@ pub fn reapply_overwritten_containers(
             continue;
         };
         let overlay = user_overlay(found);
-        let patch = serde_json::json!({"spec": {"initContainers": [overlay]}});
-        strategic_merge_pod_into(final_pod, &patch)?;
-        recorded_inits.push(patch_item(patch));
+        let patch = serde_json::json!({"spec": {"initContainers": [overlay.clone()]}});
+        strategic_merge_pod_owned(final_pod, patch)?;
+        recorded_inits.push(overlay);
     }
 
     if !already_injected && (!recorded_containers.is_empty() || !recorded_inits.is_empty()) {
@@ -591,17 +704,6 @@ fn user_overlay(c: &Value) -> Value {
     } else {
         gotypes::go_container(c)
     }
-}
-
-/// Takes the single container back out of a `{spec: {<list>: [c]}}` patch (avoids a clone).
-fn patch_item(mut patch: Value) -> Value {
-    patch
-        .get_mut("spec")
-        .and_then(Value::as_object_mut)
-        .and_then(|s| s.values_mut().next())
-        .and_then(Value::as_array_mut)
-        .and_then(|a| a.pop())
-        .unwrap_or(Value::Null)
 }
 
 /// Sets `metadata.annotations[name]`, creating the maps as needed.

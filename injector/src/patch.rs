@@ -18,6 +18,66 @@ pub fn create_patch(original: &Value, result: &Value) -> Value {
     Value::Array(ops)
 }
 
+/// [`create_patch`] serialised straight to JSON bytes (what the AdmissionReview carries, before
+/// base64): the values are written from `result` by reference instead of being copied into a `Value`
+/// first. Same operations, same order.
+pub fn create_patch_json(original: &Value, result: &Value) -> Result<Vec<u8>, serde_json::Error> {
+    let mut sink = JsonSink {
+        out: Vec::with_capacity(4096),
+        error: None,
+    };
+    sink.out.push(b'[');
+    let mut path = String::new();
+    diff(original, result, &mut path, &mut sink);
+    if let Some(e) = sink.error {
+        return Err(e);
+    }
+    sink.out.push(b']');
+    Ok(sink.out)
+}
+
+/// Where the diff puts its operations.
+trait Sink {
+    fn push(&mut self, kind: &'static str, path: &str, value: Option<&Value>);
+}
+
+impl Sink for Vec<Value> {
+    fn push(&mut self, kind: &'static str, path: &str, value: Option<&Value>) {
+        Vec::push(self, op(kind, path, value));
+    }
+}
+
+struct JsonSink {
+    out: Vec<u8>,
+    error: Option<serde_json::Error>,
+}
+
+impl Sink for JsonSink {
+    fn push(&mut self, kind: &'static str, path: &str, value: Option<&Value>) {
+        if self.error.is_some() {
+            return;
+        }
+        if self.out.len() > 1 {
+            self.out.push(b',');
+        }
+        self.out.extend_from_slice(b"{\"op\":\"");
+        self.out.extend_from_slice(kind.as_bytes());
+        self.out.extend_from_slice(b"\",\"path\":");
+        let written = serde_json::to_writer(&mut self.out, path).and_then(|()| {
+            if let Some(v) = value {
+                self.out.extend_from_slice(b",\"value\":");
+                serde_json::to_writer(&mut self.out, v)
+            } else {
+                Ok(())
+            }
+        });
+        match written {
+            Ok(()) => self.out.push(b'}'),
+            Err(e) => self.error = Some(e),
+        }
+    }
+}
+
 /// Appends the RFC 6901 escaped form of `key` to `path` (with its leading `/`).
 fn push_key(path: &mut String, key: &str) {
     path.push('/');
@@ -41,21 +101,21 @@ fn op(kind: &str, path: &str, value: Option<&Value>) -> Value {
 }
 
 /// Diffs `a` → `b` at `path`, pushing operations. `path` is restored before returning.
-fn diff(a: &Value, b: &Value, path: &mut String, ops: &mut Vec<Value>) {
+fn diff(a: &Value, b: &Value, path: &mut String, ops: &mut impl Sink) {
     match (a, b) {
         (Value::Object(ma), Value::Object(mb)) => {
             let base = path.len();
             for k in ma.keys() {
                 if !mb.contains_key(k) {
                     push_key(path, k);
-                    ops.push(op("remove", path, None));
+                    ops.push("remove", path, None);
                     path.truncate(base);
                 }
             }
             for (k, vb) in mb {
                 push_key(path, k);
                 match ma.get(k) {
-                    None => ops.push(op("add", path, Some(vb))),
+                    None => ops.push("add", path, Some(vb)),
                     Some(va) => diff(va, vb, path, ops),
                 }
                 path.truncate(base);
@@ -87,20 +147,20 @@ fn diff(a: &Value, b: &Value, path: &mut String, ops: &mut Vec<Value>) {
             for i in (common..ma.len()).rev() {
                 path.push('/');
                 path.push_str(&(prefix + i).to_string());
-                ops.push(op("remove", path, None));
+                ops.push("remove", path, None);
                 path.truncate(base);
             }
             // Extra items, inserted in order before the common suffix.
             for (i, vb) in mb.iter().enumerate().skip(common) {
                 path.push('/');
                 path.push_str(&(prefix + i).to_string());
-                ops.push(op("add", path, Some(vb)));
+                ops.push("add", path, Some(vb));
                 path.truncate(base);
             }
         }
         _ => {
             if a != b {
-                ops.push(op("replace", path, Some(b)));
+                ops.push("replace", path, Some(b));
             }
         }
     }
@@ -139,6 +199,21 @@ mod tests {
             ])
         );
         assert_eq!(apply(&a, &p), b);
+    }
+
+    #[test]
+    fn json_bytes() {
+        let a = json!({"a": 1});
+        assert_eq!(create_patch_json(&a, &a).unwrap(), b"[]");
+        let b = json!({"a": 1, "x/y": {"s": "\"q\""}, "n": null});
+        assert_eq!(
+            String::from_utf8(create_patch_json(&a, &b).unwrap()).unwrap(),
+            r#"[{"op":"add","path":"/x~1y","value":{"s":"\"q\""}},{"op":"add","path":"/n","value":null}]"#
+        );
+        assert_eq!(
+            String::from_utf8(create_patch_json(&b, &a).unwrap()).unwrap(),
+            r#"[{"op":"remove","path":"/x~1y"},{"op":"remove","path":"/n"}]"#
+        );
     }
 
     #[test]
@@ -255,6 +330,9 @@ mod tests {
         #[test]
         fn patch_applies_arbitrary(a in arb_json(), b in arb_json()) {
             let p = create_patch(&a, &b);
+            // the byte form is the same patch
+            let bytes = create_patch_json(&a, &b).unwrap();
+            prop_assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), p.clone());
             prop_assert_eq!(apply(&a, &p), b);
         }
 

@@ -260,6 +260,29 @@ mod tests {
     }
 
     #[test]
+    fn dump_hello_readiness_and_tcp_probes_goldens() {
+        let pod = json!({"spec": {"containers": [{"name": "hello",
+            "readinessProbe": {"httpGet": {"path": "/ip", "port": 8000}}}]}});
+        assert_eq!(
+            dump_app_probers(&pod, 15020).unwrap(),
+            r#"{"/app-health/hello/readyz":{"httpGet":{"path":"/ip","port":8000}}}"#
+        );
+        let mut pod = json!({"spec": {"containers": [{"name": "hello",
+            "ports": [{"name": "http", "containerPort": 80}],
+            "livenessProbe": {"tcpSocket": {"port": "http"}},
+            "readinessProbe": {"tcpSocket": {"port": 3333}}}]}});
+        assert_eq!(
+            dump_app_probers(&pod, 15020).unwrap(),
+            r#"{"/app-health/hello/livez":{"tcpSocket":{"port":80}},"/app-health/hello/readyz":{"tcpSocket":{"port":3333}}}"#
+        );
+        patch_rewrite_probes(&mut pod, 15020);
+        assert_eq!(
+            pod["spec"]["containers"][0]["livenessProbe"],
+            json!({"httpGet": {"path": "/app-health/hello/livez", "port": 15020}})
+        );
+    }
+
+    #[test]
     fn merge_on_reinjection_old_wins() {
         let old = r#"{"/app-health/hello/livez":{"httpGet":{"port":80}},"/app-health/hello/readyz":{"httpGet":{"port":3333}},"/app-health/world/livez":{"httpGet":{"port":90}}}"#;
         let new = r#"{"/app-health/new/livez":{"httpGet":{"path":"/testLive","port":8008}},"/app-health/hello/livez":{"httpGet":{"port":1}}}"#;

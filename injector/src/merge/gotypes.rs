@@ -320,7 +320,11 @@ pub(crate) fn canonical_quantity(s: &str) -> Option<String> {
         // exponent forms (`1e3`) and unknown suffixes are kept as written
         return None;
     };
-    let nanos = if round_up { nanos + 1 } else { nanos };
+    let nanos = if round_up {
+        nanos.checked_add(1)?
+    } else {
+        nanos
+    };
     let sign = if negative && nanos != 0 { "-" } else { "" };
     const NANO: i128 = 1_000_000_000;
     if binary && nanos % NANO == 0 && nanos / NANO >= 1024 {
@@ -375,6 +379,13 @@ mod tests {
         }
         assert_eq!(canonical_quantity("abc"), None);
         assert_eq!(canonical_quantity("1e3"), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn quantity_parsing_never_panics(s in "[-+]?[0-9.]{0,40}[a-zA-Z]{0,2}") {
+            let _ = canonical_quantity(&s);
+        }
     }
 
     #[test]

@@ -177,6 +177,29 @@ fn list_directives() {
 }
 
 #[test]
+fn set_element_order() {
+    let pod = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}});
+    // the directive orders the items it names; `c`, only in the original, keeps its place after `a`
+    let patch = json!({"spec": {"$setElementOrder/containers": [{"name": "b"}, {"name": "d"}, {"name": "a"}],
+        "containers": [{"name": "d", "image": "new"}]}});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    assert_eq!(names(&out["spec"]["containers"]), ["b", "d", "a", "c"]);
+    assert_eq!(out["spec"]["containers"][1]["image"], "new");
+    // scalar lists by value
+    let pod = json!({"metadata": {"finalizers": ["x", "y"]}});
+    let patch = json!({"metadata": {"$setElementOrder/finalizers": ["y", "x"]}});
+    let out = strategic_merge_pod(&pod, &patch).unwrap();
+    assert_eq!(out["metadata"]["finalizers"], json!(["y", "x"]));
+    // patch items missing from the directive, or out of its order, are rejected
+    let bad = json!({"spec": {"$setElementOrder/containers": [{"name": "a"}],
+        "containers": [{"name": "z"}]}});
+    assert!(matches!(
+        strategic_merge_pod(&pod, &bad),
+        Err(MergeError::BadElementOrder { .. })
+    ));
+}
+
+#[test]
 fn retain_keys_on_volumes() {
     let pod = json!({"spec": {"volumes": [{"name": "v", "emptyDir": {}}]}});
     let patch = json!({"spec": {"volumes": [{"name": "v", "$retainKeys": ["name", "secret"], "secret": {"secretName": "s"}}]}});
@@ -393,4 +416,163 @@ fn saved_overrides_win_and_bad_json_fails() {
     let bad = json!({"metadata": {"annotations": {OVERRIDES_ANNOTATION: "{nope"}}});
     let err = reapply_overwritten_containers(&mut merged, &bad, &template, &json!({})).unwrap_err();
     assert!(matches!(err, MergeError::InvalidOverrides(_)), "{err}");
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn strip_nulls(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .filter(|(_, x)| !x.is_null())
+                    .map(|(k, x)| (k.clone(), strip_nulls(x)))
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.iter().map(strip_nulls).collect()),
+            other => other.clone(),
+        }
+    }
+
+    fn arb_env() -> impl Strategy<Value = Vec<Value>> {
+        prop::collection::btree_map("[A-E]", prop::option::of("[a-c]{0,2}"), 0..5).prop_map(|m| {
+            m.into_iter()
+                .map(|(name, value)| match value {
+                    Some(v) => json!({"name": name, "value": v}),
+                    None => json!({"name": name, "value": null}),
+                })
+                .collect()
+        })
+    }
+
+    fn arb_container() -> impl Strategy<Value = (String, Value)> {
+        (
+            "[a-e]",
+            arb_env(),
+            prop::collection::vec("[a-z]{1,3}", 0..3),
+            prop::collection::btree_set(1u16..5, 0..3),
+            prop::option::of(any::<bool>()),
+        )
+            .prop_map(|(name, env, args, ports, ro)| {
+                let ports: Vec<Value> = ports
+                    .into_iter()
+                    .map(|p| json!({"containerPort": p}))
+                    .collect();
+                let mut c = json!({"name": name, "env": env, "args": args, "ports": ports,
+                    "x-unknown/~": {"k": name}});
+                if let Some(ro) = ro {
+                    c["securityContext"] = json!({"readOnlyRootFilesystem": ro, "runAsUser": null});
+                }
+                (name, c)
+            })
+    }
+
+    fn arb_pod() -> impl Strategy<Value = Value> {
+        (
+            // one container per key, named by it (names are unique, as the API requires), in any order
+            prop::collection::btree_map("[a-e]", arb_container(), 0..4)
+                .prop_map(|cs| {
+                    cs.into_iter()
+                        .map(|(k, (_, mut c))| {
+                            c["name"] = json!(k);
+                            c
+                        })
+                        .collect::<Vec<Value>>()
+                })
+                .prop_shuffle(),
+            prop::collection::btree_map("[a-c]", prop::option::of("[xy]"), 0..3),
+            prop::collection::vec("[a-c]", 0..3),
+            prop::collection::btree_set("[p-t]", 0..4),
+        )
+            .prop_map(|(containers, labels, finalizers, volumes)| {
+                let labels: Map<String, Value> = labels
+                    .into_iter()
+                    .map(|(k, v)| (k, v.map_or(Value::Null, Value::String)))
+                    .collect();
+                let volumes: Vec<Value> = volumes
+                    .into_iter()
+                    .map(|v| json!({"name": v, "emptyDir": null}))
+                    .collect();
+                json!({"metadata": {"labels": labels, "finalizers": finalizers},
+                       "spec": {"containers": containers, "volumes": volumes}})
+            })
+    }
+
+    fn names_of(v: &Value) -> Vec<String> {
+        v.as_array()
+            .map(|a| a.iter().map(|c| name_of(c).to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// `sub` appears in `all` in the same relative order.
+    fn is_subsequence(sub: &[String], all: &[String]) -> bool {
+        let mut it = all.iter();
+        sub.iter().all(|s| it.any(|a| a == s))
+    }
+
+    proptest! {
+        #[test]
+        fn empty_patch_changes_nothing(pod in arb_pod()) {
+            prop_assert_eq!(strategic_merge_pod(&pod, &json!({})).unwrap(), pod);
+        }
+
+        #[test]
+        fn merge_is_idempotent_modulo_nulls(pod in arb_pod(), patch in arb_pod()) {
+            let once = strategic_merge_pod(&pod, &patch).unwrap();
+            let twice = strategic_merge_pod(&once, &patch).unwrap();
+            prop_assert_eq!(strip_nulls(&twice), strip_nulls(&once));
+        }
+
+        #[test]
+        fn keyed_lists_keep_both_orders_and_patch_values_win(pod in arb_pod(), patch in arb_pod()) {
+            let out = strategic_merge_pod(&pod, &patch).unwrap();
+            let got = names_of(&out["spec"]["containers"]);
+            let orig = names_of(&pod["spec"]["containers"]);
+            let pat = names_of(&patch["spec"]["containers"]);
+            // union of names, each once
+            let mut want: Vec<String> = orig.iter().chain(pat.iter()).cloned().collect();
+            want.sort();
+            want.dedup();
+            let mut sorted = got.clone();
+            sorted.sort();
+            prop_assert_eq!(sorted, want);
+            // patch items keep the patch order; items only the original has keep the original order
+            prop_assert!(is_subsequence(&pat, &got));
+            let server_only: Vec<String> = orig.iter().filter(|n| !pat.contains(n)).cloned().collect();
+            prop_assert!(is_subsequence(&server_only, &got));
+            for c in patch["spec"]["containers"].as_array().unwrap() {
+                let merged = out["spec"]["containers"].as_array().unwrap().iter()
+                    .find(|m| name_of(m) == name_of(c)).unwrap();
+                // lists without a merge key are replaced, scalars win
+                prop_assert_eq!(&merged["args"], &c["args"]);
+                for e in c["env"].as_array().unwrap() {
+                    let found = merged["env"].as_array().unwrap().iter()
+                        .find(|m| m["name"] == e["name"]);
+                    if e["value"].is_null() {
+                        // a null in a patch item that merged into an existing item deletes the field
+                        if let Some(f) = found {
+                            let existed = pod["spec"]["containers"].as_array().unwrap().iter()
+                                .any(|o| name_of(o) == name_of(c));
+                            if existed {
+                                prop_assert!(f.get("value").is_none_or(Value::is_null));
+                            }
+                        }
+                    } else {
+                        prop_assert_eq!(&found.unwrap()["value"], &e["value"]);
+                    }
+                }
+            }
+            // finalizers: set union
+            let fin = out["metadata"]["finalizers"].as_array().unwrap();
+            for f in pod["metadata"]["finalizers"].as_array().unwrap().iter()
+                .chain(patch["metadata"]["finalizers"].as_array().unwrap()) {
+                prop_assert_eq!(fin.iter().filter(|x| *x == f).count(), 1);
+            }
+            // labels: null deletes, values win, others stay
+            for (k, v) in patch["metadata"]["labels"].as_object().unwrap() {
+                prop_assert_eq!(out["metadata"]["labels"].get(k).unwrap_or(&Value::Null), v);
+            }
+        }
+    }
 }

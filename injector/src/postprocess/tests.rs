@@ -465,3 +465,94 @@ fn strip_and_reinsert() {
     let mut bad = json!({"metadata": {"annotations": {OVERRIDES_ANNOTATION: "["}}});
     assert!(reinsert_overrides(&mut bad).is_err());
 }
+
+mod hostile {
+    //! Whatever the pod looks like, the pipeline answers with a value or an error, never a panic.
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let key = prop_oneof![
+            Just("metadata".to_string()),
+            Just("annotations".to_string()),
+            Just("labels".to_string()),
+            Just("spec".to_string()),
+            Just("containers".to_string()),
+            Just("initContainers".to_string()),
+            Just("name".to_string()),
+            Just("istio-proxy".to_string()),
+            Just("env".to_string()),
+            Just("ports".to_string()),
+            Just("containerPort".to_string()),
+            Just("readinessProbe".to_string()),
+            Just("httpGet".to_string()),
+            Just("tcpSocket".to_string()),
+            Just("grpc".to_string()),
+            Just("port".to_string()),
+            Just("lifecycle".to_string()),
+            Just("preStop".to_string()),
+            Just("securityContext".to_string()),
+            Just("runAsUser".to_string()),
+            Just("args".to_string()),
+            Just("volumes".to_string()),
+            Just("$patch".to_string()),
+            Just("$retainKeys".to_string()),
+            Just("$setElementOrder/containers".to_string()),
+            Just("$setElementOrder/env".to_string()),
+            Just("$deleteFromPrimitiveList/args".to_string()),
+            Just(STATUS_ANNOTATION.to_string()),
+            Just(OVERRIDES_ANNOTATION.to_string()),
+            Just("prometheus.io/port".to_string()),
+            Just("prometheus.istio.io/scrape-targets".to_string()),
+            "[a-z/~.]{0,4}",
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-3i64..70000).prop_map(Value::from),
+            Just(Value::from(1.5)),
+            prop_oneof![
+                Just("istio-proxy".to_string()),
+                Just("istio-init".to_string()),
+                Just("replace".to_string()),
+                Just("delete".to_string()),
+                Just("15020".to_string()),
+                Just("8080:/m,15090".to_string()),
+                Just(r#"{"containers":[{"name":"istio-proxy"}]}"#.to_string()),
+                Just(r#"{"initContainers":["istio-proxy"],"containers":null}"#.to_string()),
+                "[a-z0-9:,/{}\\[\\]\"]{0,8}",
+            ]
+            .prop_map(Value::String),
+        ];
+        leaf.prop_recursive(6, 64, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((key.clone(), inner), 0..6)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn pipeline_never_panics(pod in arb_json(), template in arb_json(), pc in arb_json()) {
+            let env = Env::new();
+            let _ = crate::merge::strategic_merge_pod(&pod, &template);
+            let mut merged = pod.clone();
+            if crate::merge::strategic_merge_pod_into(&mut merged, &template).is_err() {
+                merged = pod.clone();
+            }
+            let _ = crate::merge::reapply_overwritten_containers(&mut merged, &pod, &template, &pc);
+            let mut view = strip_pod(&pod, &env.mesh);
+            let _ = reinsert_overrides(&mut view);
+            let _ = post_process(&mut merged, &pod, &template, &env.params());
+            let _ = crate::probes::dump_app_probers(&pod, 15020);
+            let patch = crate::patch::create_patch(&pod, &merged);
+            let p: json_patch::Patch = serde_json::from_value(patch).unwrap();
+            let mut applied = pod.clone();
+            json_patch::patch(&mut applied, &p).unwrap();
+            prop_assert_eq!(applied, merged);
+        }
+    }
+}
