@@ -7,6 +7,8 @@
 # CPU, which the figures include. Figures go in closing notes, never in tests.
 #
 # Usage: bench/webhook-load.sh [duration-seconds (default 10)] [connections (default 8)]
+# Env: SERVE_EXTRA="--blocking-pool" (extra server flags), RUST_LOG (server log level, default info),
+#      BENCH_NO_BUILD=1 (use the release binaries as built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${1:-10}
@@ -16,7 +18,8 @@ shared=""
 for d in ../shared ../../shared; do [ -d "$d/istio-testdata/inject" ] && shared="$d/istio-testdata/inject" && break; done
 [ -n "$shared" ] || { echo "shared/istio-testdata not found beside the repository" >&2; exit 1; }
 
-cargo build --release --locked -q -p injector --bin injector -p e2e --bin webhook-load
+# BENCH_NO_BUILD=1 uses the release binaries already built.
+[ -n "${BENCH_NO_BUILD:-}" ] || cargo build --release --locked -q -p injector --bin injector -p e2e --bin webhook-load
 bin=target/release
 
 work=$(mktemp -d)
@@ -34,7 +37,7 @@ cp "$shared/base-injector-config.yaml" "$work/config.yaml"
 RUST_LOG=${RUST_LOG:-info} "$bin/injector" serve --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
   --port-file "$work/ports" --tls-cert "$work/certs/tls.crt" --tls-key "$work/certs/tls.key" \
   --values "$work/values.json" --mesh-config "$work/mesh.yaml" --injector-config "$work/config.yaml" \
-  --native-sidecars true --log-format json 2>"$work/server.log" &
+  --native-sidecars true --log-format json ${SERVE_EXTRA:-} 2>"$work/server.log" &
 server_pid=$!
 for _ in $(seq 100); do [ -s "$work/ports" ] && break; sleep 0.05; done
 addr=$(sed -n 's/^https=//p' "$work/ports")
