@@ -2,6 +2,7 @@
 //! The HTTP layer (`server`) deals with status codes, bodies and content types; everything from the decoded
 //! body on is here, so the webhook and the tests share one entry point.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
@@ -71,6 +72,28 @@ impl Envelope<'_> {
         }
     }
 
+    /// The success response, written directly: the base64 patch is the bulk of it and is not worth
+    /// building as a JSON value first.
+    fn injected(&self, patch: &[u8]) -> ReviewOutcome {
+        let quote = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string());
+        let mut out = String::with_capacity(patch.len() * 4 / 3 + 160);
+        out.push_str("{\"kind\":\"AdmissionReview\",\"apiVersion\":");
+        out.push_str(&quote(self.api_version));
+        out.push_str(",\"response\":{\"uid\":");
+        out.push_str(&quote(&self.uid));
+        out.push_str(",\"allowed\":true,\"patch\":\"");
+        base64::engine::general_purpose::STANDARD.encode_string(patch, &mut out);
+        out.push_str("\",\"patchType\":\"JSONPatch\"}}");
+        ReviewOutcome {
+            response: out.into_bytes(),
+            kind: OutcomeKind::Injected,
+            uid: self.uid.clone(),
+            namespace: self.namespace.clone(),
+            pod: self.pod.clone(),
+            message: String::new(),
+        }
+    }
+
     fn fail(&self, message: String) -> ReviewOutcome {
         self.respond(
             json!({"uid": self.uid, "allowed": false, "status": {"metadata": {}, "message": message}}),
@@ -80,19 +103,40 @@ impl Envelope<'_> {
     }
 }
 
+/// The parts of an AdmissionReview we read; everything else (`userInfo`, `oldObject`, …) is skipped
+/// without being built.
+#[derive(serde::Deserialize)]
+struct Review {
+    #[serde(rename = "apiVersion", default)]
+    api_version: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    request: Option<Request>,
+}
+
+#[derive(serde::Deserialize)]
+struct Request {
+    #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    kind: Option<Value>,
+    #[serde(default)]
+    object: Option<Value>,
+}
+
 /// Handles one AdmissionReview body sent to `path` (`/inject` or `/inject/<params>`). Never panics:
 /// every malformed input becomes an `allowed: false` response with a message.
 pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
     // serde_json's recursion limit (128) bounds the depth of what we accept.
-    let review: Value = match serde_json::from_slice(body) {
+    let review: Review = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => return undecodable(format!("could not decode the AdmissionReview: {e}")),
     };
-    let api_version = review
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let kind = review.get("kind").and_then(Value::as_str).unwrap_or("");
+    let api_version = review.api_version.as_deref().unwrap_or("");
+    let kind = review.kind.as_deref().unwrap_or("");
     let Some(api_version) = API_VERSIONS.iter().copied().find(|v| *v == api_version) else {
         return undecodable(format!(
             "unsupported review {api_version:?}/{kind:?}: want kind AdmissionReview, apiVersion admission.k8s.io/v1 or v1beta1"
@@ -101,18 +145,17 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
     if kind != "AdmissionReview" {
         return undecodable(format!("unsupported kind {kind:?}: want AdmissionReview"));
     }
-    let Some(request) = review.get("request").filter(|r| r.is_object()) else {
+    let Some(request) = review.request else {
         return undecodable("the AdmissionReview has no request".to_string());
     };
-    let str_of = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_string();
     let mut env = Envelope {
         api_version,
-        uid: str_of(request.get("uid")),
-        namespace: str_of(request.get("namespace")),
+        uid: request.uid.unwrap_or_default(),
+        namespace: request.namespace.unwrap_or_default(),
         pod: String::new(),
     };
 
-    let original = match request.get("object") {
+    let original = match &request.object {
         Some(o @ Value::Object(_)) => o,
         Some(other) => {
             return env.fail(format!(
@@ -122,7 +165,11 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         }
         None => return env.fail("request.object is missing".to_string()),
     };
-    let req_kind = request.pointer("/kind/kind").and_then(Value::as_str);
+    let req_kind = request
+        .kind
+        .as_ref()
+        .and_then(|k| k.get("kind"))
+        .and_then(Value::as_str);
     let obj_kind = original.get("kind").and_then(Value::as_str);
     if let Some(k) = obj_kind.or(req_kind).filter(|k| *k != "Pod") {
         return env.fail(format!("only Pods can be injected, got kind {k:?}"));
@@ -138,28 +185,33 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         }
     }
 
-    // The working pod: managedFields dropped, namespace defaulted from the request (spec §2.4).
-    let mut pod = original.clone();
-    if let Some(meta) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
-    }
-    let pod_ns = pod
+    // The working pod: managedFields dropped, namespace defaulted from the request (spec §2.4). Copied only
+    // when something changes.
+    let pod_ns = original
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or("");
-    if pod_ns.is_empty() && !env.namespace.is_empty() {
-        let ns = env.namespace.clone();
-        match pod.get_mut("metadata").and_then(Value::as_object_mut) {
-            Some(meta) => {
-                meta.insert("namespace".to_string(), Value::String(ns));
-            }
-            None => {
-                if let Some(obj) = pod.as_object_mut() {
-                    obj.insert("metadata".to_string(), json!({ "namespace": ns }));
+    let default_ns = pod_ns.is_empty() && !env.namespace.is_empty();
+    let has_managed = original.pointer("/metadata/managedFields").is_some();
+    let pod: Cow<'_, Value> = if default_ns || has_managed {
+        let mut p = original.clone();
+        if let Some(obj) = p.as_object_mut() {
+            let meta = obj.entry("metadata").or_insert_with(|| json!({}));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.remove("managedFields");
+                if default_ns {
+                    meta.insert(
+                        "namespace".to_string(),
+                        Value::String(env.namespace.clone()),
+                    );
                 }
             }
         }
-    } else if !pod_ns.is_empty() {
+        Cow::Owned(p)
+    } else {
+        Cow::Borrowed(original)
+    };
+    if !pod_ns.is_empty() {
         env.namespace = pod_ns.to_string();
     }
     env.pod = pod
@@ -195,17 +247,11 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
     };
     // The patch is against the object the API server holds: put back what we normalised.
     restore_request_fields(original, &mut result);
-    let patch = engine.patch(original, &result);
-    let patch_bytes = match serde_json::to_vec(&patch) {
+    let patch_bytes = match engine.patch_json(original, &result) {
         Ok(b) => b,
         Err(e) => return env.fail(format!("failed to create patch: {e}")),
     };
-    let encoded = base64::engine::general_purpose::STANDARD.encode(patch_bytes);
-    env.respond(
-        json!({"uid": env.uid, "allowed": true, "patch": encoded, "patchType": "JSONPatch"}),
-        OutcomeKind::Injected,
-        String::new(),
-    )
+    env.injected(&patch_bytes)
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -369,6 +415,45 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("Service"));
+    }
+
+    #[test]
+    fn injected_response_keeps_the_version_and_escapes_the_uid() {
+        let e = Engine::new(crate::config::Settings::default());
+        let review = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1beta1",
+            "request": {"uid": "a\"b\\c", "namespace": "ns", "userInfo": {"username": "x"}, "oldObject": null,
+            "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "managedFields": [{"manager": "m"}]},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        let out = handle(
+            &e,
+            &serde_json::to_vec(&review).unwrap(),
+            "/inject/cluster/c1",
+        );
+        assert_eq!(out.kind, OutcomeKind::Injected, "{}", out.message);
+        assert_eq!(out.namespace, "ns");
+        let v: Value = serde_json::from_slice(&out.response).unwrap();
+        assert_eq!(v["apiVersion"], json!("admission.k8s.io/v1beta1"));
+        assert_eq!(v["response"]["uid"], json!("a\"b\\c"));
+        assert_eq!(v["response"]["patchType"], json!("JSONPatch"));
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(v["response"]["patch"].as_str().unwrap())
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        let mut pod = review["request"]["object"].clone();
+        json_patch::patch(&mut pod, &patch).unwrap();
+        // managedFields and the (absent) namespace are left as the API server holds them.
+        assert_eq!(pod["metadata"]["managedFields"], json!([{"manager": "m"}]));
+        assert!(pod["metadata"].get("namespace").is_none());
+        let proxy = pod["spec"]["initContainers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == json!("istio-proxy"))
+            .unwrap();
+        let env = proxy["env"].as_array().unwrap();
+        assert!(env
+            .iter()
+            .any(|e| e["name"] == json!("ISTIO_META_CLUSTER_ID") && e["value"] == json!("c1")));
     }
 
     #[test]

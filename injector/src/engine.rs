@@ -2,6 +2,7 @@
 //! strip a previous injection, render each selected template, strategic-merge it onto the template pod and
 //! the pod, re-apply user-set container fields, post-process, and diff.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
@@ -119,15 +120,17 @@ impl Engine {
         }
     }
 
-    /// The effective ProxyConfig of a pod (spec §2.4 step 5).
+    /// The effective ProxyConfig of a pod (spec §2.4 step 5); borrowed from the engine when the pod has no
+    /// `proxy.istio.io/config` (the common case costs no copy).
     pub fn proxy_config(
         &self,
         annotations: Option<&Map<String, Value>>,
-    ) -> Result<Value, EngineError> {
+    ) -> Result<Cow<'_, Value>, EngineError> {
         match annotations.and_then(|a| a.get(annotations::PROXY_CONFIG)) {
-            None => Ok(self.base_proxy_config.clone()),
+            None => Ok(Cow::Borrowed(&self.base_proxy_config)),
             Some(_) => {
                 crate::proxyconfig::effective(self.settings.mesh.get("defaultConfig"), annotations)
+                    .map(Cow::Owned)
                     .map_err(EngineError::Template)
             }
         }
@@ -182,7 +185,10 @@ impl Engine {
             Mode::KubeInject => {
                 let mut m = s.mesh.clone();
                 if let Some(obj) = m.as_object_mut() {
-                    obj.insert("defaultConfig".to_string(), proxy_config.clone());
+                    obj.insert(
+                        "defaultConfig".to_string(),
+                        proxy_config.clone().into_owned(),
+                    );
                 }
                 kube_mesh = m;
                 &kube_mesh
@@ -269,12 +275,13 @@ impl Engine {
                 }));
             }
             let rendered = render::render(&name, &data)?;
-            template_pod =
-                merge::strategic_merge_pod(&template_pod, &rendered).map_err(EngineError::Merge)?;
+            merge::strategic_merge_pod_into(&mut template_pod, &rendered)
+                .map_err(EngineError::Merge)?;
             if native_move && has_container(&template_pod, "initContainers", "istio-proxy") {
                 move_proxy_to_init(&mut merged);
             }
-            merged = merge::strategic_merge_pod(&merged, &rendered).map_err(EngineError::Merge)?;
+            // In place, moving the rendered parts: no copy of the pod per template.
+            merge::strategic_merge_pod_owned(&mut merged, rendered).map_err(EngineError::Merge)?;
         }
 
         merge::reapply_overwritten_containers(&mut merged, original, &template_pod, &proxy_config)
@@ -299,6 +306,15 @@ impl Engine {
     /// The RFC 6902 patch from the request's pod to the injected pod.
     pub fn patch(&self, original: &Value, injected: &Value) -> Value {
         crate::patch::create_patch(original, injected)
+    }
+
+    /// The same patch, serialised (written straight to bytes, without building the operations as values).
+    pub fn patch_json(
+        &self,
+        original: &Value,
+        injected: &Value,
+    ) -> Result<Vec<u8>, serde_json::Error> {
+        crate::patch::create_patch_json(original, injected)
     }
 }
 

@@ -463,36 +463,33 @@ fn apply_rewrite(pod: &mut Value, params: &PostProcessParams<'_>) {
 
 /// The `sidecar.istio.io/status` text: names the template added, keys in Istio's order, `null` for none.
 pub fn status_annotation(template_pod: &Value, revision: &str) -> String {
-    let names = |list: &[Value]| -> Value {
-        if list.is_empty() {
-            Value::Null
+    /// Istio's `SidecarInjectionStatus`, field order as Go prints it.
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Status<'a> {
+        init_containers: Option<Vec<&'a str>>,
+        containers: Option<Vec<&'a str>>,
+        volumes: Option<Vec<&'a str>>,
+        image_pull_secrets: Option<Vec<&'a str>>,
+        revision: &'a str,
+    }
+    let names = |k: &str| -> Option<Vec<&str>> {
+        let list = containers(template_pod, k);
+        (!list.is_empty()).then(|| list.iter().map(name_of).collect())
+    };
+    let status = Status {
+        init_containers: names("initContainers"),
+        containers: names("containers"),
+        volumes: names("volumes"),
+        image_pull_secrets: names("imagePullSecrets"),
+        revision: if revision.is_empty() {
+            "default"
         } else {
-            Value::Array(
-                list.iter()
-                    .map(|c| Value::String(name_of(c).to_string()))
-                    .collect(),
-            )
-        }
+            revision
+        },
     };
-    let spec_list = |k: &str| containers(template_pod, k);
-    let mut m = Map::new();
-    m.insert(
-        "initContainers".to_string(),
-        names(spec_list("initContainers")),
-    );
-    m.insert("containers".to_string(), names(spec_list("containers")));
-    m.insert("volumes".to_string(), names(spec_list("volumes")));
-    m.insert(
-        "imagePullSecrets".to_string(),
-        names(spec_list("imagePullSecrets")),
-    );
-    let revision = if revision.is_empty() {
-        "default"
-    } else {
-        revision
-    };
-    m.insert("revision".to_string(), Value::String(revision.to_string()));
-    Value::Object(m).to_string()
+    // Serialising string lists cannot fail.
+    serde_json::to_string(&status).unwrap_or_default()
 }
 
 /// `applyMetadata`: network label, status annotation, `injectedAnnotations`.

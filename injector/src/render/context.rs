@@ -29,7 +29,7 @@ pub(crate) struct Sidecar<'a> {
     proxy: Proxy<'a>,
     // shared by both containers
     image_pull_policy: Option<&'a str>,
-    resources: Option<Value>,
+    resources: Option<Cow<'a, Value>>,
     privileged: bool,
     seccomp_profile: Option<&'a Value>,
     // volumes and mounts (§3.6, §3.7)
@@ -391,7 +391,7 @@ pub(crate) fn append_multus_network<'a>(
 }
 
 /// Resources of both containers: the four resource annotations replace the values block entirely.
-fn resources(inp: &Inputs<'_>) -> Option<Value> {
+fn resources<'a>(inp: &Inputs<'a>) -> Option<Cow<'a, Value>> {
     let cpu = inp.ann("sidecar.istio.io/proxyCPU");
     let memory = inp.ann("sidecar.istio.io/proxyMemory");
     let cpu_limit = inp.ann("sidecar.istio.io/proxyCPULimit");
@@ -416,9 +416,29 @@ fn resources(inp: &Inputs<'_>) -> Option<Value> {
         if !limits.is_empty() {
             out.insert("limits".into(), Value::Object(limits));
         }
-        return Some(Value::Object(out));
+        return Some(Cow::Owned(Value::Object(out)));
     }
-    inp.values_at("global.proxy.resources").and_then(omit_nil)
+    let values = inp.values_at("global.proxy.resources")?;
+    // The values block rarely holds nulls: borrow it unless `omitNil` has something to drop.
+    if has_null(values) || !truthy(Some(values)) {
+        omit_nil(values).map(Cow::Owned)
+    } else {
+        Some(Cow::Borrowed(values))
+    }
+}
+
+/// Whether a null (or a map/list that `omitNil` would empty) occurs anywhere inside `v`.
+fn has_null(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.values().any(|v| has_null(v) || is_empty_container(v)),
+        Value::Array(a) => a.iter().any(|v| has_null(v) || is_empty_container(v)),
+        _ => false,
+    }
+}
+
+fn is_empty_container(v: &Value) -> bool {
+    v.as_object().is_some_and(|m| m.is_empty()) || v.as_array().is_some_and(|a| a.is_empty())
 }
 
 /// sprig/Istio `omitNil`: nulls dropped recursively; maps and lists left empty by that disappear too.
@@ -724,39 +744,50 @@ fn proxy<'a>(
 /// `ISTIO_META_POD_PORTS`: every port of every (non-init) container, one per line, in Go's `ContainerPort`
 /// field order with zero values omitted (except `containerPort`).
 fn pod_ports(containers: &[Value]) -> String {
-    let mut out = String::from("[");
+    /// Go's `ContainerPort` JSON: field order and `omitempty` as in k8s.io/api.
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Port<'p> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        name: Option<&'p Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        host_port: Option<&'p Value>,
+        container_port: &'p Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        protocol: Option<&'p Value>,
+        #[serde(rename = "hostIP", skip_serializing_if = "Option::is_none")]
+        host_ip: Option<&'p Value>,
+    }
+    let zero = Value::from(0);
+    let mut out: Vec<u8> = Vec::with_capacity(64);
+    out.push(b'[');
     let mut first = true;
     for port in containers
         .iter()
         .filter_map(|c| c.get("ports").and_then(Value::as_array))
         .flatten()
     {
-        out.push_str("\n    ");
+        out.extend_from_slice(b"\n    ");
         if !first {
-            out.push(',');
+            out.push(b',');
         }
         first = false;
-        let mut m = Map::new();
-        if let Some(n) = port.get("name").filter(|v| v.as_str() != Some("")) {
-            m.insert("name".into(), n.clone());
-        }
-        if let Some(h) = port.get("hostPort").filter(|v| !is_zero(v)) {
-            m.insert("hostPort".into(), h.clone());
-        }
-        m.insert(
-            "containerPort".into(),
-            port.get("containerPort").cloned().unwrap_or(Value::from(0)),
-        );
-        if let Some(p) = port.get("protocol").filter(|v| v.as_str() != Some("")) {
-            m.insert("protocol".into(), p.clone());
-        }
-        if let Some(ip) = port.get("hostIP").filter(|v| v.as_str() != Some("")) {
-            m.insert("hostIP".into(), ip.clone());
-        }
-        out.push_str(&Value::Object(m).to_string());
+        let text = |k: &str| {
+            port.get(k)
+                .filter(|v| !v.is_null() && v.as_str() != Some(""))
+        };
+        let p = Port {
+            name: text("name"),
+            host_port: port.get("hostPort").filter(|v| !is_zero(v)),
+            container_port: port.get("containerPort").unwrap_or(&zero),
+            protocol: text("protocol"),
+            host_ip: text("hostIP"),
+        };
+        // Serialising borrowed JSON values into memory cannot fail.
+        let _ = serde_json::to_writer(&mut out, &p);
     }
-    out.push_str("\n]");
-    out
+    out.extend_from_slice(b"\n]");
+    String::from_utf8(out).unwrap_or_default()
 }
 
 fn is_zero(v: &Value) -> bool {

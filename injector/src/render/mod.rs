@@ -6,8 +6,9 @@
 //! with it, and parses the result into the partial Pod that the engine strategically merges into the pod.
 //!
 //! The template emits JSON rather than block YAML: JSON is YAML too, and with every value interpolated
-//! through `|json` it parses with `serde_json` in a few microseconds, where a YAML parser took over a
-//! millisecond for the same partial Pod (the render is on the hot path of a fail-closed webhook). It also
+//! through `|json` it parses with `serde_json` about fifteen times faster than serde-saphyr parsed the same
+//! partial Pod as block YAML (~0.1 ms vs ~1.5 ms, measured on the loaded development machine; the render is
+//! on the hot path of a fail-closed webhook). It also
 //! removes a class of failures: YAML forbids some characters raw (DEL, C1 controls) that JSON strings may
 //! carry.
 
@@ -144,6 +145,9 @@ pub(crate) struct Inputs<'a> {
     pub proxy_gid: i64,
     /// Status port text: annotation `status.sidecar.istio.io/port`, else `values.global.proxy.statusPort`.
     status_port: Cow<'a, str>,
+    /// `values.global` and `values.global.proxy`, looked up once: most settings live there.
+    values_global: Option<&'a Value>,
+    values_global_proxy: Option<&'a Value>,
 }
 
 const INTERCEPTION_ANNOTATION: &str = "sidecar.istio.io/interceptionMode";
@@ -205,7 +209,11 @@ impl<'a> Inputs<'a> {
             proxy_uid: data.proxy_uid,
             proxy_gid: data.proxy_gid,
             status_port: Cow::Borrowed(""),
+            values_global: None,
+            values_global_proxy: None,
         };
+        inputs.values_global = data.values.get("global");
+        inputs.values_global_proxy = inputs.values_global.and_then(|g| g.get("proxy"));
         inputs.cni = truthy(inputs.values_at("pilot.cni.enabled"));
         inputs.status_port = match ann("status.sidecar.istio.io/port") {
             Some(p) => Cow::Borrowed(p),
@@ -227,8 +235,15 @@ impl<'a> Inputs<'a> {
 
     /// `values` at a dotted path.
     pub fn values_at(&self, path: &str) -> Option<&'a Value> {
-        path.split('.')
-            .try_fold(self.values, |v, k| v.as_object().and_then(|m| m.get(k)))
+        let (start, rest) = if let Some(rest) = path.strip_prefix("global.proxy.") {
+            (self.values_global_proxy, rest)
+        } else if let Some(rest) = path.strip_prefix("global.") {
+            (self.values_global, rest)
+        } else {
+            (Some(self.values), path)
+        };
+        rest.split('.')
+            .try_fold(start?, |v, k| v.as_object().and_then(|m| m.get(k)))
     }
 
     /// A values string ("" when absent or not a string).
@@ -337,6 +352,10 @@ pub(crate) fn sprint(v: Option<&Value>) -> Cow<'_, str> {
 fn go_float(f: f64) -> String {
     if f == 0.0 {
         return "0".to_string();
+    }
+    // Common case (ports, thresholds): an integer below the exponent threshold prints as its digits.
+    if f.fract() == 0.0 && f.abs() < 1e6 {
+        return (f as i64).to_string();
     }
     let e = format!("{f:e}");
     let (mantissa, exp) = e.split_once('e').unwrap_or((e.as_str(), "0"));

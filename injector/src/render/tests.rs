@@ -1080,3 +1080,66 @@ fn init_image_name_from_values_and_zero_status_port() {
         ]
     );
 }
+
+#[test]
+fn values_resources_omit_nil() {
+    let mut case = Case::default_env();
+    case.values["global"]["proxy"]["resources"] = json!({
+        "limits": {"cpu": null, "memory": "500Mi"},
+        "requests": {"cpu": null, "memory": null},
+    });
+    let r = case.render(&hello_doc()).unwrap();
+    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    assert_eq!(init["resources"], json!({"limits": {"memory": "500Mi"}}));
+    case.values["global"]["proxy"]["resources"] = json!({"requests": {"cpu": "0"}});
+    let r = case.render(&hello_doc()).unwrap();
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    assert_eq!(proxy["resources"], json!({"requests": {"cpu": "0"}}));
+    case.values["global"]["proxy"]["resources"] = json!({"requests": {}});
+    let r = case.render(&hello_doc()).unwrap();
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    assert!(proxy.get("resources").is_none());
+}
+
+#[test]
+fn pod_ports_in_go_field_order() {
+    let case = Case::default_env();
+    let mut doc = hello_doc();
+    doc["spec"]["template"]["spec"]["containers"][0]["ports"] = json!([
+        {"protocol": "UDP", "containerPort": 53, "name": "dns", "hostPort": 0, "hostIP": ""},
+        {"containerPort": 90, "hostPort": 9090, "hostIP": "1.2.3.4"}
+    ]);
+    let r = case.render(&doc).unwrap();
+    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    assert_eq!(
+        env_value(proxy, "ISTIO_META_POD_PORTS"),
+        Some(&json!("[\n    {\"name\":\"dns\",\"containerPort\":53,\"protocol\":\"UDP\"}\n    ,{\"hostPort\":9090,\"containerPort\":90,\"hostIP\":\"1.2.3.4\"}\n]"))
+    );
+}
+
+/// The templates' safety rule: every interpolation is `{{ expr|json }}`.
+#[test]
+fn every_interpolation_goes_through_json() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../templates");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut rest = text.as_str();
+        while let Some(start) = rest.find("{{") {
+            let end = rest[start..].find("}}").expect("unclosed interpolation") + start;
+            let expr = rest[start + 2..end].trim();
+            assert!(
+                expr.ends_with("|json") && !expr.contains("|safe"),
+                "{}: `{{{{ {expr} }}}}` is not interpolated through |json",
+                path.display()
+            );
+            checked += 1;
+            rest = &rest[end + 2..];
+        }
+    }
+    assert!(checked > 40, "only {checked} interpolations found");
+}

@@ -104,3 +104,52 @@ fn binary_rejects_invalid_config_naming_file_and_key() {
         "{stderr}"
     );
 }
+
+/// istiod's environment variables reach the binary: `ENABLE_NATIVE_SIDECARS=false` and
+/// `COMPLIANCE_POLICY=fips-140-3`, with the configuration given as an Istio ConfigMap directory.
+#[test]
+fn binary_reads_istiod_environment_and_config_dir() {
+    let dir = TempDir::new("cli-env");
+    let case = cases()
+        .into_iter()
+        .find(|c| c.name == "hello")
+        .expect("case");
+    let args = case_args(&case, &dir.0).expect("args");
+    let cm = dir.0.join("inject");
+    std::fs::create_dir_all(&cm).expect("mkdir");
+    std::fs::copy(args.values.expect("values"), cm.join("values")).expect("copy");
+    std::fs::copy(args.mesh_config.expect("mesh"), cm.join("mesh")).expect("copy");
+    std::fs::copy(args.injector_config.expect("config"), cm.join("config")).expect("copy");
+    for (env, value, golden) in [
+        (
+            "ENABLE_NATIVE_SIDECARS",
+            "false",
+            "hello-old-version.yaml.injected",
+        ),
+        (
+            "COMPLIANCE_POLICY",
+            "fips-140-3",
+            "hello-fips-140-3.yaml.injected",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_injector"))
+            .args(["kube-inject", "-f"])
+            .arg(inject_dir().join("hello.yaml"))
+            .arg("--config-dir")
+            .arg(&cm)
+            .env_remove("ENABLE_NATIVE_SIDECARS")
+            .env_remove("COMPLIANCE_POLICY")
+            .env_remove("REVISION")
+            .env(env, value)
+            .output()
+            .expect("run injector");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let want = std::fs::read_to_string(inject_dir().join(golden)).expect("golden");
+        compare_streams(&String::from_utf8_lossy(&out.stdout), &want)
+            .unwrap_or_else(|e| panic!("{env}={value}: {e}"));
+    }
+}
