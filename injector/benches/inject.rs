@@ -2,8 +2,11 @@
 //! re-encoding the same AdmissionReview without injecting.
 //!
 //! `cargo bench -p injector --bench inject -- --warm-up-time 1 --measurement-time 3`
+//!
+//! The bench re-executes itself with the `serve` command's malloc tuning (`injector::malloc`) unless
+//! `GLIBC_TUNABLES` is set; `GLIBC_TUNABLES=` (empty) measures glibc's defaults.
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 use injector::config::Settings;
 use injector::engine::Engine;
 use serde_json::{json, Value};
@@ -93,5 +96,45 @@ fn bench(c: &mut Criterion) {
     }
 }
 
+/// `INJECT_PROFILE=<n>` runs `n` hello and `n/10` large injections and exits, without criterion: a
+/// deterministic workload for `valgrind --tool=callgrind` or `perf record` (criterion's own analysis would
+/// dominate those profiles). `INJECT_PROFILE_POD=hello|large` runs only that pod, `n` times.
+fn profile(n: usize) {
+    let engine = Engine::new(Settings::default());
+    let only = std::env::var("INJECT_PROFILE_POD").unwrap_or_default();
+    let rounds = |name: &str, default: usize| match only.as_str() {
+        "" => default,
+        o if o == name => n,
+        _ => 0,
+    };
+    for (pod, rounds) in [
+        (hello_pod(), rounds("hello", n)),
+        (large_pod(), rounds("large", n / 10)),
+    ] {
+        let body = review(pod);
+        for _ in 0..rounds {
+            black_box(injector::admission::handle(
+                &engine,
+                black_box(&body),
+                "/inject",
+            ));
+        }
+    }
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    // Measure the webhook as `injector serve` runs it: with its glibc malloc tuning (see
+    // `injector::malloc`). `GLIBC_TUNABLES= cargo bench ...` measures glibc's defaults instead.
+    injector::malloc::reexec_with_tuned_malloc();
+    if let Some(n) = std::env::var("INJECT_PROFILE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        profile(n);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

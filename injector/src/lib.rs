@@ -15,6 +15,7 @@ pub mod config;
 pub mod decision;
 pub mod engine;
 pub mod kube_inject;
+pub mod malloc;
 pub mod merge;
 pub mod metrics;
 pub mod patch;

@@ -7,7 +7,7 @@ use askama::Template;
 use serde_json::{Map, Value};
 
 use super::init_args::{self, exclude_inbound, optional_setting, setting};
-use super::{image, proxy_config, sprint, truthy, Inputs, RenderError};
+use super::{image, sprint, truthy, Inputs, RenderError};
 
 /// The default `sidecar` template with its context.
 #[derive(Template)]
@@ -836,8 +836,10 @@ fn proxy_env<'a>(
     out.push(field_env("SERVICE_ACCOUNT", "spec.serviceAccountName"));
     out.push(field_env("HOST_IP", "status.hostIP"));
     out.push(resource_env("ISTIO_CPU_LIMIT", "limits.cpu"));
-    let mut proxy_config = proxy_config::proto_to_json(inp.proxy_config)?;
-    proxy_config.push('\n');
+    let proxy_config: Cow<'a, str> = match data.proxy_config_env {
+        Some(text) => Cow::Borrowed(text),
+        None => Cow::Owned(super::proxy_config_env(inp.proxy_config)?),
+    };
     out.push(env("PROXY_CONFIG", proxy_config));
     out.push(env("ISTIO_META_POD_PORTS", pod_ports(containers)));
     out.push(env("ISTIO_META_APP_CONTAINERS", app_containers.join(",")));

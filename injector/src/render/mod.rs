@@ -51,6 +51,19 @@ pub struct TemplateData<'a> {
     pub proxy_gid: i64,
     /// `COMPLIANCE_POLICY` of the injector process.
     pub compliance_policy: &'a str,
+    /// The `PROXY_CONFIG` env text of `proxy_config` (see [`proxy_config_env`]) when the caller has it
+    /// precomputed (the engine does, once per configuration, for pods without `proxy.istio.io/config`);
+    /// `None`: computed here.
+    pub proxy_config_env: Option<&'a str>,
+}
+
+/// The `PROXY_CONFIG` env value of the proxy container for a ProxyConfig: its compact JSON with defaults
+/// cleared, and a trailing newline as Istio prints it. Depends on the ProxyConfig only, so the engine
+/// computes it once per configuration instead of once per pod.
+pub fn proxy_config_env(proxy_config: &Value) -> Result<String, RenderError> {
+    let mut text = proxy_config::proto_to_json(proxy_config)?;
+    text.push('\n');
+    Ok(text)
 }
 
 /// Why rendering failed.

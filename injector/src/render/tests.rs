@@ -146,6 +146,7 @@ impl Case {
             proxy_uid: 1337,
             proxy_gid: 1337,
             compliance_policy: &self.compliance,
+            proxy_config_env: None,
         };
         render("sidecar", &data)
     }
@@ -1000,6 +1001,7 @@ fn labels_revision_and_hbone() {
         proxy_uid: 1337,
         proxy_gid: 1337,
         compliance_policy: "",
+        proxy_config_env: None,
     };
     let r = render("sidecar", &data).unwrap();
     assert_eq!(
