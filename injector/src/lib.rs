@@ -26,4 +26,5 @@ pub mod reload;
 pub mod render;
 pub mod server;
 pub mod tls;
+pub mod webhook_config;
 pub mod yaml;

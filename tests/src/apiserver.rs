@@ -1,1 +1,552 @@
-//! A client that behaves like the kube-apiserver calling a webhook (owned by the webhook engineer).
+//! A client that talks to the webhook the way the kube-apiserver does, and the plumbing around the real
+//! `injector serve` process: certificates from `injector certs`, the server started on an ephemeral port,
+//! TLS verified against the `caBundle` of the generated MutatingWebhookConfiguration with the service's DNS
+//! name, label selectors evaluated as the API server evaluates them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// A directory under the system temp dir, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "e2e-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("creating a temp dir");
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The output of `injector certs`.
+#[derive(Debug, Clone)]
+pub struct CertFiles {
+    pub dir: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub mwc: MutatingWebhookConfiguration,
+}
+
+/// Runs `injector certs --out-dir dir <extra>` and parses the MutatingWebhookConfiguration it wrote.
+pub fn injector_certs(dir: &Path, extra: &[&str]) -> anyhow::Result<CertFiles> {
+    let out = Command::new(crate::bin("injector"))
+        .arg("certs")
+        .arg("--out-dir")
+        .arg(dir)
+        .args(extra)
+        .output()
+        .context("running injector certs")?;
+    if !out.status.success() {
+        bail!(
+            "injector certs failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let yaml = std::fs::read_to_string(dir.join("mutatingwebhookconfiguration.yaml"))?;
+    let mwc: MutatingWebhookConfiguration =
+        serde_saphyr::from_str(&yaml).map_err(|e| anyhow!("parsing the MWC: {e}"))?;
+    Ok(CertFiles {
+        dir: dir.to_path_buf(),
+        cert: dir.join("tls.crt"),
+        key: dir.join("tls.key"),
+        mwc,
+    })
+}
+
+/// A running `injector serve`; SIGKILLed on drop unless [`Injector::terminate`] was called.
+#[derive(Debug)]
+pub struct Injector {
+    child: Option<Child>,
+    pub https: SocketAddr,
+    pub metrics: SocketAddr,
+    pub stderr: PathBuf,
+    _dir: TempDir,
+}
+
+impl Injector {
+    /// Starts `injector serve --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 <args>` with `env`, and
+    /// waits until it reports its ports.
+    pub fn start(args: &[String], env: &BTreeMap<String, String>) -> anyhow::Result<Injector> {
+        let dir = TempDir::new("serve");
+        let port_file = dir.path().join("ports");
+        let stderr = dir.path().join("stderr");
+        let mut child = Command::new(crate::bin("injector"))
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .arg("--port-file")
+            .arg(&port_file)
+            .args(args)
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr)?)
+            .spawn()
+            .context("starting injector serve")?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&port_file) {
+                let get = |k: &str| -> anyhow::Result<SocketAddr> {
+                    text.lines()
+                        .find_map(|l| l.strip_prefix(&format!("{k}=")))
+                        .ok_or_else(|| anyhow!("{k} missing in port file"))?
+                        .parse()
+                        .context("port file address")
+                };
+                return Ok(Injector {
+                    https: get("https")?,
+                    metrics: get("metrics")?,
+                    child: Some(child),
+                    stderr,
+                    _dir: dir,
+                });
+            }
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "injector serve exited with {status} before listening: {}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                );
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("injector serve did not report its ports within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM (without waiting).
+    pub fn signal_term(&self) {
+        if let Some(c) = &self.child {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+
+    /// Waits for the process to exit (at most `timeout`).
+    pub fn wait(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
+        let child = self
+            .child
+            .as_mut()
+            .ok_or_else(|| anyhow!("already waited"))?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = child.try_wait()? {
+                self.child = None;
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                bail!("injector serve did not exit within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM and wait for the exit.
+    pub fn terminate(&mut self) -> anyhow::Result<ExitStatus> {
+        self.signal_term();
+        self.wait(Duration::from_secs(30))
+    }
+
+    /// The Prometheus exposition from the metrics port (plain HTTP/1.1).
+    pub async fn metrics_text(&self) -> anyhow::Result<String> {
+        let tcp = TcpStream::connect(self.metrics).await?;
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+        tokio::spawn(conn);
+        let req = Request::get("/metrics")
+            .header("host", "metrics")
+            .body(Full::new(Bytes::new()))?;
+        let resp = send.send_request(req).await?;
+        let body = resp.into_body().collect().await?.to_bytes();
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// The value of a metric sample (`name{labels}` as exposed, or a bare name), 0 when absent.
+    pub async fn metric(&self, sample: &str) -> anyhow::Result<f64> {
+        let text = self.metrics_text().await?;
+        Ok(text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                (k == sample).then(|| v.parse::<f64>().ok()).flatten()
+            })
+            .unwrap_or(0.0))
+    }
+}
+
+impl Drop for Injector {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Which HTTP version the client speaks (offered by ALPN, as the API server does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Http {
+    H1,
+    H2,
+}
+
+/// The API server's view of the webhook: address, trusted CA, expected name, path.
+#[derive(Clone)]
+pub struct ApiServer {
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    server_name: ServerName<'static>,
+    pub path: String,
+}
+
+/// One HTTP connection to the webhook.
+pub enum Conn {
+    H1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+/// An HTTP answer.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub content_type: Option<String>,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn json(&self) -> anyhow::Result<serde_json::Value> {
+        serde_json::from_slice(&self.body).with_context(|| {
+            format!(
+                "answer is not JSON: {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+}
+
+impl ApiServer {
+    /// Trusts exactly the `caBundle` of the (first) webhook in `mwc` and expects the certificate to name
+    /// `<service>.<namespace>.svc`, as the API server does for a service reference.
+    pub fn new(mwc: &MutatingWebhookConfiguration, addr: SocketAddr) -> anyhow::Result<ApiServer> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let wh = mwc
+            .webhooks
+            .as_ref()
+            .and_then(|w| w.first())
+            .ok_or_else(|| anyhow!("MWC without webhooks"))?;
+        let cc = &wh.client_config;
+        let bundle = cc
+            .ca_bundle
+            .as_ref()
+            .ok_or_else(|| anyhow!("no caBundle"))?;
+        let svc = cc
+            .service
+            .as_ref()
+            .ok_or_else(|| anyhow!("no service reference"))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in rustls_pemfile::certs(&mut bundle.0.as_slice()) {
+            roots.add(c?)?;
+        }
+        if roots.is_empty() {
+            bail!("caBundle holds no certificate");
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let name = format!("{}.{}.svc", svc.name, svc.namespace);
+        Ok(ApiServer {
+            addr,
+            tls: Arc::new(cfg),
+            server_name: ServerName::try_from(name)?,
+            path: svc.path.clone().unwrap_or_else(|| "/".to_string()),
+        })
+    }
+
+    /// The same verifier with a TLS config changed by `f` (e.g. protocol versions, ALPN).
+    pub fn with_tls(&self, f: impl FnOnce(&mut rustls::ClientConfig)) -> ApiServer {
+        let mut cfg = (*self.tls).clone();
+        f(&mut cfg);
+        ApiServer {
+            tls: Arc::new(cfg),
+            ..self.clone()
+        }
+    }
+
+    /// TLS handshake only: the server's certificate chain (leaf first).
+    pub async fn peer_certificates(&self) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+        let tls = self.tls_stream(&[b"http/1.1"]).await?;
+        let certs = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .ok_or_else(|| anyhow!("no peer certificates"))?;
+        Ok(certs.iter().map(|c| c.clone().into_owned()).collect())
+    }
+
+    async fn tls_stream(
+        &self,
+        alpn: &[&[u8]],
+    ) -> anyhow::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        let mut cfg = (*self.tls).clone();
+        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let tcp = TcpStream::connect(self.addr).await?;
+        tcp.set_nodelay(true)?;
+        Ok(TlsConnector::from(Arc::new(cfg))
+            .connect(self.server_name.clone(), tcp)
+            .await?)
+    }
+
+    /// A verified connection speaking `http`.
+    pub async fn connect(&self, http: Http) -> anyhow::Result<Conn> {
+        match http {
+            Http::H1 => {
+                let tls = self.tls_stream(&[b"http/1.1"]).await?;
+                let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+                tokio::spawn(conn);
+                Ok(Conn::H1(send))
+            }
+            Http::H2 => {
+                let tls = self.tls_stream(&[b"h2"]).await?;
+                if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+                    bail!("server did not negotiate h2");
+                }
+                let (send, conn) =
+                    hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+                        .await?;
+                tokio::spawn(conn);
+                Ok(Conn::H2(send))
+            }
+        }
+    }
+
+    /// One request on a new connection.
+    pub async fn post(
+        &self,
+        path: &str,
+        content_type: Option<&str>,
+        body: impl Into<Bytes>,
+    ) -> anyhow::Result<Answer> {
+        let mut conn = self.connect(Http::H1).await?;
+        conn.send("POST", path, content_type, body.into()).await
+    }
+
+    /// POSTs a review as JSON to the webhook's path and returns the decoded answer (must be HTTP 200).
+    pub async fn review(
+        &self,
+        conn: &mut Conn,
+        review: &serde_json::Value,
+    ) -> anyhow::Result<serde_json::Value> {
+        let body = serde_json::to_vec(review)?;
+        let path = self.path.clone();
+        let a = conn
+            .send("POST", &path, Some("application/json"), body.into())
+            .await?;
+        if a.status != StatusCode::OK {
+            bail!(
+                "HTTP {} for a review: {}",
+                a.status,
+                String::from_utf8_lossy(&a.body)
+            );
+        }
+        a.json()
+    }
+}
+
+impl Conn {
+    pub async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> anyhow::Result<Answer> {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Conn::H1(_) = self {
+            req = req.header("host", "webhook");
+        } else {
+            req = req.uri(format!("https://webhook{path}"));
+        }
+        if let Some(ct) = content_type {
+            req = req.header("content-type", ct);
+        }
+        let req = req.body(Full::new(body))?;
+        let resp = match self {
+            Conn::H1(s) => {
+                s.ready().await?;
+                s.send_request(req).await?
+            }
+            Conn::H2(s) => {
+                s.ready().await?;
+                s.send_request(req).await?
+            }
+        };
+        let status = resp.status();
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = resp.into_body().collect().await?.to_bytes();
+        Ok(Answer {
+            status,
+            content_type,
+            body,
+        })
+    }
+}
+
+/// Decodes and applies the JSON patch of an admission response to `object` (with the independent
+/// `json-patch` crate). No patch: the object unchanged.
+pub fn apply_patch(
+    response: &serde_json::Value,
+    object: &serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
+    use base64::Engine as _;
+    let mut out = object.clone();
+    let Some(patch) = response.get("patch").and_then(|p| p.as_str()) else {
+        return Ok(out);
+    };
+    if response.get("patchType").and_then(|p| p.as_str()) != Some("JSONPatch") {
+        bail!("patch without patchType JSONPatch: {response}");
+    }
+    let bytes = base64::engine::general_purpose::STANDARD.decode(patch)?;
+    let patch: json_patch::Patch =
+        serde_json::from_slice(&bytes).context("patch is not RFC 6902")?;
+    json_patch::patch(&mut out, &patch).context("applying the patch")?;
+    Ok(out)
+}
+
+/// Whether `selector` matches `labels`, with the API server's semantics (`NotIn` and `DoesNotExist`
+/// match an absent label; all requirements and matchLabels must hold; an empty selector matches all).
+pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    if let Some(ml) = &selector.match_labels {
+        if ml.iter().any(|(k, v)| labels.get(k) != Some(v)) {
+            return false;
+        }
+    }
+    selector.match_expressions.iter().flatten().all(|r| {
+        let have = labels.get(&r.key);
+        let values = r.values.clone().unwrap_or_default();
+        match r.operator.as_str() {
+            "In" => have.is_some_and(|v| values.contains(v)),
+            "NotIn" => have.is_none_or(|v| !values.contains(v)),
+            "Exists" => have.is_some(),
+            "DoesNotExist" => have.is_none(),
+            _ => false,
+        }
+    })
+}
+
+/// Whether the API server would call the (first) webhook of `mwc` for a CREATE of a pod with
+/// `pod_labels` in a namespace with `ns_labels` (the API server adds `kubernetes.io/metadata.name`).
+pub fn webhook_called(
+    mwc: &MutatingWebhookConfiguration,
+    ns_name: &str,
+    ns_labels: &BTreeMap<String, String>,
+    pod_labels: &BTreeMap<String, String>,
+) -> bool {
+    let Some(wh) = mwc.webhooks.as_ref().and_then(|w| w.first()) else {
+        return false;
+    };
+    let mut ns = ns_labels.clone();
+    ns.insert("kubernetes.io/metadata.name".into(), ns_name.into());
+    let everything = LabelSelector::default();
+    let rule_ok = wh.rules.iter().flatten().any(|r| {
+        r.operations
+            .iter()
+            .flatten()
+            .any(|o| o == "CREATE" || o == "*")
+            && r.resources
+                .iter()
+                .flatten()
+                .any(|x| x == "pods" || x == "*")
+    });
+    rule_ok
+        && selector_matches(wh.namespace_selector.as_ref().unwrap_or(&everything), &ns)
+        && selector_matches(
+            wh.object_selector.as_ref().unwrap_or(&everything),
+            pod_labels,
+        )
+}
+
+/// The `kubectl` binary; on a fresh Debian machine without one, Debian's `kubernetes-client` is installed
+/// (the tests run as root, see scripts/test.sh).
+pub fn kubectl() -> PathBuf {
+    for p in ["/usr/bin/kubectl", "/usr/local/bin/kubectl"] {
+        if Path::new(p).exists() {
+            return PathBuf::from(p);
+        }
+    }
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null")
+        .status()
+        .expect("running apt-get");
+    assert!(
+        status.success(),
+        "installing kubernetes-client for kubectl failed"
+    );
+    PathBuf::from("/usr/bin/kubectl")
+}
+
+/// `kubectl kustomize <dir>` split into documents.
+pub fn kustomize(dir: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let out = Command::new(kubectl())
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .context("running kubectl kustomize")?;
+    if !out.status.success() {
+        bail!(
+            "kubectl kustomize {} failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = String::from_utf8(out.stdout)?;
+    text.split("\n---")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_saphyr::from_str(d).map_err(|e| anyhow!("rendered YAML: {e}")))
+        .collect()
+}

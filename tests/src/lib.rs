@@ -20,4 +20,6 @@ pub fn bin(name: &str) -> PathBuf {
 }
 
 pub mod apiserver;
+pub mod cases;
 pub mod netns;
+pub mod semantic;

@@ -1,1 +1,1347 @@
-//! webhook end-to-end tests (real TLS, apiserver-like client).
+//! `injector serve` end to end: the real binary on loopback with certificates from `injector certs`, driven
+//! by a client that behaves like the kube-apiserver (verifies the serving certificate against the
+//! generated MutatingWebhookConfiguration's caBundle, sends AdmissionReviews v1 and v1beta1 over HTTP/1.1
+//! and HTTP/2, applies the patch with the `json-patch` crate).
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use e2e::apiserver::{
+    apply_patch, injector_certs, webhook_called, ApiServer, CertFiles, Http, Injector, TempDir,
+};
+use e2e::cases::{self, Case};
+use e2e::semantic;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const LOCAL_SANS: &[&str] = &["--san", "localhost", "--san", "127.0.0.1"];
+
+fn serve_args(certs: &CertFiles, cfg: &(PathBuf, PathBuf, PathBuf), extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "--tls-cert".into(),
+        certs.cert.display().to_string(),
+        "--tls-key".into(),
+        certs.key.display().to_string(),
+        "--values".into(),
+        cfg.0.display().to_string(),
+        "--mesh-config".into(),
+        cfg.1.display().to_string(),
+        "--injector-config".into(),
+        cfg.2.display().to_string(),
+    ];
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+/// A server on the base test configuration (plus overrides) with its API-server client.
+struct Fixture {
+    server: Injector,
+    api: ApiServer,
+    certs: CertFiles,
+    cfg: (PathBuf, PathBuf, PathBuf),
+    dir: TempDir,
+}
+
+fn fixture(values: Value, config: Value, extra: &[&str]) -> Fixture {
+    let dir = TempDir::new("webhook");
+    let certs = injector_certs(&dir.path().join("certs"), LOCAL_SANS).expect("injector certs");
+    let cfg = cases::write_config_with(&dir.path().join("cfg"), &values, &Value::Null, &config)
+        .expect("config files");
+    let mut args = serve_args(&certs, &cfg, &["--native-sidecars", "true"]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let server = Injector::start(&args, &BTreeMap::new()).expect("injector serve starts");
+    let api = ApiServer::new(&certs.mwc, server.https).expect("api server client");
+    Fixture {
+        server,
+        api,
+        certs,
+        cfg,
+        dir,
+    }
+}
+
+fn corpus_pod(file: &str) -> Value {
+    let text = std::fs::read_to_string(cases::corpus_dir().join(file)).expect("corpus file");
+    let docs = cases::injectable_documents(&text).expect("corpus YAML");
+    cases::as_typed_pod(cases::to_pod(&docs[0]).expect("pod"))
+}
+
+fn hello_pod() -> Value {
+    corpus_pod("hello.yaml")
+}
+
+fn uid(n: usize) -> String {
+    format!("0000{n:04}-e2e0-4000-8000-{:012x}", std::process::id())
+}
+
+async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+/// Every public case whose modes include `webhook`: the patched request object equals the golden pod.
+/// v1 reviews over HTTP/1.1 and v1beta1 reviews over HTTP/2, one server per distinct configuration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_cases_through_the_webhook() {
+    let all = cases::load_cases().expect("cases.json");
+    let webhook_cases: Vec<Case> = all
+        .into_iter()
+        .filter(|c| c.modes.iter().any(|m| m == "webhook"))
+        .collect();
+    assert!(webhook_cases.len() >= 60, "corpus has the webhook cases");
+    let mut groups: BTreeMap<String, Vec<Case>> = BTreeMap::new();
+    for c in webhook_cases {
+        groups.entry(c.config_key()).or_default().push(c);
+    }
+    let dir = TempDir::new("golden");
+    let certs = injector_certs(&dir.path().join("certs"), LOCAL_SANS).expect("injector certs");
+    let mut failures = Vec::new();
+    let mut checked = 0usize;
+    let mut n = 0usize;
+    for (gi, group) in groups.values().enumerate() {
+        let first = &group[0];
+        let cfg = cases::write_config(first, &dir.path().join(format!("cfg{gi}"))).expect("config");
+        let args = serve_args(
+            &certs,
+            &cfg,
+            &["--native-sidecars", first.native_sidecars.as_str()],
+        );
+        let server = Injector::start(&args, &first.env).expect("injector serve starts");
+        let api = ApiServer::new(&certs.mwc, server.https).expect("client");
+        let mut h1 = api.connect(Http::H1).await.expect("h1 connection");
+        let mut h2 = api.connect(Http::H2).await.expect("h2 connection");
+        for case in group {
+            let corpus = cases::corpus_dir();
+            let input = std::fs::read_to_string(corpus.join(&case.input)).expect("input");
+            let Some(golden_file) = &case.golden else {
+                continue;
+            };
+            let golden = std::fs::read_to_string(corpus.join(golden_file)).expect("golden");
+            let ins = cases::injectable_documents(&input).expect("input YAML");
+            let outs = cases::injectable_documents(&golden).expect("golden YAML");
+            if ins.len() != outs.len() {
+                failures.push(format!(
+                    "{}: {} input documents, {} golden",
+                    case.name,
+                    ins.len(),
+                    outs.len()
+                ));
+                continue;
+            }
+            for (i, (doc_in, doc_out)) in ins.iter().zip(&outs).enumerate() {
+                let pod = cases::as_typed_pod(cases::to_pod(doc_in).expect("input pod"));
+                let mut want = cases::to_pod(doc_out).expect("golden pod");
+                cases::strip_status(&mut want);
+                let ns = doc_in
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                for (version, conn) in [("v1", &mut h1), ("v1beta1", &mut h2)] {
+                    n += 1;
+                    let id = uid(n);
+                    let review = cases::review(version, &id, ns, &pod);
+                    let label = format!("{} doc {i} ({version})", case.name);
+                    let answer = match api.review(conn, &review).await {
+                        Ok(a) => a,
+                        Err(e) => {
+                            failures.push(format!("{label}: {e:#}"));
+                            continue;
+                        }
+                    };
+                    if answer["apiVersion"] != json!(format!("admission.k8s.io/{version}"))
+                        || answer["kind"] != json!("AdmissionReview")
+                    {
+                        failures.push(format!(
+                            "{label}: envelope {} {}",
+                            answer["apiVersion"], answer["kind"]
+                        ));
+                    }
+                    let resp = &answer["response"];
+                    if resp["uid"] != json!(id) {
+                        failures.push(format!("{label}: uid {} want {id}", resp["uid"]));
+                    }
+                    if resp["allowed"] != json!(true) {
+                        failures.push(format!("{label}: not allowed: {resp}"));
+                        continue;
+                    }
+                    let mut got = match apply_patch(resp, &pod) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            failures.push(format!("{label}: {e:#}"));
+                            continue;
+                        }
+                    };
+                    cases::strip_status(&mut got);
+                    if !semantic::equal(&got, &want) {
+                        failures.push(format!(
+                            "{label}: differs from {golden_file}:\n{}",
+                            semantic::diff(&got, &want, 8)
+                        ));
+                    } else {
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        drop(server);
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} reviews failed ({} groups):\n{}",
+        failures.len(),
+        n,
+        groups.len(),
+        failures.join("\n")
+    );
+    assert!(checked >= 130, "checked {checked} reviews");
+}
+
+/// Reads a whole HTTP/1.1 answer from a raw stream until the server closes it (bounded by `timeout`).
+async fn read_to_close<S: tokio::io::AsyncRead + Unpin>(s: &mut S, timeout: Duration) -> String {
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(timeout, s.read_to_end(&mut buf)).await;
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+async fn raw_tls(
+    api: &ApiServer,
+    certs: &CertFiles,
+    addr: std::net::SocketAddr,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let _ = api;
+    let mut roots = rustls::RootCertStore::empty();
+    let bundle = certs.mwc.webhooks.as_ref().unwrap()[0]
+        .client_config
+        .ca_bundle
+        .clone()
+        .unwrap();
+    for c in rustls_pemfile::certs(&mut bundle.0.as_slice()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(
+            rustls::pki_types::ServerName::try_from("sidecar-injector.sidecar-injector.svc")
+                .unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap()
+}
+
+async fn assert_still_injects(f: &Fixture, tag: &str) {
+    let pod = hello_pod();
+    let mut conn = f.api.connect(Http::H1).await.expect("connect");
+    let answer = f
+        .api
+        .review(&mut conn, &cases::review("v1", tag, "default", &pod))
+        .await
+        .unwrap_or_else(|e| panic!("after {tag}: {e:#}"));
+    assert_eq!(answer["response"]["uid"], json!(tag), "after {tag}");
+    assert_eq!(
+        answer["response"]["allowed"],
+        json!(true),
+        "after {tag}: {answer}"
+    );
+    assert_eq!(
+        answer["response"]["patchType"],
+        json!("JSONPatch"),
+        "after {tag}"
+    );
+    let patched = apply_patch(&answer["response"], &pod).expect("patch applies");
+    let names: Vec<&str> = patched
+        .pointer("/spec/initContainers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .chain(
+            patched
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten(),
+        )
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"istio-proxy"),
+        "after {tag}: no istio-proxy in {names:?}"
+    );
+}
+
+/// Bad input is answered as documented (spec §2.2) and the server keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_answered_and_the_server_keeps_serving() {
+    let f = fixture(
+        Value::Null,
+        Value::Null,
+        &["--header-timeout-secs", "5", "--body-timeout-secs", "5"],
+    );
+    let api = &f.api;
+    assert_still_injects(&f, "start").await;
+    let review =
+        serde_json::to_vec(&cases::review("v1", "bad-1", "default", &hello_pod())).unwrap();
+
+    // Empty body: 400.
+    let a = api
+        .post("/inject", Some("application/json"), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(a.status, 400);
+    assert!(String::from_utf8_lossy(&a.body).contains("no body found"));
+    assert_still_injects(&f, "empty").await;
+
+    // Wrong Content-Type (also with parameters, which Istio refuses too): 415.
+    for ct in [
+        Some("text/plain"),
+        Some("application/json; charset=utf-8"),
+        None,
+    ] {
+        let a = api.post("/inject", ct, review.clone()).await.unwrap();
+        assert_eq!(a.status, 415, "content type {ct:?}");
+        assert!(String::from_utf8_lossy(&a.body).contains("invalid Content-Type"));
+    }
+    assert_still_injects(&f, "content-type").await;
+
+    // 10 MiB: 400, entity too large.
+    let big = vec![b' '; 10 * 1024 * 1024];
+    let a = api
+        .post("/inject", Some("application/json"), big)
+        .await
+        .unwrap();
+    assert_eq!(a.status, 400);
+    assert!(
+        String::from_utf8_lossy(&a.body).contains("Request entity too large: limit is 6291456"),
+        "{:?}",
+        a.body
+    );
+    let mut h2 = api.connect(Http::H2).await.unwrap();
+    let a = h2
+        .send(
+            "POST",
+            "/inject",
+            Some("application/json"),
+            Bytes::from(vec![b' '; 10 << 20]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(a.status, 400, "10 MiB over HTTP/2");
+    assert_still_injects(&f, "10MiB").await;
+
+    // Undecodable bodies: HTTP 200, allowed false, a message, no uid.
+    let nested = "[".repeat(200_000);
+    let truncated = &review[..review.len() / 2];
+    for (what, body) in [
+        ("garbage", b"\x00\xffnot json at all".to_vec()),
+        ("truncated", truncated.to_vec()),
+        ("nested", nested.into_bytes()),
+        ("json but not a review", b"{\"hello\": [1, 2, 3]}".to_vec()),
+        (
+            "wrong kind",
+            br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x"}}"#.to_vec(),
+        ),
+    ] {
+        let a = api
+            .post("/inject", Some("application/json"), body)
+            .await
+            .unwrap();
+        assert_eq!(a.status, 200, "{what}");
+        let v = a.json().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(v["response"]["allowed"], json!(false), "{what}: {v}");
+        assert!(
+            v["response"]["status"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{what}: no message: {v}"
+        );
+        assert_still_injects(&f, what).await;
+    }
+
+    // A review without an object, and one with a non-Pod object: answered for that uid, not injected.
+    let mut no_object = cases::review("v1", "no-object", "default", &Value::Null);
+    no_object["request"]
+        .as_object_mut()
+        .unwrap()
+        .remove("object");
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "svc", "namespace": "default"},
+        "spec": {"ports": [{"port": 80}], "selector": {"app": "x"}}});
+    let not_a_pod = cases::review("v1", "not-a-pod", "default", &service);
+    let nested_object = cases::review(
+        "v1",
+        "nested-object",
+        "default",
+        &serde_json::from_str::<Value>(&format!("{{\"a\": {}{}}}", "[".repeat(60), "]".repeat(60)))
+            .unwrap(),
+    );
+    for r in [&no_object, &not_a_pod, &nested_object] {
+        let id = r["request"]["uid"].as_str().unwrap().to_string();
+        let a = api
+            .post(
+                "/inject",
+                Some("application/json"),
+                serde_json::to_vec(r).unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(a.status, 200, "{id}");
+        let v = a.json().unwrap();
+        assert_eq!(v["response"]["uid"], json!(id), "{id}: {v}");
+        assert_eq!(v["apiVersion"], json!("admission.k8s.io/v1"), "{id}: {v}");
+        if v["response"]["allowed"] == json!(true) {
+            // Allowed is acceptable only without a patch or with one that applies.
+            apply_patch(&v["response"], &r["request"]["object"])
+                .unwrap_or_else(|e| panic!("{id}: {e}"));
+        }
+        assert_still_injects(&f, &id).await;
+    }
+
+    // Health, readiness, unknown paths.
+    let mut c = api.connect(Http::H1).await.unwrap();
+    assert_eq!(
+        c.send("GET", "/healthz", None, Bytes::new())
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    assert_eq!(
+        c.send("GET", "/readyz", None, Bytes::new())
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    assert_eq!(
+        c.send("POST", "/other", None, Bytes::new())
+            .await
+            .unwrap()
+            .status,
+        404
+    );
+
+    // Slow clients: half a header block, and headers plus half a body, then silence. Others are served at
+    // once while they stall, and the server closes the stalled connections after its timeouts.
+    let mut half_headers = raw_tls(api, &f.certs, f.server.https).await;
+    half_headers
+        .write_all(b"POST /inject HTTP/1.1\r\nHost: x\r\nContent-Ty")
+        .await
+        .unwrap();
+    half_headers.flush().await.unwrap();
+    let mut half_body = raw_tls(api, &f.certs, f.server.https).await;
+    let head = format!(
+        "POST /inject HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        review.len()
+    );
+    half_body.write_all(head.as_bytes()).await.unwrap();
+    half_body
+        .write_all(&review[..review.len() / 2])
+        .await
+        .unwrap();
+    half_body.flush().await.unwrap();
+    let mut silent = tokio::net::TcpStream::connect(f.server.https)
+        .await
+        .unwrap();
+    let t = Instant::now();
+    for i in 0..5 {
+        assert_still_injects(&f, &format!("stalled-{i}")).await;
+    }
+    assert!(
+        t.elapsed() < Duration::from_millis(2500),
+        "others were served slowly while clients stalled: {:?}",
+        t.elapsed()
+    );
+    let t = Instant::now();
+    let a = read_to_close(&mut half_body, Duration::from_secs(15)).await;
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "half-body client not cut off"
+    );
+    assert!(
+        a.is_empty() || a.starts_with("HTTP/1.1 400"),
+        "half-body answer: {a}"
+    );
+    let _ = read_to_close(&mut half_headers, Duration::from_secs(15)).await;
+    assert!(
+        t.elapsed() < Duration::from_secs(12),
+        "half-header client not cut off"
+    );
+    let mut b = [0u8; 1];
+    let r = tokio::time::timeout(Duration::from_secs(15), silent.read(&mut b)).await;
+    assert!(
+        matches!(r, Ok(Ok(0)) | Ok(Err(_))),
+        "silent TCP client not cut off: {r:?}"
+    );
+    assert_still_injects(&f, "after-stall").await;
+
+    // The failures were counted by type.
+    let m = f.server.metrics_text().await.unwrap();
+    for t in ["empty_body", "content_type", "body_read", "decode"] {
+        assert!(
+            m.contains(&format!("sidecar_injection_failure_total{{type=\"{t}\"}}")),
+            "no failure counter for {t}:\n{m}"
+        );
+    }
+    assert!(
+        f.server
+            .metric("sidecar_injection_requests_total")
+            .await
+            .unwrap()
+            >= 20.0
+    );
+    assert!(
+        f.server
+            .metric("sidecar_injection_success_total")
+            .await
+            .unwrap()
+            >= 10.0
+    );
+    assert!(
+        f.server
+            .metric("injector_cert_expiry_seconds")
+            .await
+            .unwrap()
+            > 300.0 * 86400.0
+    );
+    let _ = (&f.cfg, &f.dir);
+}
+
+/// TLS 1.2 works, HTTP/2 is negotiated by ALPN, and the served certificate is the one `injector certs` wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_versions_and_alpn() {
+    let f = fixture(Value::Null, Value::Null, &[]);
+    let tls12 = f.api.with_tls(|c| {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let roots = c.clone();
+        *c = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS12])
+            .unwrap()
+            .with_root_certificates(root_store(&f.certs))
+            .with_no_client_auth();
+        c.alpn_protocols = roots.alpn_protocols;
+    });
+    let mut c = tls12.connect(Http::H1).await.expect("TLS 1.2 handshake");
+    assert_eq!(
+        c.send("GET", "/healthz", None, Bytes::new())
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    let mut c2 = f.api.connect(Http::H2).await.expect("h2");
+    assert_eq!(
+        c2.send("GET", "/readyz", None, Bytes::new())
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    let leaf = f.api.peer_certificates().await.unwrap();
+    assert_eq!(leaf[0].as_ref(), pem_der(&f.certs.cert).as_slice());
+}
+
+fn root_store(certs: &CertFiles) -> rustls::RootCertStore {
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(certs.dir.join("ca.crt")).unwrap();
+    for c in rustls_pemfile::certs(&mut pem.as_slice()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    roots
+}
+
+fn pem_der(path: &Path) -> Vec<u8> {
+    let pem = std::fs::read(path).unwrap();
+    let der = rustls_pemfile::certs(&mut pem.as_slice())
+        .next()
+        .unwrap()
+        .unwrap()
+        .as_ref()
+        .to_vec();
+    der
+}
+
+/// Replacing the certificate files makes new handshakes present the new certificate (no restart, open
+/// connections keep working); a broken pair is refused, counted, and the previous one stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_hot_reload() {
+    let f = fixture(Value::Null, Value::Null, &["--reload-interval-ms", "100"]);
+    let old = pem_der(&f.certs.cert);
+    assert_eq!(
+        f.api.peer_certificates().await.unwrap()[0].as_ref(),
+        old.as_slice()
+    );
+    let mut open = f.api.connect(Http::H2).await.unwrap();
+
+    // Rotate: same CA (reused from the directory), new serving pair.
+    let again = injector_certs(&f.certs.dir, LOCAL_SANS).expect("rotate");
+    let new = pem_der(&again.cert);
+    assert_ne!(new, old);
+    let api = f.api.clone();
+    wait_until("new certificate served", Duration::from_secs(10), || {
+        let api = api.clone();
+        let new = new.clone();
+        async move {
+            api.peer_certificates()
+                .await
+                .map(|c| c[0].as_ref() == new.as_slice())
+                .unwrap_or(false)
+        }
+    })
+    .await;
+    assert_eq!(
+        open.send("GET", "/healthz", None, Bytes::new())
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    assert!(
+        f.server
+            .metric("injector_cert_reloads_total{result=\"success\"}")
+            .await
+            .unwrap()
+            >= 2.0
+    );
+
+    // Broken: a key that is not the certificate's, then garbage. The old pair stays.
+    let ca_key = std::fs::read(f.certs.dir.join("ca.key")).unwrap();
+    std::fs::write(&f.certs.key, &ca_key).unwrap();
+    wait_until(
+        "mismatched key counted",
+        Duration::from_secs(10),
+        || async {
+            f.server
+                .metric("injector_cert_reloads_total{result=\"failure\"}")
+                .await
+                .unwrap_or(0.0)
+                >= 1.0
+        },
+    )
+    .await;
+    std::fs::write(&f.certs.cert, b"-----BEGIN CERTIFICATE-----\ngarbage\n").unwrap();
+    wait_until("garbage counted", Duration::from_secs(10), || async {
+        f.server
+            .metric("injector_cert_reloads_total{result=\"failure\"}")
+            .await
+            .unwrap_or(0.0)
+            >= 2.0
+    })
+    .await;
+    assert_eq!(
+        f.api.peer_certificates().await.unwrap()[0].as_ref(),
+        new.as_slice()
+    );
+    assert_still_injects(&f, "after-broken-cert").await;
+    assert!(f.server.log().contains("certificate reload failed"));
+}
+
+fn images(pod: &Value) -> Vec<String> {
+    ["/spec/initContainers", "/spec/containers"]
+        .iter()
+        .filter_map(|p| pod.pointer(p).and_then(Value::as_array))
+        .flatten()
+        .filter_map(|c| c["image"].as_str().map(str::to_string))
+        .collect()
+}
+
+async fn injected_images(api: &ApiServer, tag: &str) -> Vec<String> {
+    let pod = hello_pod();
+    let mut conn = api.connect(Http::H1).await.unwrap();
+    let a = api
+        .review(&mut conn, &cases::review("v1", tag, "default", &pod))
+        .await
+        .unwrap();
+    images(&apply_patch(&a["response"], &pod).unwrap())
+}
+
+/// A valid new configuration takes effect without a restart; an invalid one is refused, counted, and the
+/// last good one stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_hot_reload() {
+    let f = fixture(Value::Null, Value::Null, &["--reload-interval-ms", "100"]);
+    let before = injected_images(&f.api, "before").await;
+    assert!(before.iter().any(|i| i.ends_with(":latest")), "{before:?}");
+
+    // A new tag in the values.
+    cases::write_config_with(
+        &f.dir.path().join("cfg"),
+        &json!({"global": {"tag": "reloaded"}}),
+        &Value::Null,
+        &Value::Null,
+    )
+    .unwrap();
+    let api = f.api.clone();
+    wait_until("new values in effect", Duration::from_secs(10), || {
+        let api = api.clone();
+        async move {
+            injected_images(&api, "during")
+                .await
+                .iter()
+                .any(|i| i.ends_with(":reloaded"))
+        }
+    })
+    .await;
+    assert!(
+        f.server
+            .metric("injector_config_reloads_total{result=\"success\"}")
+            .await
+            .unwrap()
+            >= 2.0
+    );
+    assert!(
+        f.server
+            .metric("injector_config_last_reload_success_timestamp_seconds")
+            .await
+            .unwrap()
+            > 1.0e9
+    );
+
+    // Broken values: refused and counted; injection goes on with the last good configuration.
+    std::fs::write(&f.cfg.0, b"{\"global\": {\"tag\": ").unwrap();
+    wait_until(
+        "invalid config counted",
+        Duration::from_secs(10),
+        || async {
+            f.server
+                .metric("injector_config_reloads_total{result=\"failure\"}")
+                .await
+                .unwrap_or(0.0)
+                >= 1.0
+        },
+    )
+    .await;
+    let after = injected_images(&f.api, "after").await;
+    assert!(after.iter().any(|i| i.ends_with(":reloaded")), "{after:?}");
+    assert!(f.server.log().contains("configuration reload failed"));
+}
+
+/// SIGTERM under load: requests in flight complete with valid answers, no answered request is broken, the
+/// process exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_requests_in_flight() {
+    let mut f = fixture(Value::Null, Value::Null, &["--shutdown-timeout-secs", "10"]);
+    let review =
+        serde_json::to_vec(&cases::review("v1", "inflight", "default", &hello_pod())).unwrap();
+
+    // Requests whose body is half sent when the signal arrives.
+    let mut slow = Vec::new();
+    for _ in 0..4 {
+        let mut s = raw_tls(&f.api, &f.certs, f.server.https).await;
+        let head = format!(
+            "POST /inject HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            review.len()
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(&review[..review.len() / 2]).await.unwrap();
+        s.flush().await.unwrap();
+        slow.push(s);
+    }
+    // Load: keep-alive clients on both protocols.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for i in 0..4 {
+        let api = f.api.clone();
+        let stop = stop.clone();
+        let body = Bytes::from(review.clone());
+        load.push(tokio::spawn(async move {
+            let mut conn = api
+                .connect(if i % 2 == 0 { Http::H1 } else { Http::H2 })
+                .await
+                .unwrap();
+            let (mut ok, mut refused) = (0u32, 0u32);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                match conn
+                    .send("POST", "/inject", Some("application/json"), body.clone())
+                    .await
+                {
+                    Ok(a) => {
+                        assert_eq!(a.status, 200, "answered request failed: {:?}", a.body);
+                        let v = a.json().unwrap();
+                        assert_eq!(v["response"]["allowed"], json!(true));
+                        ok += 1;
+                    }
+                    // The connection was closed between requests (keep-alive shutdown): nothing was lost.
+                    Err(_) => {
+                        refused += 1;
+                        break;
+                    }
+                }
+            }
+            (ok, refused)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    f.server.signal_term();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for s in &mut slow {
+        s.write_all(&review[review.len() / 2..]).await.unwrap();
+        s.flush().await.unwrap();
+    }
+    for s in &mut slow {
+        let a = read_to_close(s, Duration::from_secs(10)).await;
+        assert!(a.starts_with("HTTP/1.1 200"), "in-flight request got: {a}");
+        let body = &a[a.find("\r\n\r\n").unwrap() + 4..];
+        let v: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["response"]["uid"], json!("inflight"));
+        assert_eq!(v["response"]["allowed"], json!(true));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut total = 0;
+    for l in load {
+        let (ok, _) = l.await.expect("load client");
+        total += ok;
+    }
+    assert!(total >= 4, "load clients made {total} requests");
+    let status = f.server.wait(Duration::from_secs(15)).expect("exits");
+    assert!(status.success(), "exit status {status}");
+    // New connections are refused after the exit.
+    assert!(tokio::net::TcpStream::connect(f.server.https)
+        .await
+        .is_err());
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The classic 8-row table (spec §1.4): the namespace-selector column through the selectors `injector
+/// certs` generates, evaluated as the API server does, and the pod column through the engine over HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_row_table_and_decisions_through_http() {
+    let enabled = fixture(Value::Null, Value::Null, &[]);
+    let disabled = fixture(Value::Null, json!({"policy": "disabled"}), &[]);
+    let mwc = &enabled.certs.mwc;
+    let yes_ns = labels(&[("istio-injection", "enabled")]);
+    let no_ns = labels(&[]);
+    // (row, namespace matches, policy enabled, pod override (None = default), via label?, injected?)
+    type Row = (u32, bool, bool, Option<&'static str>, bool, bool);
+    let rows: Vec<Row> = vec![
+        (1, true, true, None, true, true),
+        (1, true, true, Some("true"), true, true),
+        (2, true, true, Some("false"), true, false),
+        (2, true, true, Some("false"), false, false),
+        (3, true, false, Some("true"), true, true),
+        (3, true, false, Some("true"), false, true),
+        (4, true, false, None, true, false),
+        (4, true, false, Some("false"), false, false),
+        (5, false, true, None, true, false),
+        (6, false, true, Some("false"), true, false),
+        (7, false, false, Some("true"), false, false),
+        (7, false, false, Some("true"), true, false),
+        (8, false, false, None, true, false),
+    ];
+    let mut n = 0;
+    for (row, ns_match, policy_enabled, over, via_label, want) in rows {
+        let mut pod = hello_pod();
+        let mut pod_labels = BTreeMap::new();
+        if let Some(v) = over {
+            let key = if via_label { "labels" } else { "annotations" };
+            let meta = pod["metadata"].as_object_mut().unwrap();
+            let m = meta.entry(key).or_insert_with(|| json!({}));
+            m["sidecar.istio.io/inject"] = json!(v);
+            if via_label {
+                pod_labels.insert("sidecar.istio.io/inject".to_string(), v.to_string());
+            }
+        }
+        for (k, v) in pod["metadata"]["labels"].as_object().into_iter().flatten() {
+            pod_labels.insert(k.clone(), v.as_str().unwrap_or_default().to_string());
+        }
+        let ns_labels = if ns_match { &yes_ns } else { &no_ns };
+        let called = webhook_called(mwc, "apps", ns_labels, &pod_labels);
+        // The objectSelector keeps pods *labelled* inject=false away; an annotation is the engine's business.
+        let label_opt_out = via_label && over == Some("false");
+        assert_eq!(
+            called,
+            ns_match && !label_opt_out,
+            "row {row}: selector verdict"
+        );
+        let injected = if called {
+            n += 1;
+            let f = if policy_enabled { &enabled } else { &disabled };
+            let mut conn = f.api.connect(Http::H1).await.unwrap();
+            let a = f
+                .api
+                .review(
+                    &mut conn,
+                    &cases::review("v1", &format!("row-{n}"), "apps", &pod),
+                )
+                .await
+                .unwrap();
+            assert_eq!(a["response"]["allowed"], json!(true), "row {row}: {a}");
+            a["response"].get("patch").is_some()
+        } else {
+            false
+        };
+        assert_eq!(
+            injected, want,
+            "row {row} (override {over:?}, label {via_label})"
+        );
+    }
+
+    // The injector's own namespace and kube-system are never sent; a hostNetwork pod is skipped.
+    let pod_labels = labels(&[("app", "hello")]);
+    assert!(!webhook_called(mwc, "kube-system", &yes_ns, &pod_labels));
+    assert!(!webhook_called(
+        mwc,
+        "sidecar-injector",
+        &yes_ns,
+        &pod_labels
+    ));
+    assert!(!webhook_called(
+        mwc,
+        "apps",
+        &labels(&[("istio-injection", "disabled")]),
+        &pod_labels
+    ));
+    let host = corpus_pod("hello-host-network.yaml");
+    let mut conn = enabled.api.connect(Http::H2).await.unwrap();
+    let a = enabled
+        .api
+        .review(&mut conn, &cases::review("v1beta1", "host", "apps", &host))
+        .await
+        .unwrap();
+    assert_eq!(a["response"]["allowed"], json!(true));
+    assert!(
+        a["response"].get("patch").is_none(),
+        "hostNetwork pod patched: {a}"
+    );
+    assert!(
+        enabled
+            .server
+            .metric("sidecar_injection_skip_total")
+            .await
+            .unwrap()
+            >= 1.0
+    );
+
+    // A revision's configuration selects `istio.io/rev=<R>` namespaces, and `istio-injection` wins.
+    let dir = TempDir::new("rev");
+    let rev = injector_certs(
+        dir.path(),
+        &["--revision", "canary", "--reinvocation-policy", "if-needed"],
+    )
+    .unwrap();
+    let wh = &rev.mwc.webhooks.as_ref().unwrap()[0];
+    assert_eq!(wh.reinvocation_policy.as_deref(), Some("IfNeeded"));
+    assert!(webhook_called(
+        &rev.mwc,
+        "apps",
+        &labels(&[("istio.io/rev", "canary")]),
+        &pod_labels
+    ));
+    assert!(!webhook_called(
+        &rev.mwc,
+        "apps",
+        &labels(&[("istio.io/rev", "stable")]),
+        &pod_labels
+    ));
+    assert!(!webhook_called(
+        &rev.mwc,
+        "apps",
+        &labels(&[("istio.io/rev", "canary"), ("istio-injection", "enabled")]),
+        &pod_labels
+    ));
+    assert!(!webhook_called(&rev.mwc, "apps", &yes_ns, &pod_labels));
+}
+
+/// The generated MutatingWebhookConfiguration has the documented fields.
+#[test]
+fn generated_webhook_configuration() {
+    let dir = TempDir::new("mwc");
+    let c = injector_certs(
+        dir.path(),
+        &["--namespace", "mesh-system", "--service", "inj"],
+    )
+    .unwrap();
+    assert_eq!(c.mwc.metadata.name.as_deref(), Some("sidecar-injector"));
+    let wh = &c.mwc.webhooks.as_ref().unwrap()[0];
+    assert_eq!(wh.failure_policy.as_deref(), Some("Fail"));
+    assert_eq!(wh.side_effects, "None");
+    assert_eq!(wh.timeout_seconds, Some(10));
+    assert_eq!(wh.admission_review_versions, vec!["v1", "v1beta1"]);
+    assert_eq!(wh.reinvocation_policy.as_deref(), Some("Never"));
+    let svc = wh.client_config.service.as_ref().unwrap();
+    assert_eq!(
+        (
+            svc.name.as_str(),
+            svc.namespace.as_str(),
+            svc.path.as_deref(),
+            svc.port
+        ),
+        ("inj", "mesh-system", Some("/inject"), Some(443))
+    );
+    let ca = std::fs::read(dir.path().join("ca.crt")).unwrap();
+    assert_eq!(wh.client_config.ca_bundle.as_ref().unwrap().0, ca);
+    let rule = &wh.rules.as_ref().unwrap()[0];
+    assert_eq!(
+        rule.operations.as_deref(),
+        Some(&["CREATE".to_string()][..])
+    );
+    assert_eq!(rule.resources.as_deref(), Some(&["pods".to_string()][..]));
+    let key_mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(dir.path().join("tls.key"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(key_mode & 0o077, 0, "private key readable by others");
+    assert!(!webhook_called(
+        &c.mwc,
+        "mesh-system",
+        &labels(&[("istio-injection", "enabled")]),
+        &BTreeMap::new()
+    ));
+}
+
+/// URL path parameters (spec §2.5) reach the injected proxy's environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_parameters() {
+    let f = fixture(Value::Null, Value::Null, &[]);
+    let pod = hello_pod();
+    let mut conn = f.api.connect(Http::H1).await.unwrap();
+    let body = serde_json::to_vec(&cases::review("v1", "params", "default", &pod)).unwrap();
+    let a = conn
+        .send(
+            "POST",
+            "/inject/cluster/east--slash--1/net/n1/custom_env/x",
+            Some("application/json"),
+            body.into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(a.status, 200);
+    let v = a.json().unwrap();
+    let patched = apply_patch(&v["response"], &pod).unwrap();
+    let proxy = ["/spec/initContainers", "/spec/containers"]
+        .iter()
+        .filter_map(|p| patched.pointer(p).and_then(Value::as_array))
+        .flatten()
+        .find(|c| c["name"] == json!("istio-proxy"))
+        .expect("istio-proxy")
+        .clone();
+    let env: BTreeMap<String, String> = proxy["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_string(),
+                e["value"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    assert_eq!(
+        env.get("ISTIO_META_CLUSTER_ID").map(String::as_str),
+        Some("east/1")
+    );
+    assert_eq!(
+        env.get("ISTIO_META_NETWORK").map(String::as_str),
+        Some("n1")
+    );
+    assert_eq!(env.get("CUSTOM_ENV").map(String::as_str), Some("x"));
+}
+
+/// Parses `v` as `$t` and requires the typed round trip to keep every field (no unknown or misspelled key).
+macro_rules! typed {
+    ($t:ty, $v:expr) => {{
+        let v: &Value = $v;
+        let t: $t = serde_json::from_value(v.clone()).unwrap_or_else(|e| {
+            panic!(
+                "{} does not parse as {}: {e}",
+                v["metadata"]["name"],
+                stringify!($t)
+            )
+        });
+        let back = serde_json::to_value(&t).unwrap();
+        assert!(
+            semantic::equal(&back, v),
+            "{} {}: fields lost in a typed round trip:\n{}",
+            stringify!($t),
+            v["metadata"]["name"],
+            semantic::diff(&back, v, 10)
+        );
+        t
+    }};
+}
+
+fn repo_dir() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// `kubectl kustomize deploy/` renders, every object parses with k8s-openapi types, and the manifests
+/// carry the production settings; the ConfigMap's documents configure a real server whose injected pods
+/// run the project's iptables-init image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_kustomize_base() {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+    let docs =
+        e2e::apiserver::kustomize(&repo_dir().join("deploy")).expect("kubectl kustomize deploy/");
+    let mut kinds = Vec::new();
+    let mut deployment = None;
+    let mut service = None;
+    let mut config = None;
+    for d in &docs {
+        let kind = d["kind"].as_str().unwrap_or_default().to_string();
+        match kind.as_str() {
+            "Namespace" => {
+                typed!(Namespace, d);
+            }
+            "ServiceAccount" => {
+                typed!(ServiceAccount, d);
+            }
+            "Secret" => {
+                typed!(Secret, d);
+            }
+            "PodDisruptionBudget" => {
+                let p = typed!(PodDisruptionBudget, d);
+                assert!(p.spec.unwrap().min_available.is_some());
+            }
+            "MutatingWebhookConfiguration" => {
+                let m = typed!(MutatingWebhookConfiguration, d);
+                let wh = &m.webhooks.unwrap()[0];
+                assert_eq!(wh.failure_policy.as_deref(), Some("Fail"));
+                assert_eq!(wh.side_effects, "None");
+            }
+            "Deployment" => deployment = Some(typed!(Deployment, d)),
+            "Service" => service = Some(typed!(Service, d)),
+            "ConfigMap" => config = Some(typed!(ConfigMap, d)),
+            other => panic!("unexpected kind {other}"),
+        }
+        kinds.push(kind);
+    }
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "ConfigMap",
+            "Deployment",
+            "MutatingWebhookConfiguration",
+            "Namespace",
+            "PodDisruptionBudget",
+            "Secret",
+            "Service",
+            "ServiceAccount"
+        ]
+    );
+
+    let dep = deployment.unwrap();
+    let spec = dep.spec.unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    let pod = spec.template.spec.unwrap();
+    assert!(pod
+        .topology_spread_constraints
+        .is_some_and(|t| !t.is_empty()));
+    assert_eq!(
+        pod.security_context
+            .as_ref()
+            .and_then(|s| s.run_as_non_root),
+        Some(true)
+    );
+    let c = &pod.containers[0];
+    assert!(c
+        .image
+        .as_deref()
+        .unwrap()
+        .starts_with("ghcr.io/sidecar-inject/injector:"));
+    let sc = c.security_context.as_ref().unwrap();
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(
+        sc.capabilities.as_ref().unwrap().drop.as_deref(),
+        Some(&["ALL".to_string()][..])
+    );
+    let live = c
+        .liveness_probe
+        .as_ref()
+        .unwrap()
+        .http_get
+        .as_ref()
+        .unwrap();
+    assert_eq!(live.path.as_deref(), Some("/healthz"));
+    assert!(c.readiness_probe.is_some());
+    let res = c.resources.as_ref().unwrap();
+    assert!(res.requests.is_some() && res.limits.is_some());
+    let ports: Vec<String> = c
+        .ports
+        .iter()
+        .flatten()
+        .filter_map(|p| p.name.clone())
+        .collect();
+    let svc = service.unwrap().spec.unwrap();
+    let https = svc
+        .ports
+        .unwrap()
+        .into_iter()
+        .find(|p| p.port == 443)
+        .expect("port 443");
+    let target = serde_json::to_value(https.target_port.unwrap()).unwrap();
+    assert!(
+        ports.contains(&target.as_str().unwrap().to_string()),
+        "443 targets {target}, ports {ports:?}"
+    );
+    // The container's arguments parse: the same binary, started with them (paths swapped for local ones).
+    let args = c.args.clone().unwrap();
+    assert_eq!(args[0], "serve");
+    assert!(args.iter().any(|a| a == "--config-dir=/etc/istio/inject"));
+
+    // The ConfigMap in Istio's layout, mounted as a directory, drives a real server.
+    let data = config.unwrap().data.unwrap();
+    let dir = TempDir::new("deploy");
+    let cfg = dir.path().join("inject");
+    std::fs::create_dir_all(&cfg).unwrap();
+    for key in ["values", "config", "mesh"] {
+        std::fs::write(
+            cfg.join(key),
+            data.get(key)
+                .unwrap_or_else(|| panic!("ConfigMap key {key}")),
+        )
+        .unwrap();
+    }
+    let certs = injector_certs(&dir.path().join("certs"), &[]).unwrap();
+    let server = Injector::start(
+        &[
+            "--tls-cert".into(),
+            certs.cert.display().to_string(),
+            "--tls-key".into(),
+            certs.key.display().to_string(),
+            format!("--config-dir={}", cfg.display()),
+            "--native-sidecars=false".into(),
+            "--log-format=json".into(),
+        ],
+        &BTreeMap::new(),
+    )
+    .expect("serve with the deploy ConfigMap");
+    let api = ApiServer::new(&certs.mwc, server.https).unwrap();
+    let imgs = injected_images(&api, "deploy").await;
+    assert!(
+        imgs.contains(&"ghcr.io/sidecar-inject/iptables-init:0.1.0".to_string()),
+        "init image: {imgs:?}"
+    );
+    // JSON logs carry the request's uid and decision.
+    let log_line = server
+        .log()
+        .lines()
+        .find(|l| l.contains("\"uid\":\"deploy\""))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no JSON log line for the review:\n{}", server.log()));
+    let entry: Value = serde_json::from_str(&log_line).unwrap();
+    assert_eq!(entry["decision"], json!("injected"));
+    assert!(entry["latency_us"].is_u64());
+}
+
+/// The `deploy/local` overlay puts `injector certs`' output into the Secret and the caBundle.
+#[test]
+fn deploy_local_overlay_with_generated_certs() {
+    let dir = TempDir::new("overlay");
+    let copy = dir.path().join("deploy");
+    let status = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(repo_dir().join("deploy"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let _ = std::fs::remove_dir_all(copy.join("local/certs"));
+    let certs = injector_certs(&copy.join("local/certs"), &[]).unwrap();
+    let docs =
+        e2e::apiserver::kustomize(&copy.join("local")).expect("kubectl kustomize deploy/local");
+    let mut secret = docs
+        .iter()
+        .find(|d| d["kind"] == json!("Secret"))
+        .unwrap()
+        .clone();
+    // kustomize wraps long base64 in block scalars; the API server's decoder skips the newlines.
+    for v in secret["data"].as_object_mut().unwrap().values_mut() {
+        *v = json!(v.as_str().unwrap().replace('\n', ""));
+    }
+    let secret = typed!(k8s_openapi::api::core::v1::Secret, &secret);
+    let data = secret.data.unwrap();
+    assert_eq!(data["tls.crt"].0, std::fs::read(&certs.cert).unwrap());
+    assert_eq!(data["tls.key"].0, std::fs::read(&certs.key).unwrap());
+    let mwc = docs
+        .iter()
+        .find(|d| d["kind"] == json!("MutatingWebhookConfiguration"))
+        .unwrap();
+    let mwc = typed!(
+        k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
+        mwc
+    );
+    let hooks = mwc.webhooks.unwrap();
+    assert_eq!(hooks.len(), 1);
+    assert_eq!(
+        hooks[0].client_config.ca_bundle.as_ref().unwrap().0,
+        std::fs::read(copy.join("local/certs/ca.crt")).unwrap()
+    );
+}
+
+/// `--max-connections` caps the connections served at once: a further client waits (in the kernel's
+/// backlog, not refused) until a slot frees up, then is served normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_cap() {
+    let f = fixture(Value::Null, Value::Null, &["--max-connections", "2"]);
+    let mut a = f.api.connect(Http::H1).await.unwrap();
+    let mut b = f.api.connect(Http::H2).await.unwrap();
+    assert_eq!(
+        a.send("GET", "/healthz", None, Bytes::new())
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    assert_eq!(
+        b.send("GET", "/healthz", None, Bytes::new())
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    let api = f.api.clone();
+    let third = tokio::spawn(async move {
+        let mut c = api.connect(Http::H1).await?;
+        c.send("GET", "/readyz", None, Bytes::new()).await
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        !third.is_finished(),
+        "a third connection was served beyond the cap"
+    );
+    drop(a);
+    let answer = tokio::time::timeout(Duration::from_secs(5), third)
+        .await
+        .expect("the waiting client is served once a slot frees up")
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        b.send("GET", "/healthz", None, Bytes::new())
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+}

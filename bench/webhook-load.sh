@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Load benchmark of `injector serve` on loopback HTTPS (keep-alive HTTP/1.1, certificate verified):
+#   1. closed loop, max rate: injections/s for the hello pod, then the skip path (a hostNetwork pod);
+#   2. open loop at a fixed 1,000 req/s: p50/p99 of the injection path (latency from each request's due time);
+#   3. the server's RSS (current and peak) after the runs.
+# The generator (tests/src/bin/webhook-load.rs) runs on the same machine: on 2 cores it takes a share of the
+# CPU, which the figures include. Figures go in closing notes, never in tests.
+#
+# Usage: bench/webhook-load.sh [duration-seconds (default 10)] [connections (default 8)]
+# Env: SERVE_EXTRA="--blocking-pool" (extra server flags), RUST_LOG (server log level, default info),
+#      BENCH_NO_BUILD=1 (use the release binaries as built).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=${1:-10}
+CONNS=${2:-8}
+
+shared=""
+for d in ../shared ../../shared; do [ -d "$d/istio-testdata/inject" ] && shared="$d/istio-testdata/inject" && break; done
+[ -n "$shared" ] || { echo "shared/istio-testdata not found beside the repository" >&2; exit 1; }
+
+# BENCH_NO_BUILD=1 uses the release binaries already built.
+[ -n "${BENCH_NO_BUILD:-}" ] || cargo build --release --locked -q -p injector --bin injector -p e2e --bin webhook-load
+bin=target/release
+
+work=$(mktemp -d)
+server_pid=""
+cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+"$bin/injector" certs --out-dir "$work/certs" --san localhost --san 127.0.0.1 2>/dev/null
+cp "$shared/base-values.json" "$work/values.json"
+cp "$shared/base-mesh.yaml" "$work/mesh.yaml"
+cp "$shared/base-injector-config.yaml" "$work/config.yaml"
+
+# Request logs at info cost a formatted line per request; production runs at info, so the bench does too,
+# writing to a file.
+RUST_LOG=${RUST_LOG:-info} "$bin/injector" serve --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+  --port-file "$work/ports" --tls-cert "$work/certs/tls.crt" --tls-key "$work/certs/tls.key" \
+  --values "$work/values.json" --mesh-config "$work/mesh.yaml" --injector-config "$work/config.yaml" \
+  --native-sidecars true --log-format json ${SERVE_EXTRA:-} 2>"$work/server.log" &
+server_pid=$!
+for _ in $(seq 100); do [ -s "$work/ports" ] && break; sleep 0.05; done
+addr=$(sed -n 's/^https=//p' "$work/ports")
+metrics=$(sed -n 's/^metrics=//p' "$work/ports")
+[ -n "$addr" ] || { echo "server did not start:"; cat "$work/server.log"; exit 1; }
+
+load() { "$bin/webhook-load" --addr "$addr" --ca "$work/certs/ca.crt" "$@"; }
+rss() { awk '/^(VmRSS|VmHWM)/ {printf "%s %.1f MiB  ", $1, $2/1024}' "/proc/$server_pid/status"; echo; }
+
+echo "server $addr (pid $server_pid), ${DURATION}s per run, $CONNS connections, $(nproc) CPUs"
+echo "RSS idle:            $(rss)"
+inject=$(load --pod "$shared/hello.yaml" --duration "$DURATION" --connections "$CONNS")
+echo "inject max rate:     $inject"
+echo "RSS after inject:    $(rss)"
+skip=$(load --pod "$shared/hello-host-network.yaml" --duration "$DURATION" --connections "$CONNS")
+echo "skip max rate:       $skip"
+fixed=$(load --pod "$shared/hello.yaml" --duration "$DURATION" --connections "$CONNS" --rate 1000)
+echo "inject @1000 req/s:  $fixed"
+echo "RSS after all:       $(rss)"
+ri=$(sed 's/.*"rps":\([0-9.]*\).*/\1/' <<<"$inject")
+rs=$(sed 's/.*"rps":\([0-9.]*\).*/\1/' <<<"$skip")
+echo "inject/skip ratio:   $(awk -v a="$ri" -v b="$rs" 'BEGIN{printf "%.2f", a/b}')"
+echo "server metrics:      $(curl -s "http://$metrics/metrics" | grep -E '^sidecar_injection_(requests|success|skip)_total' | tr '\n' ' ')"

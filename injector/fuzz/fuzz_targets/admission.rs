@@ -1,0 +1,50 @@
+//! Fuzz target over the webhook's request handler: arbitrary bytes as the AdmissionReview body and as
+//! the URL path parameters (everything the network controls once TLS and HTTP framing are done).
+//!
+//! Input layout: bytes before the first NUL are a path suffix (`/inject/<suffix>`, percent-decoded as the
+//! server does), the rest is the body; without a NUL, the whole input is the body sent to `/inject`.
+//! Invariants beyond "no panic, no hang": the answer is JSON with a boolean `response.allowed`, and a
+//! patch, when present, is base64 of a JSON array.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use base64::Engine as _;
+use injector::config::{ConfigArgs, Settings};
+use injector::engine::Engine;
+use libfuzzer_sys::fuzz_target;
+
+static ENGINE: OnceLock<Engine> = OnceLock::new();
+
+fn engine() -> &'static Engine {
+    ENGINE.get_or_init(|| {
+        // The built-in (Istio chart default) configuration, optionally overridden like the server.
+        let mut args = ConfigArgs::default();
+        args.config_dir = std::env::var_os("FUZZ_CONFIG_DIR").map(Into::into);
+        Engine::new(Settings::load(&args).expect("fuzz configuration loads"))
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let (path, body) = match data.iter().position(|&b| b == 0) {
+        Some(i) => (
+            format!("/inject/{}", String::from_utf8_lossy(&data[..i])),
+            &data[i + 1..],
+        ),
+        None => ("/inject".to_string(), data),
+    };
+    let path = injector::server::percent_decode(&path);
+    let out = injector::admission::handle(engine(), body, &path);
+    let v: serde_json::Value = serde_json::from_slice(&out.response).expect("the answer is JSON");
+    assert!(
+        v["response"]["allowed"].is_boolean(),
+        "no response.allowed in {v}"
+    );
+    if let Some(p) = v["response"]["patch"].as_str() {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(p)
+            .expect("patch is base64");
+        let patch: serde_json::Value = serde_json::from_slice(&bytes).expect("patch is JSON");
+        assert!(patch.is_array(), "patch is not a JSON array");
+    }
+});
