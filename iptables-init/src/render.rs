@@ -149,7 +149,7 @@ mod tests {
     /// The README's example dry run is the real output (guards the docs against drift).
     #[test]
     fn documented_example_is_the_real_output() {
-        let doc = include_str!("../../docs/iptables-init.md");
+        let doc = include_str!("../../README.md");
         let cfg = Config {
             inbound_ports: InboundPorts::All,
             inbound_exclude_ports: vec![15090, 15021, 15020],
@@ -157,10 +157,7 @@ mod tests {
             ..Config::default()
         };
         let block = format!("```text\n{}```", dry_run(&rules::build(&cfg)));
-        assert!(
-            doc.contains(&block),
-            "docs/iptables-init.md lacks:\n{block}"
-        );
+        assert!(doc.contains(&block), "README.md lacks:\n{block}");
     }
 
     #[test]
