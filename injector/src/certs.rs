@@ -2,6 +2,9 @@
 //! MutatingWebhookConfiguration carrying the CA as its `caBundle` — everything needed to register the
 //! webhook without cert-manager.
 //!
+//! Also writes the pair as a `kubernetes.io/tls` Secret manifest (`secret.yaml`), ready for
+//! `kubectl apply` or a kustomize patch.
+//!
 //! An existing CA in `--out-dir` is reused, so re-running the command rotates the serving certificate while
 //! the `caBundle` registered with the API server stays valid.
 
@@ -24,6 +27,8 @@ pub const CA_KEY: &str = "ca.key";
 pub const TLS_CERT: &str = "tls.crt";
 pub const TLS_KEY: &str = "tls.key";
 pub const WEBHOOK_CONFIG: &str = "mutatingwebhookconfiguration.yaml";
+/// The serving pair as a `kubernetes.io/tls` Secret manifest.
+pub const SECRET: &str = "secret.yaml";
 
 /// `injector certs` arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -64,6 +69,9 @@ pub struct Args {
     /// Service port the API server calls.
     #[arg(long, default_value_t = 443)]
     pub port: i32,
+    /// Name of the `kubernetes.io/tls` Secret written to `secret.yaml` (in `--namespace`).
+    #[arg(long, default_value = "sidecar-injector-tls")]
+    pub secret_name: String,
     /// Seconds the API server waits for the webhook.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=30))]
     pub timeout_seconds: i32,
@@ -180,6 +188,33 @@ pub fn webhook_yaml(args: &Args, ca_pem: &str) -> anyhow::Result<String> {
     serde_saphyr::to_string(&mwc).context("serialising the MutatingWebhookConfiguration")
 }
 
+/// The serving pair as a `kubernetes.io/tls` Secret in the service's namespace, as YAML.
+pub fn secret_yaml(args: &Args, cert_pem: &str, key_pem: &str) -> anyhow::Result<String> {
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::ByteString;
+    let mut data = std::collections::BTreeMap::new();
+    data.insert(
+        "tls.crt".to_string(),
+        ByteString(cert_pem.as_bytes().to_vec()),
+    );
+    data.insert(
+        "tls.key".to_string(),
+        ByteString(key_pem.as_bytes().to_vec()),
+    );
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(args.secret_name.clone()),
+            namespace: Some(args.namespace.clone()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".to_string()),
+        data: Some(data),
+        ..Default::default()
+    };
+    serde_saphyr::to_string(&secret).context("serialising the Secret")
+}
+
 fn write_file(path: &Path, contents: &str, mode: u32) -> anyhow::Result<()> {
     // Write beside and rename, so a running server polling the file never reads half of it.
     let tmp = path.with_extension("tmp");
@@ -220,13 +255,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Key first: a server polling the pair then sees a mismatch for one poll at most, never a stale pair.
     write_file(&args.out_dir.join(TLS_KEY), &g.key_pem, 0o600)?;
     write_file(&args.out_dir.join(TLS_CERT), &g.cert_pem, 0o644)?;
+    // The Secret holds the private key: same mode as tls.key.
+    write_file(
+        &args.out_dir.join(SECRET),
+        &secret_yaml(&args, &g.cert_pem, &g.key_pem)?,
+        0o600,
+    )?;
     let yaml = webhook_yaml(&args, &g.ca_cert_pem)?;
     write_file(&args.out_dir.join(WEBHOOK_CONFIG), &yaml, 0o644)?;
     eprintln!(
-        "{} CA, serving certificate for {}.{}.svc and {} written to {}",
+        "{} CA, serving certificate for {}.{}.svc, {} and {} written to {}",
         if g.new_ca { "new" } else { "reused" },
         args.service,
         args.namespace,
+        SECRET,
         WEBHOOK_CONFIG,
         args.out_dir.display()
     );

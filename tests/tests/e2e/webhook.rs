@@ -965,6 +965,29 @@ async fn eight_row_table_and_decisions_through_http() {
     assert!(!webhook_called(&rev.mwc, "apps", &yes_ns, &pod_labels));
 }
 
+/// Parses `v` as `$t` and requires the typed round trip to keep every field (no unknown or misspelled key).
+macro_rules! typed {
+    ($t:ty, $v:expr) => {{
+        let v: &Value = $v;
+        let t: $t = serde_json::from_value(v.clone()).unwrap_or_else(|e| {
+            panic!(
+                "{} does not parse as {}: {e}",
+                v["metadata"]["name"],
+                stringify!($t)
+            )
+        });
+        let back = serde_json::to_value(&t).unwrap();
+        assert!(
+            semantic::equal(&back, v),
+            "{} {}: fields lost in a typed round trip:\n{}",
+            stringify!($t),
+            v["metadata"]["name"],
+            semantic::diff(&back, v, 10)
+        );
+        t
+    }};
+}
+
 /// The generated MutatingWebhookConfiguration has the documented fields.
 #[test]
 fn generated_webhook_configuration() {
@@ -1005,6 +1028,15 @@ fn generated_webhook_configuration() {
             .permissions(),
     );
     assert_eq!(key_mode & 0o077, 0, "private key readable by others");
+    // The pair as a kubernetes.io/tls Secret manifest in the service's namespace.
+    let secret: Value =
+        cases::yaml(&std::fs::read_to_string(dir.path().join("secret.yaml")).unwrap()).unwrap();
+    let secret = typed!(k8s_openapi::api::core::v1::Secret, &secret);
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    assert_eq!(secret.metadata.namespace.as_deref(), Some("mesh-system"));
+    let data = secret.data.unwrap();
+    assert_eq!(data["tls.crt"].0, std::fs::read(&c.cert).unwrap());
+    assert_eq!(data["tls.key"].0, std::fs::read(&c.key).unwrap());
     assert!(!webhook_called(
         &c.mwc,
         "mesh-system",
@@ -1059,29 +1091,6 @@ async fn path_parameters() {
         Some("n1")
     );
     assert_eq!(env.get("CUSTOM_ENV").map(String::as_str), Some("x"));
-}
-
-/// Parses `v` as `$t` and requires the typed round trip to keep every field (no unknown or misspelled key).
-macro_rules! typed {
-    ($t:ty, $v:expr) => {{
-        let v: &Value = $v;
-        let t: $t = serde_json::from_value(v.clone()).unwrap_or_else(|e| {
-            panic!(
-                "{} does not parse as {}: {e}",
-                v["metadata"]["name"],
-                stringify!($t)
-            )
-        });
-        let back = serde_json::to_value(&t).unwrap();
-        assert!(
-            semantic::equal(&back, v),
-            "{} {}: fields lost in a typed round trip:\n{}",
-            stringify!($t),
-            v["metadata"]["name"],
-            semantic::diff(&back, v, 10)
-        );
-        t
-    }};
 }
 
 fn repo_dir() -> PathBuf {
