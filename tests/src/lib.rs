@@ -19,6 +19,28 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// The `istio-init` arguments Istio's injector writes for a default pod (hello.yaml.injected), shared by
+/// the netfilter tests so that they exercise exactly what injected pods run.
+pub const ISTIO_INJECTED_ARGS: &[&str] = &[
+    "istio-iptables",
+    "-p",
+    "15001",
+    "-z",
+    "15006",
+    "-u",
+    "1337",
+    "-m",
+    "REDIRECT",
+    "-i",
+    "*",
+    "-x",
+    "",
+    "-b",
+    "*",
+    "-d",
+    "15090,15021,15020",
+];
+
 pub mod apiserver;
 pub mod cases;
 pub mod netns;

@@ -15,26 +15,8 @@ use e2e::netns::{require_root, Family, NetNs};
 const APP_UID: u32 = 1000;
 const PROXY_UID: u32 = 1337;
 
-/// The arguments Istio's injector writes (hello.yaml), with IPv6 made explicit.
-const DEFAULT_ARGS: &[&str] = &[
-    "istio-iptables",
-    "-p",
-    "15001",
-    "-z",
-    "15006",
-    "-u",
-    "1337",
-    "-m",
-    "REDIRECT",
-    "-i",
-    "*",
-    "-x",
-    "",
-    "-b",
-    "*",
-    "-d",
-    "15090,15021,15020",
-];
+/// The arguments Istio's injector writes (hello.yaml).
+const DEFAULT_ARGS: &[&str] = e2e::ISTIO_INJECTED_ARGS;
 
 struct Pair {
     pod: NetNs,

@@ -517,30 +517,14 @@ mod cli {
     #[test]
     fn dry_run_works_as_an_ordinary_user() {
         netns::require_root();
-        let injected = [
-            "istio-iptables",
-            "-p",
-            "15001",
-            "-z",
-            "15006",
-            "-u",
-            "1337",
-            "-m",
-            "REDIRECT",
-            "-i",
-            "*",
-            "-x",
-            "",
-            "-b",
-            "*",
-            "-d",
-            "15090,15021,15020",
-            "--log_output_level=default:info",
-            "--dry-run",
-        ];
+        let injected: Vec<&str> = e2e::ISTIO_INJECTED_ARGS
+            .iter()
+            .copied()
+            .chain(["--log_output_level=default:info", "--dry-run"])
+            .collect();
         for (ipv6, marker) in [("false", false), ("true", true)] {
             let out = Command::new(e2e::bin("iptables-init"))
-                .args(injected)
+                .args(&injected)
                 .args(["--ipv6", ipv6])
                 .env_clear()
                 .uid(65534)
