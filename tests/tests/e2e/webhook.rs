@@ -416,27 +416,18 @@ async fn bad_input_is_answered_and_the_server_keeps_serving() {
 
     // Health, readiness, unknown paths.
     let mut c = api.connect(Http::H1).await.unwrap();
-    assert_eq!(
-        c.send("GET", "/healthz", None, Bytes::new())
+    for (method, path, status) in [
+        ("GET", "/healthz", 200),
+        ("GET", "/readyz", 200),
+        ("POST", "/other", 404),
+    ] {
+        let got = c
+            .send(method, path, None, Bytes::new())
             .await
             .unwrap()
-            .status,
-        200
-    );
-    assert_eq!(
-        c.send("GET", "/readyz", None, Bytes::new())
-            .await
-            .unwrap()
-            .status,
-        200
-    );
-    assert_eq!(
-        c.send("POST", "/other", None, Bytes::new())
-            .await
-            .unwrap()
-            .status,
-        404
-    );
+            .status;
+        assert_eq!(got, status, "{method} {path}");
+    }
 
     // Slow clients: half a header block, and headers plus half a body, then silence. Others are served at
     // once while they stall, and the server closes the stalled connections after its timeouts.
