@@ -81,8 +81,41 @@ fn floor(body: &[u8]) -> Vec<u8> {
     serde_json::to_vec(&v).unwrap_or_default()
 }
 
+/// `n` `hello` pods that differ in a label the template reads (`app`, the canonical name), so that no
+/// two renders are the same: the engine's render memo (`injector::memo`) cannot help them.
+fn distinct_hello_bodies(n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let mut pod = hello_pod();
+            pod["metadata"]["labels"]["app"] = json!(format!("hello-{i}"));
+            review(pod)
+        })
+        .collect()
+}
+
 fn bench(c: &mut Criterion) {
     let engine = Engine::new(Settings::default());
+    // `hello`: the same pod again and again, as the replicas of a Deployment arrive (the render memo
+    // answers from the second on). `hello-cold`: a different pod every time (no memo hits; 4096 pods,
+    // more than the memo remembers, so none is ever stored either).
+    let cold = distinct_hello_bodies(4096);
+    {
+        let mut g = c.benchmark_group("hello-cold");
+        let mut i = 0;
+        g.bench_function("floor", |b| {
+            b.iter(|| {
+                i = (i + 1) % cold.len();
+                floor(black_box(&cold[i]))
+            })
+        });
+        g.bench_function("inject", |b| {
+            b.iter(|| {
+                i = (i + 1) % cold.len();
+                injector::admission::handle(&engine, black_box(&cold[i]), "/inject")
+            })
+        });
+        g.finish();
+    }
     for (name, pod) in [("hello", hello_pod()), ("large", large_pod())] {
         let body = review(pod);
         let check = injector::admission::handle(&engine, &body, "/inject");

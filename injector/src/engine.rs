@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::annotations;
 use crate::config::Settings;
 use crate::decision::{self, Decision};
+use crate::memo::{self, Lookup, RenderMemo};
 use crate::merge;
 use crate::postprocess::{self, PostProcessParams};
 use crate::render::{self, TemplateData};
@@ -30,6 +31,8 @@ pub struct Engine {
     base_proxy_config_env: Option<String>,
     /// Names of the compiled-in templates, for the "not found" message.
     have_templates: String,
+    /// Rendered templates of recent pods, for the replicas of a workload (see `memo`).
+    memo: RenderMemo,
 }
 
 /// The workload a pod belongs to (Istio's deploy meta + type meta).
@@ -106,6 +109,7 @@ impl Engine {
             base_proxy_config,
             base_proxy_config_env,
             have_templates: render::template_names().join(", "),
+            memo: RenderMemo::default(),
         }
     }
 
@@ -293,7 +297,22 @@ impl Engine {
                     have: self.have_templates.clone(),
                 }));
             }
-            let rendered = render::render(&name, &data)?;
+            // Everything the render reads besides the engine's configuration is in this key (the
+            // ProxyConfig and, for kube-inject, the mesh derive from the pod's annotations).
+            let key = memo::Key {
+                template: &name,
+                mode: req.mode,
+                workload: w,
+                pod: &view,
+            };
+            let rendered = match self.memo.get(&key) {
+                Lookup::Hit(rendered) => rendered,
+                Lookup::Miss(hash) => {
+                    let rendered = render::render(&name, &data)?;
+                    self.memo.store(hash, &key, &rendered);
+                    rendered
+                }
+            };
             merge::strategic_merge_pod_owned(&mut template_pod, template_skeleton(&rendered))
                 .map_err(EngineError::Merge)?;
             if native_move && has_container(&template_pod, "initContainers", "istio-proxy") {
@@ -320,6 +339,11 @@ impl Engine {
         };
         postprocess::post_process(&mut merged, original, &template_pod, &params)?;
         Ok(merged)
+    }
+
+    /// How many rendered templates the engine's memo holds (see `memo`).
+    pub fn memoized(&self) -> usize {
+        self.memo.len()
     }
 
     /// The RFC 6902 patch from the request's pod to the injected pod.

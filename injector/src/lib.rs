@@ -16,6 +16,7 @@ pub mod decision;
 pub mod engine;
 pub mod kube_inject;
 pub mod malloc;
+pub mod memo;
 pub mod merge;
 pub mod metrics;
 pub mod patch;

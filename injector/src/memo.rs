@@ -1,0 +1,341 @@
+//! A small memo of rendered templates, per engine (so per configuration: a reload builds a new engine
+//! and drops the memo with the old one).
+//!
+//! Admission traffic is mostly replicas: a Deployment scaled to 50 sends 50 pods that are identical
+//! (same `generateName`, labels, owner and spec; the name is not assigned yet). Rendering a template
+//! is a pure function of the engine's configuration, the template's name, the front end, the workload and
+//! the pod as the template sees it, and it is the largest part of an injection (the template text and
+//! its parse: ~45% of a `hello` injection, callgrind), while a copy of the parsed result costs about a
+//! third of that parse. So the engine looks the rendered partial pod up here, keyed by exactly those
+//! inputs, and copies it on a hit. Everything after the render (merge, post-processing, the patch) runs
+//! per request as before.
+//!
+//! * A hit compares the whole key (pod included), never just its hash.
+//! * A result is stored only when its key was already seen among the recent misses, so a stream of
+//!   distinct pods pays no copy into the memo; the second replica of a workload fills it.
+//! * At most [`CAPACITY`] results are kept; when full, the oldest is replaced. A `hello` result is about
+//!   30 KiB of heap, so the memo stays under ~2 MiB.
+
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use crate::engine::{Mode, Workload};
+
+/// Results kept.
+pub const CAPACITY: usize = 64;
+/// Key hashes of recent misses remembered for the second-sighting rule.
+const SEEN: usize = 256;
+
+/// What a render depends on besides the engine. Borrowed for lookups.
+#[derive(Debug, Clone, Copy)]
+pub struct Key<'a> {
+    pub template: &'a str,
+    pub mode: Mode,
+    pub workload: &'a Workload,
+    pub pod: &'a Value,
+}
+
+impl Key<'_> {
+    fn hash(&self) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.template.hash(&mut h);
+        (self.mode == Mode::Webhook).hash(&mut h);
+        self.workload.kind.hash(&mut h);
+        self.workload.api_version.hash(&mut h);
+        self.workload.name.hash(&mut h);
+        self.workload.namespace.hash(&mut h);
+        hash_value(self.pod, &mut h);
+        h.finish()
+    }
+}
+
+/// One stored result with its full key.
+#[derive(Debug)]
+struct Entry {
+    hash: u64,
+    template: String,
+    mode: Mode,
+    workload: Workload,
+    pod: Value,
+    rendered: Value,
+}
+
+impl Entry {
+    fn matches(&self, key: &Key<'_>) -> bool {
+        self.template == key.template
+            && self.mode == key.mode
+            && self.workload == *key.workload
+            && identical(&self.pod, key.pod)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    entries: VecDeque<Arc<Entry>>,
+    seen: VecDeque<u64>,
+}
+
+/// The memo; see the module documentation.
+#[derive(Debug, Default)]
+pub struct RenderMemo {
+    inner: Mutex<Inner>,
+}
+
+/// A lookup's result: the rendered partial pod, or the key's hash to pass to [`RenderMemo::store`].
+pub enum Lookup {
+    Hit(Value),
+    Miss(u64),
+}
+
+impl RenderMemo {
+    /// The stored render for `key`, copied (the copy is made outside the lock).
+    pub fn get(&self, key: &Key<'_>) -> Lookup {
+        let hash = key.hash();
+        let candidate = match self.inner.lock() {
+            Ok(inner) => inner.entries.iter().find(|e| e.hash == hash).cloned(),
+            // A panic while holding the lock cannot leave the memo inconsistent (every update is one
+            // push or pop), but do without it rather than trust it.
+            Err(_) => None,
+        };
+        match candidate {
+            Some(e) if e.matches(key) => Lookup::Hit(e.rendered.clone()),
+            _ => Lookup::Miss(hash),
+        }
+    }
+
+    /// Records a miss of `key` (hash from [`RenderMemo::get`]) and its render: stored when the same key
+    /// missed recently, else only remembered.
+    pub fn store(&self, hash: u64, key: &Key<'_>, rendered: &Value) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        if !inner.seen.contains(&hash) {
+            if inner.seen.len() == SEEN {
+                inner.seen.pop_front();
+            }
+            inner.seen.push_back(hash);
+            return;
+        }
+        if inner.entries.iter().any(|e| e.hash == hash) {
+            return;
+        }
+        // The copies below are made under the lock, but only on a second sighting: rare.
+        if inner.entries.len() == CAPACITY {
+            inner.entries.pop_front();
+        }
+        inner.entries.push_back(Arc::new(Entry {
+            hash,
+            template: key.template.to_string(),
+            mode: key.mode,
+            workload: key.workload.clone(),
+            pod: key.pod.clone(),
+            rendered: rendered.clone(),
+        }));
+    }
+
+    /// How many results are stored (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.inner.lock().map_or(0, |i| i.entries.len())
+    }
+
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Equality including the order of object keys (`Value`'s `==` ignores it, and the template may not:
+/// e.g. it prints the pod's annotations in their order). Also cheaper: no hashing of keys.
+fn identical(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| identical(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((ka, va), (kb, vb))| ka == kb && identical(va, vb))
+        }
+        _ => a == b,
+    }
+}
+
+/// Feeds a JSON value to a hasher, with type tags so that e.g. `"1"` and `1`, or `[[]]` and `[]`, differ.
+/// Key order counts (it is part of the pod the template sees).
+fn hash_value(v: &Value, h: &mut impl Hasher) {
+    match v {
+        Value::Null => h.write_u8(0),
+        Value::Bool(b) => {
+            h.write_u8(1);
+            h.write_u8(u8::from(*b));
+        }
+        Value::Number(n) => {
+            h.write_u8(2);
+            if let Some(u) = n.as_u64() {
+                h.write_u64(u);
+            } else if let Some(i) = n.as_i64() {
+                h.write_i64(i);
+            } else if let Some(f) = n.as_f64() {
+                h.write_u64(f.to_bits());
+            }
+        }
+        Value::String(s) => {
+            h.write_u8(3);
+            s.hash(h);
+        }
+        Value::Array(items) => {
+            h.write_u8(4);
+            h.write_usize(items.len());
+            for item in items {
+                hash_value(item, h);
+            }
+        }
+        Value::Object(map) => {
+            h.write_u8(5);
+            h.write_usize(map.len());
+            for (k, item) in map {
+                k.hash(h);
+                hash_value(item, h);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn workload(name: &str) -> Workload {
+        Workload {
+            kind: "Deployment".into(),
+            api_version: "apps/v1".into(),
+            name: name.into(),
+            namespace: "default".into(),
+        }
+    }
+
+    fn hit(l: Lookup) -> Option<Value> {
+        match l {
+            Lookup::Hit(v) => Some(v),
+            Lookup::Miss(_) => None,
+        }
+    }
+
+    #[test]
+    fn stores_on_second_sighting_and_hits_only_the_same_key() {
+        let memo = RenderMemo::default();
+        let w = workload("hello");
+        let pod = json!({"metadata": {"labels": {"app": "hello"}}, "spec": {"containers": [{"name": "a"}]}});
+        let key = Key {
+            template: "sidecar",
+            mode: Mode::Webhook,
+            workload: &w,
+            pod: &pod,
+        };
+        let rendered = json!({"spec": {"containers": [{"name": "istio-proxy"}]}});
+        for round in 0..2 {
+            let Lookup::Miss(h) = memo.get(&key) else {
+                panic!("round {round}: hit before a second sighting")
+            };
+            memo.store(h, &key, &rendered);
+        }
+        assert_eq!(memo.len(), 1);
+        assert_eq!(hit(memo.get(&key)), Some(rendered));
+
+        // Any difference in the key is a miss.
+        let other_pod = json!({"metadata": {"labels": {"app": "hello2"}}, "spec": {"containers": [{"name": "a"}]}});
+        let reordered = json!({"spec": {"containers": [{"name": "a"}]}, "metadata": {"labels": {"app": "hello"}}});
+        let w2 = workload("other");
+        for k in [
+            Key {
+                pod: &other_pod,
+                ..key
+            },
+            Key {
+                pod: &reordered,
+                ..key
+            },
+            Key {
+                workload: &w2,
+                ..key
+            },
+            Key {
+                mode: Mode::KubeInject,
+                ..key
+            },
+            Key {
+                template: "init",
+                ..key
+            },
+        ] {
+            assert!(hit(memo.get(&k)).is_none(), "{k:?}");
+        }
+    }
+
+    #[test]
+    fn bounded() {
+        let memo = RenderMemo::default();
+        let w = workload("w");
+        for i in 0..(CAPACITY + 10) {
+            let pod = json!({"i": i});
+            let key = Key {
+                template: "sidecar",
+                mode: Mode::Webhook,
+                workload: &w,
+                pod: &pod,
+            };
+            for _ in 0..2 {
+                if let Lookup::Miss(h) = memo.get(&key) {
+                    memo.store(h, &key, &json!({"i": i}));
+                }
+            }
+        }
+        assert_eq!(memo.len(), CAPACITY);
+        // The oldest were replaced, the newest are there.
+        let first = json!({"i": 0});
+        let last = json!({"i": CAPACITY + 9});
+        let key = |pod| Key {
+            template: "sidecar",
+            mode: Mode::Webhook,
+            workload: &w,
+            pod,
+        };
+        assert!(hit(memo.get(&key(&first))).is_none());
+        assert_eq!(hit(memo.get(&key(&last))), Some(last.clone()));
+    }
+
+    #[test]
+    fn hash_distinguishes_types_and_nesting() {
+        let h = |v: Value| {
+            let mut s = std::collections::hash_map::DefaultHasher::new();
+            hash_value(&v, &mut s);
+            s.finish()
+        };
+        assert_ne!(h(json!("1")), h(json!(1)));
+        assert_ne!(h(json!([[]])), h(json!([])));
+        assert_ne!(h(json!({"a": null})), h(json!({"a": {}})));
+        assert_ne!(h(json!(["ab", "c"])), h(json!(["a", "bc"])));
+        assert_eq!(h(json!({"a": [1, "x"]})), h(json!({"a": [1, "x"]})));
+    }
+
+    #[test]
+    fn identical_counts_key_order() {
+        let a = json!({"x": 1, "y": {"p": [1, 2], "q": null}});
+        assert!(identical(&a, &a.clone()));
+        assert!(!identical(
+            &a,
+            &json!({"y": {"p": [1, 2], "q": null}, "x": 1})
+        ));
+        assert!(!identical(
+            &a,
+            &json!({"x": 1, "y": {"p": [2, 1], "q": null}})
+        ));
+        assert!(!identical(&json!(1), &json!(1.0)));
+    }
+}
