@@ -17,6 +17,7 @@
 //! * no write probe: an unusable backend shows up as a failing restore, reported with the backend's name.
 
 use std::io::Write as _;
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use crate::rules::Family;
@@ -251,18 +252,31 @@ pub fn detect(family: Family, force: Option<&str>) -> Result<Detected, ApplyErro
     }
 }
 
-/// Whether `program` is an executable file in a `PATH` directory (a filesystem check, no process).
-fn on_path(program: &str) -> bool {
+/// Where `program` is: the first `PATH` directory holding a file of that name (a filesystem check, no
+/// process).
+fn find_on_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
 }
 
 /// The backend for the optimistic first attempt, chosen without running any process: nft, when no legacy
 /// table is instantiated in this namespace (so legacy cannot hold rules) and the nft binaries are
 /// installed, or when nft is forced. `None` means: use [`detect`] (which reads the state).
 pub fn detect_without_exec(family: Family, force: Option<&str>) -> Option<Backend> {
+    locate_without_exec(family, force).map(|(backend, _)| backend)
+}
+
+/// [`detect_without_exec`], plus the restore binary's path when the `PATH` search found it (not searched
+/// when nft is forced). The exec path runs that path directly: a program name would make the exec search
+/// `PATH` again, one failing `execve` per directory before the right one.
+pub fn locate_without_exec(
+    family: Family,
+    force: Option<&str>,
+) -> Option<(Backend, Option<PathBuf>)> {
     let b = base(family);
-    let nft = || Backend {
+    let nft = Backend {
         family,
         kind: Kind::Nft,
         save: format!("{b}-nft-save"),
@@ -270,11 +284,10 @@ pub fn detect_without_exec(family: Family, force: Option<&str>) -> Option<Backen
         wait: false,
     };
     match force {
-        Some("nft") => Some(nft()),
+        Some("nft") => Some((nft, None)),
         Some(f) if !f.is_empty() => None,
         _ if legacy_tables_present(family) => None,
-        _ if on_path(&format!("{b}-nft-restore")) => Some(nft()),
-        _ => None,
+        _ => find_on_path(&nft.restore).map(|path| (nft, Some(path))),
     }
 }
 
