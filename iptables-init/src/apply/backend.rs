@@ -268,9 +268,10 @@ pub fn detect_without_exec(family: Family, force: Option<&str>) -> Option<Backen
     locate_without_exec(family, force).map(|(backend, _)| backend)
 }
 
-/// [`detect_without_exec`], plus the restore binary's path when the `PATH` search found it (not searched
-/// when nft is forced). The exec path runs that path directly: a program name would make the exec search
-/// `PATH` again, one failing `execve` per directory before the right one.
+/// [`detect_without_exec`], plus the restore binary's path when the `PATH` search found it (`None` when
+/// nft is forced but not installed: the usual path then reports that). The exec path runs that path
+/// directly: a program name would make the exec search `PATH` again, one failing `execve` per directory
+/// before the right one.
 pub fn locate_without_exec(
     family: Family,
     force: Option<&str>,
@@ -284,7 +285,10 @@ pub fn locate_without_exec(
         wait: false,
     };
     match force {
-        Some("nft") => Some((nft, None)),
+        Some("nft") => {
+            let path = find_on_path(&nft.restore);
+            Some((nft, path))
+        }
         Some(f) if !f.is_empty() => None,
         _ if legacy_tables_present(family) => None,
         _ => find_on_path(&nft.restore).map(|path| (nft, Some(path))),
@@ -309,5 +313,22 @@ mod tests {
         assert!(legacy_wait(Some((1, 6, 2))));
         assert!(!legacy_wait(Some((1, 6, 1))));
         assert!(!legacy_wait(None));
+    }
+
+    #[test]
+    fn forced_backends_without_a_process() {
+        // The machine running the tests has iptables-nft installed (the netns tests need it).
+        let (b, path) = locate_without_exec(Family::V4, Some("nft")).expect("nft forced");
+        assert_eq!(
+            (b.kind, b.restore.as_str()),
+            (Kind::Nft, "iptables-nft-restore")
+        );
+        assert!(
+            path.as_deref()
+                .is_some_and(|p| p.ends_with("iptables-nft-restore") && p.is_absolute()),
+            "{path:?}"
+        );
+        assert!(locate_without_exec(Family::V4, Some("legacy")).is_none());
+        assert!(locate_without_exec(Family::V6, Some("bogus")).is_none());
     }
 }
