@@ -29,9 +29,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
-use tracing::{debug, info};
+use tracing::info;
 
-use super::nft_probe::Probe;
+use super::nft_probe::{Probe, ProbeError};
 use super::{backend, check_capabilities, declares_nat_inbound, family_name, ApplyOptions};
 use crate::render;
 use crate::rules::{Family, Plan};
@@ -94,9 +94,15 @@ pub fn exec_restore(plan: &Plan, opts: &ApplyOptions) -> Option<ExecRestore> {
     let (backend, program) = backend::locate_without_exec(Family::V4, force)?;
     let program = program?;
     let (table, chains) = declared_chains(&text)?;
-    if let Err(why) = none_exists(table, &chains) {
-        debug!("not taking the exec path: {why}");
-        return None;
+    match none_exists(table, &chains) {
+        Ok(true) => {}
+        // A chain of ours exists (a rerun): the checked path decides, and says what it found.
+        Ok(false) => return None,
+        // Debug logging is off here, so this is said at info: the probe failing is unexpected.
+        Err(e) => {
+            info!("cannot tell without a process whether rules of ours exist ({e}); reading the state");
+            return None;
+        }
     }
     let stdin = filled_pipe(&text)?;
     let mut command = Command::new(&program);
@@ -108,17 +114,15 @@ pub fn exec_restore(plan: &Plan, opts: &ApplyOptions) -> Option<ExecRestore> {
     })
 }
 
-/// `Ok` when none of `chains` exists in the IPv4 `table`; else what exists or why the probe failed.
-fn none_exists(table: &str, chains: &[&str]) -> Result<(), String> {
-    let mut probe = Probe::open().map_err(|e| e.to_string())?;
+/// Whether none of `chains` exists in the IPv4 `table`.
+fn none_exists(table: &str, chains: &[&str]) -> Result<bool, ProbeError> {
+    let mut probe = Probe::open()?;
     for chain in chains {
-        match probe.chain_exists(Family::V4, table, chain) {
-            Ok(false) => {}
-            Ok(true) => return Err(format!("{table} chain {chain} exists")),
-            Err(e) => return Err(e.to_string()),
+        if probe.chain_exists(Family::V4, table, chain)? {
+            return Ok(false);
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// A pipe holding all of `text`, write end closed, as a stdin for the restore; `None` when the text does
