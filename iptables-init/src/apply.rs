@@ -13,8 +13,13 @@
 //! 4. A failure in any restore (or in the routes) rolls back every family already touched — including the
 //!    failing one, since iptables-restore commits table by table — to the state read in step 2.
 //! 5. Routes ([`routes`]) after the rules; the final state is logged at debug level.
+//!
+//! Before all this, the caller may end the run in [`exec_restore`] instead: for the plain single-table
+//! IPv4 apply into a namespace without chains of ours, this process becomes the restore ([`exec`]).
 
 mod backend;
+mod exec;
+mod nft_probe;
 mod routes;
 mod state;
 
@@ -29,6 +34,7 @@ use crate::render;
 use crate::rules::{Family, Plan, Rule};
 
 pub use backend::{Backend, Kind};
+pub use exec::{exec_restore, ExecRestore};
 use state::{assemble, is_our_chain, split_restore_input, Dump, Ours, SCRATCH_PREFIX};
 
 /// How the plan is to be applied; built by `main` from the command line.

@@ -127,7 +127,15 @@ pub fn run_with(
         if cfg.native_nftables {
             tracing::warn!("--native-nftables is not supported; applying the same rules through iptables-restore");
         }
-        if let Err(e) = apply::apply(&plan, &apply_options(&cfg)) {
+        let opts = apply_options(&cfg);
+        // The exec path ends this process, so it is only for a run in which nothing follows the apply.
+        if !cfg.run_validation {
+            if let Some(restore) = apply::exec_restore(&plan, &opts) {
+                let e = restore.exec();
+                tracing::warn!("exec of the restore failed ({e}); applying the usual way");
+            }
+        }
+        if let Err(e) = apply::apply(&plan, &opts) {
             report(&e.to_string());
             return ExitCode::from(EXIT_ERROR);
         }

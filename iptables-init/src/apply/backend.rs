@@ -17,6 +17,7 @@
 //! * no write probe: an unusable backend shows up as a failing restore, reported with the backend's name.
 
 use std::io::Write as _;
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use crate::rules::Family;
@@ -251,18 +252,32 @@ pub fn detect(family: Family, force: Option<&str>) -> Result<Detected, ApplyErro
     }
 }
 
-/// Whether `program` is an executable file in a `PATH` directory (a filesystem check, no process).
-fn on_path(program: &str) -> bool {
+/// Where `program` is: the first `PATH` directory holding a file of that name (a filesystem check, no
+/// process).
+fn find_on_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
 }
 
 /// The backend for the optimistic first attempt, chosen without running any process: nft, when no legacy
 /// table is instantiated in this namespace (so legacy cannot hold rules) and the nft binaries are
 /// installed, or when nft is forced. `None` means: use [`detect`] (which reads the state).
 pub fn detect_without_exec(family: Family, force: Option<&str>) -> Option<Backend> {
+    locate_without_exec(family, force).map(|(backend, _)| backend)
+}
+
+/// [`detect_without_exec`], plus the restore binary's path when the `PATH` search found it (`None` when
+/// nft is forced but not installed: the usual path then reports that). The exec path runs that path
+/// directly: a program name would make the exec search `PATH` again, one failing `execve` per directory
+/// before the right one.
+pub fn locate_without_exec(
+    family: Family,
+    force: Option<&str>,
+) -> Option<(Backend, Option<PathBuf>)> {
     let b = base(family);
-    let nft = || Backend {
+    let nft = Backend {
         family,
         kind: Kind::Nft,
         save: format!("{b}-nft-save"),
@@ -270,11 +285,13 @@ pub fn detect_without_exec(family: Family, force: Option<&str>) -> Option<Backen
         wait: false,
     };
     match force {
-        Some("nft") => Some(nft()),
+        Some("nft") => {
+            let path = find_on_path(&nft.restore);
+            Some((nft, path))
+        }
         Some(f) if !f.is_empty() => None,
         _ if legacy_tables_present(family) => None,
-        _ if on_path(&format!("{b}-nft-restore")) => Some(nft()),
-        _ => None,
+        _ => find_on_path(&nft.restore).map(|path| (nft, Some(path))),
     }
 }
 
@@ -296,5 +313,22 @@ mod tests {
         assert!(legacy_wait(Some((1, 6, 2))));
         assert!(!legacy_wait(Some((1, 6, 1))));
         assert!(!legacy_wait(None));
+    }
+
+    #[test]
+    fn forced_backends_without_a_process() {
+        // The machine running the tests has iptables-nft installed (the netns tests need it).
+        let (b, path) = locate_without_exec(Family::V4, Some("nft")).expect("nft forced");
+        assert_eq!(
+            (b.kind, b.restore.as_str()),
+            (Kind::Nft, "iptables-nft-restore")
+        );
+        assert!(
+            path.as_deref()
+                .is_some_and(|p| p.ends_with("iptables-nft-restore") && p.is_absolute()),
+            "{path:?}"
+        );
+        assert!(locate_without_exec(Family::V4, Some("legacy")).is_none());
+        assert!(locate_without_exec(Family::V6, Some("bogus")).is_none());
     }
 }

@@ -6,7 +6,7 @@ use std::process::Command;
 use super::*;
 use crate::rules::{RouteAction, Table};
 
-fn in_fresh_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(super) fn in_fresh_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     assert!(
         nix::unistd::geteuid().is_root(),
         "apply tests need root (network namespaces, netfilter); they never skip"
@@ -24,7 +24,7 @@ fn in_fresh_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     .expect("test thread panicked")
 }
 
-fn sh(script: &str) -> String {
+pub(super) fn sh(script: &str) -> String {
     let out = Command::new("sh")
         .args(["-c", script])
         .output()
@@ -61,7 +61,7 @@ fn rules(lines: &[(Table, &str)]) -> Vec<Rule> {
 }
 
 /// The default injected configuration (spec §5.5), optionally with an excluded inbound port list.
-fn default_rules(exclude: &[&str]) -> Vec<Rule> {
+pub(super) fn default_rules(exclude: &[&str]) -> Vec<Rule> {
     let mut v = vec![
         (
             Table::Nat,
@@ -105,6 +105,18 @@ fn default_rules(exclude: &[&str]) -> Vec<Rule> {
     ));
     let refs: Vec<(Table, &str)> = v.iter().map(|(t, l)| (*t, l.as_str())).collect();
     rules(&refs)
+}
+
+/// The plan of Istio's injected arguments (`-p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x "" -b '*'
+/// -d 15090,15021,15020`, IPv4): one nat table, what the exec path is for.
+pub(super) fn injected_plan() -> Plan {
+    use crate::config::{Config, InboundPorts, OutboundInclude};
+    crate::rules::build(&Config {
+        inbound_ports: InboundPorts::All,
+        inbound_exclude_ports: vec![15090, 15021, 15020],
+        outbound_include: OutboundInclude::All,
+        ..Config::default()
+    })
 }
 
 fn v6_rules() -> Vec<Rule> {

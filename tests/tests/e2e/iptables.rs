@@ -751,3 +751,85 @@ fn l_reconcile_from_tproxy_to_redirect_and_cleanup_with_another_configuration() 
     assert!(!has_ours(&c), "{c}");
     assert_eq!(rules_only(&c), rules_only(&original));
 }
+
+/// What iptables-init logs when it hands the process over to the restore (the exec path).
+const EXEC_NOTE: &str = "replaces this process (exec)";
+
+#[test]
+fn m_exec_path_installs_what_the_usual_path_does_then_reruns_are_checked() {
+    // The injected IPv4 arguments are the exec path's case: one nat table, no routes, nothing after.
+    let p = Pair::new("ipt-m");
+    add_foreign_rules(&p.pod);
+    let original = saved(&p.pod, Family::V4);
+    let args = with(&["--ipv6", "false"]);
+    let out = init(&p.pod, &args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(EXEC_NOTE),
+        "the exec path was not taken:\n{err}"
+    );
+    let applied = saved(&p.pod, Family::V4);
+    assert!(has_ours(&applied), "{applied}");
+    for foreign in rules_only(&original) {
+        assert!(applied.contains(&foreign), "lost {foreign}:\n{applied}");
+    }
+
+    // The usual path (debug logging keeps a run on it) gives the same state.
+    let usual = NetNs::new("ipt-m-usual").expect("netns");
+    add_foreign_rules(&usual);
+    let debug = with(&["--ipv6", "false", "--log_output_level=default:debug"]);
+    let out = init(&usual, &debug);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !err.contains(EXEC_NOTE), "{err}");
+    assert_eq!(saved(&usual, Family::V4), applied);
+
+    // A rerun finds our chains (netlink probe), takes the checked path and changes nothing.
+    let out = init(&p.pod, &args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        !err.contains(EXEC_NOTE) && err.contains("already match"),
+        "{err}"
+    );
+    assert_eq!(
+        saved(&p.pod, Family::V4),
+        applied,
+        "second run changed IPv4"
+    );
+
+    // The traffic is really intercepted.
+    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
+    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
+    assert_eq!(code, 0, "{line}");
+    assert!(proxy.event().contains("orig=10.10.0.2:8080"));
+}
+
+#[test]
+fn n_a_refused_exec_path_restore_fails_and_changes_nothing() {
+    // A nat OUTPUT base chain that iptables-nft cannot use (priority 0 instead of -100): invisible to the
+    // probe (no chain of ours), refused by the restore. With one table the restore is one transaction,
+    // so nothing is left, and its message names the input line.
+    require_root();
+    let ns = NetNs::new("ipt-n").expect("netns");
+    ns.run(&["nft", "add", "table", "ip", "nat"])
+        .expect("nft table");
+    ns.run(&[
+        "nft",
+        "add chain ip nat OUTPUT { type nat hook output priority 0; }",
+    ])
+    .expect("nft chain");
+    let before = ns.run(&["nft", "list", "ruleset"]).expect("ruleset");
+    let out = init(&ns, &with(&["--ipv6", "false"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains(EXEC_NOTE), "{err}");
+    assert!(
+        err.contains("iptables-nft-restore") && err.contains("line ") && err.contains("OUTPUT"),
+        "{err}"
+    );
+    assert_eq!(
+        ns.run(&["nft", "list", "ruleset"]).expect("ruleset"),
+        before
+    );
+}

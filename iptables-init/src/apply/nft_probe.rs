@@ -1,0 +1,338 @@
+//! Asking nf_tables whether a chain exists, over a `NETLINK_NETFILTER` socket: the answer `iptables-nft-save`
+//! would give, without starting a process.
+//!
+//! The exec path ([`super::exec_restore`]) needs to know, before it hands the process over to
+//! `iptables-nft-restore`, that no rules of ours are in the namespace: after the exec nothing of ours is left
+//! to fall back to the checked path. Every plan declares nat `ISTIO_INBOUND`, so a run of ours always leaves
+//! that chain; the exec path asks for every chain the plan declares. One `NFT_MSG_GETCHAIN` request per
+//! chain, answered by the kernel with the chain (`NFT_MSG_NEWCHAIN`) or an error (`ENOENT`: no such chain,
+//! or no such table). Everything else is reported as an error, and the caller takes the usual path.
+//!
+//! Message layout (kernel uapi `linux/netlink.h`, `linux/netfilter/nfnetlink.h`,
+//! `linux/netfilter/nf_tables.h`): `nlmsghdr` (16 bytes), `nfgenmsg` (4 bytes), then attributes
+//! (`nlattr`: length and type, 4 bytes, the payload, padding to 4 bytes). Integers are in host byte order
+//! except `nfgenmsg.res_id` (big endian, and 0 here).
+
+use std::os::fd::{AsRawFd as _, OwnedFd};
+
+use nix::errno::Errno;
+use nix::sys::socket::{
+    recv, sendto, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
+    SockProtocol, SockType,
+};
+use nix::sys::time::TimeVal;
+
+use crate::rules::Family;
+
+/// `NFNL_SUBSYS_NFTABLES << 8`: the nf_tables subsystem's message types.
+const SUBSYS_NFTABLES: u16 = 10 << 8;
+const NFT_MSG_NEWCHAIN: u16 = SUBSYS_NFTABLES | 3;
+const NFT_MSG_GETCHAIN: u16 = SUBSYS_NFTABLES | 4;
+const NLMSG_ERROR: u16 = 2;
+const NLM_F_REQUEST: u16 = 1;
+const NLM_F_ACK: u16 = 4;
+const NFTA_CHAIN_TABLE: u16 = 1;
+const NFTA_CHAIN_NAME: u16 = 3;
+const NFPROTO_IPV4: u8 = 2;
+const NFPROTO_IPV6: u8 = 10;
+/// `NFT_NAME_MAXLEN`: the longest table or chain name nf_tables takes, terminating NUL included.
+const NAME_MAXLEN: usize = 256;
+const HEADER_LEN: usize = 16;
+
+/// Why the probe gave no answer. Any of these sends the run down the usual (checked) path.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ProbeError {
+    /// The netlink socket could not be opened or set up (no nfnetlink in the kernel, seccomp, ...).
+    #[error("netlink socket: {0}")]
+    Socket(Errno),
+    /// Sending the request or receiving the answer failed (including the receive timeout).
+    #[error("netlink {op}: {errno}")]
+    Io { op: &'static str, errno: Errno },
+    /// The kernel refused the request with something else than "no such chain" (e.g. `EPERM` without
+    /// `CAP_NET_ADMIN`).
+    #[error("nf_tables refused the chain request: {0}")]
+    Refused(Errno),
+    /// A table or chain name nf_tables cannot hold (a NUL byte, or too long).
+    #[error("invalid table or chain name {0:?}")]
+    Name(String),
+    /// The answer was not a chain, an error or an acknowledgement of our request.
+    #[error("unexpected netlink answer: {0}")]
+    Unexpected(String),
+}
+
+/// An open `NETLINK_NETFILTER` socket in the calling thread's network namespace.
+pub struct Probe {
+    fd: OwnedFd,
+    seq: u32,
+}
+
+impl Probe {
+    /// Opens the socket. A receive timeout bounds every answer: the probe only saves processes, it must
+    /// never be what makes a run hang.
+    pub fn open() -> Result<Probe, ProbeError> {
+        let fd = socket(
+            AddressFamily::Netlink,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::NetlinkNetFilter,
+        )
+        .map_err(ProbeError::Socket)?;
+        setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(1, 0))
+            .map_err(ProbeError::Socket)?;
+        Ok(Probe { fd, seq: 0 })
+    }
+
+    /// Whether chain `chain` of table `table` exists in `family`'s nf_tables.
+    pub fn chain_exists(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: &str,
+    ) -> Result<bool, ProbeError> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let request = getchain_request(family, table, chain, seq)?;
+        // Port 0: the kernel.
+        sendto(
+            self.fd.as_raw_fd(),
+            &request,
+            &NetlinkAddr::new(0, 0),
+            MsgFlags::empty(),
+        )
+        .map_err(|errno| ProbeError::Io { op: "send", errno })?;
+        // The kernel answers a found chain with NEWCHAIN then an acknowledgement (error 0), a missing one
+        // with an error message alone; read until the message that ends our request.
+        let mut found = false;
+        let mut buf = vec![0u8; 8192];
+        loop {
+            let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(|errno| {
+                ProbeError::Io {
+                    op: "receive",
+                    errno,
+                }
+            })?;
+            for msg in Messages(&buf[..n]) {
+                let msg = msg?;
+                if msg.seq != seq {
+                    // A late answer to an earlier request (cannot happen with one request at a time,
+                    // but harmless to skip).
+                    continue;
+                }
+                match msg.kind {
+                    NFT_MSG_NEWCHAIN => found = true,
+                    NLMSG_ERROR => {
+                        let code = msg
+                            .payload
+                            .get(..4)
+                            .and_then(|b| b.try_into().ok())
+                            .map(i32::from_ne_bytes)
+                            .ok_or_else(|| {
+                                ProbeError::Unexpected("truncated error message".to_string())
+                            })?;
+                        return match code {
+                            0 if found => Ok(true),
+                            0 => Err(ProbeError::Unexpected(
+                                "acknowledgement without a chain".to_string(),
+                            )),
+                            c if c == -(Errno::ENOENT as i32) => Ok(false),
+                            c => Err(ProbeError::Refused(Errno::from_raw(-c))),
+                        };
+                    }
+                    other => {
+                        return Err(ProbeError::Unexpected(format!("message type {other:#06x}")))
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn nfproto(family: Family) -> u8 {
+    match family {
+        Family::V4 => NFPROTO_IPV4,
+        Family::V6 => NFPROTO_IPV6,
+    }
+}
+
+/// Appends an attribute holding `value` as a NUL-terminated string, padded to 4 bytes.
+fn push_str_attr(out: &mut Vec<u8>, kind: u16, value: &str) -> Result<(), ProbeError> {
+    if value.is_empty() || value.contains('\0') || value.len() + 1 > NAME_MAXLEN {
+        return Err(ProbeError::Name(value.to_string()));
+    }
+    let len = 4 + value.len() + 1;
+    // Bounded by NAME_MAXLEN above, so it fits nla_len's u16.
+    out.extend_from_slice(&(len as u16).to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(value.as_bytes());
+    out.push(0);
+    out.resize(out.len().next_multiple_of(4), 0);
+    Ok(())
+}
+
+/// The `NFT_MSG_GETCHAIN` request for `family` `table` `chain`.
+fn getchain_request(
+    family: Family,
+    table: &str,
+    chain: &str,
+    seq: u32,
+) -> Result<Vec<u8>, ProbeError> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_len, set below
+    out.extend_from_slice(&NFT_MSG_GETCHAIN.to_ne_bytes());
+    out.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_pid: 0, the kernel fills in ours
+    out.extend_from_slice(&[nfproto(family), 0, 0, 0]); // nfgenmsg: family, version 0, res_id 0
+    push_str_attr(&mut out, NFTA_CHAIN_TABLE, table)?;
+    push_str_attr(&mut out, NFTA_CHAIN_NAME, chain)?;
+    let len = u32::try_from(out.len()).map_err(|_| ProbeError::Name(chain.to_string()))?;
+    out[..4].copy_from_slice(&len.to_ne_bytes());
+    Ok(out)
+}
+
+/// One netlink message of an answer.
+struct Message<'a> {
+    kind: u16,
+    seq: u32,
+    payload: &'a [u8],
+}
+
+/// The netlink messages in a received datagram.
+struct Messages<'a>(&'a [u8]);
+
+impl<'a> Iterator for Messages<'a> {
+    type Item = Result<Message<'a>, ProbeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let bad = |what: &str| Some(Err(ProbeError::Unexpected(what.to_string())));
+        let Some(header) = self.0.get(..HEADER_LEN) else {
+            self.0 = &[];
+            return bad("truncated message header");
+        };
+        let u32_at =
+            |i: usize| u32::from_ne_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
+        let len = u32_at(0) as usize;
+        if len < HEADER_LEN || len > self.0.len() {
+            self.0 = &[];
+            return bad("message length out of bounds");
+        }
+        let msg = Message {
+            kind: u16::from_ne_bytes([header[4], header[5]]),
+            seq: u32_at(8),
+            payload: &self.0[HEADER_LEN..len],
+        };
+        self.0 = self.0.get(len.next_multiple_of(4)..).unwrap_or(&[]);
+        Some(Ok(msg))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::netns_tests::{in_fresh_netns, injected_plan, sh};
+
+    #[test]
+    fn request_layout() {
+        let r = getchain_request(Family::V4, "nat", "ISTIO_INBOUND", 7).expect("request");
+        // 16 header + 4 nfgenmsg + (4 + "nat\0") + (4 + "ISTIO_INBOUND\0" padded to 16).
+        assert_eq!(r.len(), 16 + 4 + 8 + 20);
+        assert_eq!(u32::from_ne_bytes(r[0..4].try_into().expect("4")), 48);
+        assert_eq!(u16::from_ne_bytes([r[4], r[5]]), 0x0a04);
+        assert_eq!(u16::from_ne_bytes([r[6], r[7]]), 1 | 4);
+        assert_eq!(u32::from_ne_bytes(r[8..12].try_into().expect("4")), 7);
+        assert_eq!(&r[16..20], &[2, 0, 0, 0]);
+        assert_eq!(&r[20..28], &[8, 0, 1, 0, b'n', b'a', b't', 0]);
+        assert_eq!(u16::from_ne_bytes([r[28], r[29]]), 18);
+        assert_eq!(u16::from_ne_bytes([r[30], r[31]]), 3);
+        assert_eq!(&r[32..46], b"ISTIO_INBOUND\0");
+        assert_eq!(&r[46..48], &[0, 0]);
+        assert_eq!(
+            getchain_request(Family::V6, "nat", "A\0B", 1),
+            Err(ProbeError::Name("A\0B".to_string()))
+        );
+        assert!(getchain_request(Family::V6, "nat", &"X".repeat(256), 1).is_err());
+    }
+
+    #[test]
+    fn parses_answers_and_rejects_garbage() {
+        let mut two = Vec::new();
+        for (kind, seq) in [(NFT_MSG_NEWCHAIN, 5u32), (NLMSG_ERROR, 5)] {
+            two.extend_from_slice(&20u32.to_ne_bytes());
+            two.extend_from_slice(&kind.to_ne_bytes());
+            two.extend_from_slice(&0u16.to_ne_bytes());
+            two.extend_from_slice(&seq.to_ne_bytes());
+            two.extend_from_slice(&0u32.to_ne_bytes());
+            two.extend_from_slice(&0i32.to_ne_bytes());
+        }
+        let msgs: Vec<(u16, u32, usize)> = Messages(&two)
+            .map(|m| m.map(|m| (m.kind, m.seq, m.payload.len())))
+            .collect::<Result<_, _>>()
+            .expect("two messages");
+        assert_eq!(msgs, [(NFT_MSG_NEWCHAIN, 5, 4), (NLMSG_ERROR, 5, 4)]);
+        let mut long = two.clone();
+        long[0] = 200;
+        assert!(Messages(&long).next().is_some_and(|m| m.is_err()));
+        assert!(Messages(&two[..10]).next().is_some_and(|m| m.is_err()));
+    }
+
+    fn exists(table: &str, chain: &str) -> bool {
+        let mut p = Probe::open().expect("netlink socket");
+        p.chain_exists(Family::V4, table, chain)
+            .expect("probe answers")
+    }
+
+    #[test]
+    fn absent_in_a_fresh_namespace() {
+        in_fresh_netns(|| {
+            assert!(!exists("nat", "ISTIO_INBOUND"));
+            // The same socket answers several requests.
+            let mut p = Probe::open().expect("netlink socket");
+            for _ in 0..3 {
+                assert_eq!(
+                    p.chain_exists(Family::V4, "nat", "ISTIO_INBOUND"),
+                    Ok(false)
+                );
+                assert_eq!(p.chain_exists(Family::V6, "nat", "ISTIO_OUTPUT"), Ok(false));
+            }
+        });
+    }
+
+    #[test]
+    fn present_after_our_rules_are_applied() {
+        in_fresh_netns(|| {
+            crate::apply::apply(&injected_plan(), &crate::apply::ApplyOptions::default())
+                .expect("apply");
+            let mut p = Probe::open().expect("netlink socket");
+            for chain in ["ISTIO_INBOUND", "ISTIO_OUTPUT", "ISTIO_REDIRECT", "OUTPUT"] {
+                assert_eq!(
+                    p.chain_exists(Family::V4, "nat", chain),
+                    Ok(true),
+                    "{chain}"
+                );
+            }
+            // Other families and tables are separate.
+            assert_eq!(
+                p.chain_exists(Family::V6, "nat", "ISTIO_INBOUND"),
+                Ok(false)
+            );
+            assert_eq!(
+                p.chain_exists(Family::V4, "mangle", "ISTIO_INBOUND"),
+                Ok(false)
+            );
+            assert_eq!(p.chain_exists(Family::V4, "nat", "ISTIO_NOPE"), Ok(false));
+        });
+    }
+
+    #[test]
+    fn absent_when_only_an_unrelated_nat_chain_exists() {
+        in_fresh_netns(|| {
+            sh("printf '*nat\\n-N FOREIGN\\n-A OUTPUT -p tcp --dport 123 -j FOREIGN\\nCOMMIT\\n' | iptables-nft-restore --noflush");
+            assert!(exists("nat", "FOREIGN"));
+            assert!(exists("nat", "OUTPUT"));
+            assert!(!exists("nat", "ISTIO_INBOUND"));
+        });
+    }
+}
