@@ -218,6 +218,9 @@ pub struct Config {
     pub loopback_cidr: Cidr,
     /// `--dry-run`.
     pub dry_run: bool,
+    /// `DRY_RUN_FILE_PATH` (env only, non-empty): with `--dry-run`, also write what Istio's recording stub
+    /// records, in its golden-file format (see [`crate::render::dry_run_record`]).
+    pub dry_run_file: Option<std::path::PathBuf>,
     /// `--skip-rule-apply`.
     pub skip_rule_apply: bool,
     /// `--run-validation`.
@@ -276,6 +279,7 @@ impl Default for Config {
                 len: 32,
             },
             dry_run: false,
+            dry_run_file: None,
             skip_rule_apply: false,
             run_validation: false,
             probe_port: 15002,
@@ -633,6 +637,9 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
     }
 
     c.dry_run = boolean(args.dry_run, "--dry-run", &["DRY_RUN"], env);
+    c.dry_run_file = env("DRY_RUN_FILE_PATH")
+        .filter(|p| !p.is_empty())
+        .map(std::path::PathBuf::from);
     c.skip_rule_apply = boolean(
         args.skip_rule_apply,
         "--skip-rule-apply",
@@ -993,6 +1000,11 @@ mod tests {
             Duration::from_secs(2)
         );
         assert!(ok(&[], &[("DRY_RUN", "1")]).dry_run);
+        assert_eq!(ok(&[], &[("DRY_RUN_FILE_PATH", "")]).dry_run_file, None);
+        assert_eq!(
+            ok(&[], &[("DRY_RUN_FILE_PATH", "/tmp/x")]).dry_run_file,
+            Some(std::path::PathBuf::from("/tmp/x"))
+        );
     }
 
     #[test]

@@ -113,6 +113,17 @@ pub fn run_with(
     let plan = rules::build(&cfg);
 
     if cfg.dry_run {
+        if let Some(path) = &cfg.dry_run_file {
+            if cfg.cleanup_only {
+                tracing::warn!(path = %path.display(), "DRY_RUN_FILE_PATH is not written with --cleanup-only");
+            } else if let Err(e) = std::fs::write(path, render::dry_run_record(&plan)) {
+                report(&format!(
+                    "DRY_RUN_FILE_PATH={}: cannot write the dry-run record: {e}",
+                    path.display()
+                ));
+                return ExitCode::from(EXIT_ERROR);
+            }
+        }
         let mut out = std::io::stdout().lock();
         if let Err(e) = out
             .write_all(render::dry_run(&plan).as_bytes())

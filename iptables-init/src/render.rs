@@ -109,11 +109,57 @@ pub fn dry_run(plan: &Plan) -> String {
     out
 }
 
+/// What Istio's recording stub records for a `--dry-run` apply (spec §8), which is also the format of
+/// Istio's golden files: the state checks `iptables-save` and `ip6tables-save`, the IPv4 restore input,
+/// the IPv6 restore input when IPv6 is on, then the final-state dumps (`ip6tables-save` only with IPv6).
+/// Written to `DRY_RUN_FILE_PATH`, so a run can be diffed against Istio's goldens or against a
+/// `pilot-agent istio-iptables --dry-run` of the same configuration. Route actions are not commands the
+/// stub records on a dry run, so they are not in it.
+pub fn dry_run_record(plan: &Plan) -> String {
+    let mut out = String::from("iptables-save\nip6tables-save\n");
+    out.push_str(&restore_input(&plan.v4));
+    if let Some(v6) = &plan.v6 {
+        out.push_str(&restore_input(v6));
+    }
+    out.push_str("iptables-save\n");
+    if plan.v6.is_some() {
+        out.push_str("ip6tables-save\n");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::{Config, InboundPorts, InterceptionMode};
     use crate::rules;
+
+    #[test]
+    fn dry_run_record_is_istios_stub_format() {
+        let v4_only = rules::build(&Config::default());
+        let text = dry_run_record(&v4_only);
+        assert!(
+            text.starts_with("iptables-save\nip6tables-save\n* nat\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("COMMIT\niptables-save\n"), "{text}");
+        assert_eq!(text.matches("ip6tables-save").count(), 1);
+        let dual = rules::build(&Config {
+            ipv6: true,
+            mode: InterceptionMode::Tproxy,
+            ..Config::default()
+        });
+        let text = dry_run_record(&dual);
+        let v4 = restore_input(&dual.v4);
+        let v6 = restore_input(dual.v6.as_deref().expect("v6"));
+        assert_eq!(
+            text,
+            format!("iptables-save\nip6tables-save\n{v4}{v6}iptables-save\nip6tables-save\n")
+        );
+        // Routes are not recorded; the dry run prints them as comments only.
+        assert!(!dual.routes.is_empty());
+        assert!(!text.contains("ip -"));
+    }
 
     #[test]
     fn dry_run_prints_v4_then_marker_v6_and_route_comments() {

@@ -6,6 +6,7 @@
 //! README says) in a second namespace; compare the two namespaces' `iptables-save` / `ip6tables-save`
 //! dumps table by table: the chains and each chain's ordered rules, comments and counters ignored.
 //! Netfilter canonicalises spelling (`--to-port`, `::127.0.0.53`), so equal dumps mean equal behaviour.
+//! Each run also sets `DRY_RUN_FILE_PATH`, whose record must be the golden file's text itself.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -244,11 +245,17 @@ fn run_case(dir: &std::path::Path, case: &Case) -> Result<()> {
         .with_context(|| format!("golden of {}", case.name))?;
     let (gold_v4, gold_v6) = golden_parts(&golden);
 
+    let record = std::env::temp_dir().join(format!(
+        "iptables-init-record-{}-{}",
+        std::process::id(),
+        case.name
+    ));
     let mut cmd = Command::new(e2e::bin("iptables-init"));
     cmd.args(&case.args)
         .arg("--dry-run")
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("DRY_RUN_FILE_PATH", &record)
         .envs(case.env.iter().map(|(k, v)| (k, v)));
     let out = cmd.output().context("running iptables-init")?;
     ensure!(
@@ -257,6 +264,11 @@ fn run_case(dir: &std::path::Path, case: &Case) -> Result<()> {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    // DRY_RUN_FILE_PATH: what Istio's recording stub writes, which is the golden file itself.
+    let recorded = std::fs::read_to_string(&record)
+        .with_context(|| format!("DRY_RUN_FILE_PATH {} not written", record.display()));
+    let _ = std::fs::remove_file(&record);
+    same_record(&recorded?, &golden).context("DRY_RUN_FILE_PATH record vs the golden file")?;
     let stdout = String::from_utf8(out.stdout).context("dry-run output is not UTF-8")?;
     let (ours_v4, ours_v6) = dry_run_parts(&stdout);
     ensure!(
@@ -299,6 +311,73 @@ fn run_case(dir: &std::path::Path, case: &Case) -> Result<()> {
     }
     ensure!(report.is_empty(), "kernel state differs:\n{report}");
     Ok(())
+}
+
+/// The `DRY_RUN_FILE_PATH` record equals Istio's golden text (trailing whitespace trimmed, as Istio's
+/// test compares), line for line; a word may differ only in the spelling of the same address
+/// (`::127.0.0.53/128` is `::7f00:35/128`: the CLI cannot reproduce the test's spelling, spec §8).
+fn same_record(ours: &str, golden: &str) -> Result<()> {
+    let (ours, golden) = (ours.trim_end(), golden.trim_end());
+    let (a, b): (Vec<&str>, Vec<&str>) = (ours.lines().collect(), golden.lines().collect());
+    ensure!(
+        a.len() == b.len(),
+        "{} lines recorded, the golden has {}",
+        a.len(),
+        b.len()
+    );
+    let same_address = |x: &str, y: &str| {
+        let parse = |w: &str| {
+            let (addr, len) = w.split_once('/')?;
+            Some((addr.parse::<std::net::IpAddr>().ok()?, len.to_string()))
+        };
+        matches!((parse(x), parse(y)), (Some(p), Some(q)) if p == q)
+    };
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        let (wx, wy): (Vec<&str>, Vec<&str>) = (x.split(' ').collect(), y.split(' ').collect());
+        let same = wx.len() == wy.len()
+            && wx
+                .iter()
+                .zip(&wy)
+                .all(|(p, q)| p == q || same_address(p, q));
+        ensure!(same, "line {}: recorded {x:?}, golden {y:?}", i + 1);
+    }
+    Ok(())
+}
+
+#[test]
+fn an_unwritable_dry_run_file_is_an_error_naming_it() {
+    let out = Command::new(e2e::bin("iptables-init"))
+        .args([
+            "-p",
+            "15001",
+            "-u",
+            "1337",
+            "-g",
+            "1337",
+            "--ipv6",
+            "false",
+            "--dry-run",
+        ])
+        .env("DRY_RUN_FILE_PATH", "/nonexistent-dir/record")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("DRY_RUN_FILE_PATH=/nonexistent-dir/record"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing printed after the failure");
+}
+
+#[test]
+fn record_comparison_allows_only_address_spelling() {
+    let g = "iptables-save\n-A X -d ::127.0.0.53/128 -j RETURN\n";
+    assert!(same_record("iptables-save\n-A X -d ::7f00:35/128 -j RETURN\n", g).is_ok());
+    assert!(same_record("iptables-save\n-A X -d ::7f00:36/128 -j RETURN\n", g).is_err());
+    assert!(same_record("iptables-save\n-A X -d ::7f00:35/64 -j RETURN\n", g).is_err());
+    assert!(same_record("iptables-save\n", g).is_err());
+    assert!(same_record("iptables-save\n-A X -d ::127.0.0.53/128 -j RETURN", g).is_ok());
 }
 
 #[test]
