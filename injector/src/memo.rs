@@ -13,8 +13,10 @@
 //! * A hit compares the whole key (pod included), never just its hash.
 //! * A result is stored only when its key was already seen among the recent misses, so a stream of
 //!   distinct pods pays no copy into the memo; the second replica of a workload fills it.
-//! * At most [`CAPACITY`] results are kept; when full, the oldest is replaced. A `hello` result is about
-//!   30 KiB of heap, so the memo stays under ~2 MiB.
+//! * At most [`CAPACITY`] results are kept; when full, the oldest is replaced. Only entries whose pod
+//!   and result together weigh at most [`MAX_ENTRY_WEIGHT`] (string bytes plus a fixed amount per JSON
+//!   node, a proxy for heap use) are stored, so a client sending large pods twice cannot make the memo
+//!   hold more than a few MiB (32 entries of at most 64 Ki units). A `hello` entry weighs about 15 Ki.
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
@@ -25,7 +27,11 @@ use serde_json::Value;
 use crate::engine::{Mode, Workload};
 
 /// Results kept.
-pub const CAPACITY: usize = 64;
+pub const CAPACITY: usize = 32;
+/// The largest entry stored, in [`weight`] units (about bytes).
+pub const MAX_ENTRY_WEIGHT: usize = 64 * 1024;
+/// What a JSON node costs in [`weight`], besides its string bytes.
+const NODE_WEIGHT: usize = 32;
 /// Key hashes of recent misses remembered for the second-sighting rule.
 const SEEN: usize = 256;
 
@@ -122,6 +128,12 @@ impl RenderMemo {
         if inner.entries.iter().any(|e| e.hash == hash) {
             return;
         }
+        if weight(key.pod, MAX_ENTRY_WEIGHT)
+            .and_then(|w| weight(rendered, MAX_ENTRY_WEIGHT - w))
+            .is_none()
+        {
+            return;
+        }
         // The copies below are made under the lock, but only on a second sighting: rare.
         if inner.entries.len() == CAPACITY {
             inner.entries.pop_front();
@@ -145,6 +157,29 @@ impl RenderMemo {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The weight of `v` (string bytes plus [`NODE_WEIGHT`] per node), or `None` as soon as it exceeds
+/// `budget` (so a huge value is not walked whole).
+fn weight(v: &Value, budget: usize) -> Option<usize> {
+    let add = |used: usize, n: usize| Some(used + n).filter(|&u| u <= budget);
+    let mut used = add(0, NODE_WEIGHT)?;
+    match v {
+        Value::String(s) => used = add(used, s.len())?,
+        Value::Array(items) => {
+            for item in items {
+                used = add(used, weight(item, budget - used)?)?;
+            }
+        }
+        Value::Object(map) => {
+            for (k, item) in map {
+                used = add(used, k.len())?;
+                used = add(used, weight(item, budget - used)?)?;
+            }
+        }
+        _ => {}
+    }
+    Some(used)
 }
 
 /// Equality including the order of object keys (`Value`'s `==` ignores it, and the template may not:
@@ -308,6 +343,33 @@ mod tests {
         };
         assert!(hit(memo.get(&key(&first))).is_none());
         assert_eq!(hit(memo.get(&key(&last))), Some(last.clone()));
+    }
+
+    #[test]
+    fn large_entries_are_not_stored() {
+        let memo = RenderMemo::default();
+        let w = workload("big");
+        let big = json!({"data": "x".repeat(MAX_ENTRY_WEIGHT)});
+        let small = json!({"spec": {}});
+        for (pod, rendered) in [(&big, &small), (&small, &big)] {
+            let key = Key {
+                template: "sidecar",
+                mode: Mode::Webhook,
+                workload: &w,
+                pod,
+            };
+            for _ in 0..3 {
+                if let Lookup::Miss(h) = memo.get(&key) {
+                    memo.store(h, &key, rendered);
+                }
+            }
+        }
+        assert!(memo.is_empty());
+        assert_eq!(
+            weight(&json!({"ab": ["c", 1]}), 1000),
+            Some(32 + 2 + 32 + 32 + 1 + 32)
+        );
+        assert_eq!(weight(&Value::Array(vec![json!("x"); 100]), 200), None);
     }
 
     #[test]
