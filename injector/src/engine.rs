@@ -33,6 +33,9 @@ pub struct Engine {
     have_templates: String,
     /// Rendered templates of recent pods, for the replicas of a workload (see `memo`).
     memo: RenderMemo,
+    /// `values.global.multiCluster.clusterName` and `values.global.network`, looked up once.
+    values_cluster: Option<String>,
+    values_network: Option<String>,
 }
 
 /// The workload a pod belongs to (Istio's deploy meta + type meta).
@@ -104,12 +107,23 @@ impl Engine {
                 },
             );
         let base_proxy_config_env = render::proxy_config_env(&base_proxy_config).ok();
+        let values_str = |path: &str| {
+            settings
+                .values
+                .pointer(path)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let values_cluster = values_str("/global/multiCluster/clusterName");
+        let values_network = values_str("/global/network");
         Engine {
-            settings,
             base_proxy_config,
             base_proxy_config_env,
             have_templates: render::template_names().join(", "),
             memo: RenderMemo::default(),
+            values_cluster,
+            values_network,
+            settings,
         }
     }
 
@@ -180,7 +194,8 @@ impl Engine {
             )));
         }
         let annotations_map = original
-            .pointer("/metadata/annotations")
+            .get("metadata")
+            .and_then(|m| m.get("annotations"))
             .and_then(Value::as_object);
         annotations::validate(annotations_map)?;
 
@@ -210,15 +225,11 @@ impl Engine {
             .get("ISTIO_META_CLUSTER_ID")
             .cloned()
             .filter(|c| !c.is_empty())
-            .or_else(|| {
-                s.values
-                    .pointer("/global/multiCluster/clusterName")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            })
+            .or_else(|| self.values_cluster.clone())
             .unwrap_or_default();
         let network = original
-            .pointer("/metadata/labels")
+            .get("metadata")
+            .and_then(|m| m.get("labels"))
             .and_then(|l| l.get("topology.istio.io/network"))
             .and_then(Value::as_str)
             .map(str::to_string)
@@ -229,12 +240,7 @@ impl Engine {
                     .cloned()
                     .filter(|n| !n.is_empty())
             })
-            .or_else(|| {
-                s.values
-                    .pointer("/global/network")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            })
+            .or_else(|| self.values_network.clone())
             .unwrap_or_default();
         if !cluster.is_empty() {
             url_env.insert("ISTIO_META_CLUSTER_ID".to_string(), cluster);
@@ -307,9 +313,9 @@ impl Engine {
             };
             let rendered = match self.memo.get(&key) {
                 Lookup::Hit(rendered) => rendered,
-                Lookup::Miss(hash) => {
+                Lookup::Miss(miss) => {
                     let rendered = render::render(&name, &data)?;
-                    self.memo.store(hash, &key, &rendered);
+                    self.memo.store(miss, &key, &rendered);
                     rendered
                 }
             };
@@ -408,7 +414,8 @@ fn template_skeleton(rendered: &Value) -> Value {
 }
 
 fn has_container(pod: &Value, list: &str, name: &str) -> bool {
-    pod.pointer(&format!("/spec/{list}"))
+    pod.get("spec")
+        .and_then(|s| s.get(list))
         .and_then(Value::as_array)
         .is_some_and(|cs| {
             cs.iter()

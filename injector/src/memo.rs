@@ -13,10 +13,11 @@
 //! * A hit compares the whole key (pod included), never just its hash.
 //! * A result is stored only when its key was already seen among the recent misses, so a stream of
 //!   distinct pods pays no copy into the memo; the second replica of a workload fills it.
-//! * At most [`CAPACITY`] results are kept; when full, the oldest is replaced. Only entries whose pod
-//!   and result together weigh at most [`MAX_ENTRY_WEIGHT`] (string bytes plus a fixed amount per JSON
-//!   node, a proxy for heap use) are stored, so a client sending large pods twice cannot make the memo
-//!   hold more than a few MiB (32 entries of at most 64 Ki units). A `hello` entry weighs about 15 Ki.
+//! * Memory is bounded by weight: string bytes plus a fixed amount per JSON node, about the heap a value
+//!   uses. An entry (pod and result) weighs at most [`MAX_ENTRY_WEIGHT`], all entries together at most
+//!   [`MAX_TOTAL_WEIGHT`], and there are at most [`CAPACITY`]; the oldest make room. So a client sending
+//!   large pods twice cannot make the memo hold more than a few MiB. A `hello` entry weighs ~15 Ki, the
+//!   bench's large pod (12 containers) ~150 Ki.
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
@@ -26,10 +27,12 @@ use serde_json::Value;
 
 use crate::engine::{Mode, Workload};
 
-/// Results kept.
-pub const CAPACITY: usize = 32;
-/// The largest entry stored, in [`weight`] units (about bytes).
-pub const MAX_ENTRY_WEIGHT: usize = 64 * 1024;
+/// Results kept at most.
+pub const CAPACITY: usize = 64;
+/// The heaviest entry stored, in [`weight`] units (about bytes).
+pub const MAX_ENTRY_WEIGHT: usize = 1024 * 1024;
+/// The weight of all entries together.
+pub const MAX_TOTAL_WEIGHT: usize = 4 * 1024 * 1024;
 /// What a JSON node costs in [`weight`], besides its string bytes.
 const NODE_WEIGHT: usize = 32;
 /// Key hashes of recent misses remembered for the second-sighting rule.
@@ -45,16 +48,17 @@ pub struct Key<'a> {
 }
 
 impl Key<'_> {
-    fn hash(&self) -> u64 {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+    /// The key's hash and the pod's [`weight`], in one walk.
+    fn hash(&self) -> (u64, usize) {
+        let mut h = FxHasher::default();
         self.template.hash(&mut h);
         (self.mode == Mode::Webhook).hash(&mut h);
         self.workload.kind.hash(&mut h);
         self.workload.api_version.hash(&mut h);
         self.workload.name.hash(&mut h);
         self.workload.namespace.hash(&mut h);
-        hash_value(self.pod, &mut h);
-        h.finish()
+        let pod_weight = hash_value(self.pod, &mut h);
+        (h.finish(), pod_weight)
     }
 }
 
@@ -67,6 +71,7 @@ struct Entry {
     workload: Workload,
     pod: Value,
     rendered: Value,
+    weight: usize,
 }
 
 impl Entry {
@@ -81,6 +86,8 @@ impl Entry {
 #[derive(Debug, Default)]
 struct Inner {
     entries: VecDeque<Arc<Entry>>,
+    /// The weight of `entries`.
+    total: usize,
     seen: VecDeque<u64>,
 }
 
@@ -90,16 +97,23 @@ pub struct RenderMemo {
     inner: Mutex<Inner>,
 }
 
-/// A lookup's result: the rendered partial pod, or the key's hash to pass to [`RenderMemo::store`].
+/// A lookup's result: the rendered partial pod, or what [`RenderMemo::store`] needs to know of the key.
 pub enum Lookup {
     Hit(Value),
-    Miss(u64),
+    Miss(Miss),
+}
+
+/// A missed key's hash and pod weight (computed by the lookup, so the store need not walk the pod).
+#[derive(Debug, Clone, Copy)]
+pub struct Miss {
+    hash: u64,
+    pod_weight: usize,
 }
 
 impl RenderMemo {
     /// The stored render for `key`, copied (the copy is made outside the lock).
     pub fn get(&self, key: &Key<'_>) -> Lookup {
-        let hash = key.hash();
+        let (hash, pod_weight) = key.hash();
         let candidate = match self.inner.lock() {
             Ok(inner) => inner.entries.iter().find(|e| e.hash == hash).cloned(),
             // A panic while holding the lock cannot leave the memo inconsistent (every update is one
@@ -108,13 +122,14 @@ impl RenderMemo {
         };
         match candidate {
             Some(e) if e.matches(key) => Lookup::Hit(e.rendered.clone()),
-            _ => Lookup::Miss(hash),
+            _ => Lookup::Miss(Miss { hash, pod_weight }),
         }
     }
 
-    /// Records a miss of `key` (hash from [`RenderMemo::get`]) and its render: stored when the same key
-    /// missed recently, else only remembered.
-    pub fn store(&self, hash: u64, key: &Key<'_>, rendered: &Value) {
+    /// Records a miss of `key` (as [`RenderMemo::get`] reported it) and its render: stored when the same
+    /// key missed recently and the entry is light enough, else only remembered.
+    pub fn store(&self, miss: Miss, key: &Key<'_>, rendered: &Value) {
+        let Miss { hash, pod_weight } = miss;
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
@@ -128,16 +143,23 @@ impl RenderMemo {
         if inner.entries.iter().any(|e| e.hash == hash) {
             return;
         }
-        if weight(key.pod, MAX_ENTRY_WEIGHT)
-            .and_then(|w| weight(rendered, MAX_ENTRY_WEIGHT - w))
-            .is_none()
-        {
+        let Some(weight) = MAX_ENTRY_WEIGHT
+            .checked_sub(pod_weight)
+            .and_then(|budget| weight(rendered, budget))
+            .map(|w| w + pod_weight)
+        else {
+            // Too heavy: forget the sighting, so that the next one does not weigh it again.
+            inner.seen.retain(|h| *h != hash);
             return;
-        }
+        };
         // The copies below are made under the lock, but only on a second sighting: rare.
-        if inner.entries.len() == CAPACITY {
-            inner.entries.pop_front();
+        while inner.entries.len() == CAPACITY || inner.total + weight > MAX_TOTAL_WEIGHT {
+            match inner.entries.pop_front() {
+                Some(old) => inner.total -= old.weight,
+                None => break,
+            }
         }
+        inner.total += weight;
         inner.entries.push_back(Arc::new(Entry {
             hash,
             template: key.template.to_string(),
@@ -145,6 +167,7 @@ impl RenderMemo {
             workload: key.workload.clone(),
             pod: key.pod.clone(),
             rendered: rendered.clone(),
+            weight,
         }));
     }
 
@@ -199,9 +222,55 @@ fn identical(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// A multiply-rotate hash (the rustc/Firefox "Fx" scheme): several times cheaper than the standard
+/// SipHash over a pod's many short strings. It is not keyed, but that is harmless here: a hit compares the
+/// whole key, and the memo is a short list, not a hash table that collisions could degrade.
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 56));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// Feeds a JSON value to a hasher, with type tags so that e.g. `"1"` and `1`, or `[[]]` and `[]`, differ.
-/// Key order counts (it is part of the pod the template sees).
-fn hash_value(v: &Value, h: &mut impl Hasher) {
+/// Key order counts (it is part of the pod the template sees). Returns the value's [`weight`].
+fn hash_value(v: &Value, h: &mut impl Hasher) -> usize {
+    let mut w = NODE_WEIGHT;
     match v {
         Value::Null => h.write_u8(0),
         Value::Bool(b) => {
@@ -221,12 +290,13 @@ fn hash_value(v: &Value, h: &mut impl Hasher) {
         Value::String(s) => {
             h.write_u8(3);
             s.hash(h);
+            w += s.len();
         }
         Value::Array(items) => {
             h.write_u8(4);
             h.write_usize(items.len());
             for item in items {
-                hash_value(item, h);
+                w = w.saturating_add(hash_value(item, h));
             }
         }
         Value::Object(map) => {
@@ -234,10 +304,13 @@ fn hash_value(v: &Value, h: &mut impl Hasher) {
             h.write_usize(map.len());
             for (k, item) in map {
                 k.hash(h);
-                hash_value(item, h);
+                w = w
+                    .saturating_add(k.len())
+                    .saturating_add(hash_value(item, h));
             }
         }
     }
+    w
 }
 
 #[cfg(test)]
@@ -373,9 +446,38 @@ mod tests {
     }
 
     #[test]
+    fn total_weight_is_bounded() {
+        let memo = RenderMemo::default();
+        let w = workload("w");
+        // Entries of ~600 Ki each: at most six fit under the total.
+        let rendered = json!({"data": "r".repeat(600 * 1024)});
+        for i in 0..10 {
+            let pod = json!({"i": i});
+            let key = Key {
+                template: "sidecar",
+                mode: Mode::Webhook,
+                workload: &w,
+                pod: &pod,
+            };
+            for _ in 0..2 {
+                if let Lookup::Miss(m) = memo.get(&key) {
+                    memo.store(m, &key, &rendered);
+                }
+            }
+        }
+        let inner = memo.inner.lock().unwrap();
+        assert_eq!(inner.entries.len(), MAX_TOTAL_WEIGHT / (600 * 1024));
+        assert!(inner.total <= MAX_TOTAL_WEIGHT);
+        assert_eq!(
+            inner.total,
+            inner.entries.iter().map(|e| e.weight).sum::<usize>()
+        );
+    }
+
+    #[test]
     fn hash_distinguishes_types_and_nesting() {
         let h = |v: Value| {
-            let mut s = std::collections::hash_map::DefaultHasher::new();
+            let mut s = FxHasher::default();
             hash_value(&v, &mut s);
             s.finish()
         };
