@@ -138,25 +138,49 @@ async fn main() -> anyhow::Result<()> {
 
     let start = Instant::now() + Duration::from_millis(50);
     let end = start + Duration::from_secs_f64(o.duration);
-    let next = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
+    // Open loop: a pacing thread hands out the due times. tokio's timer has millisecond granularity,
+    // so sleeping until each due time in the runtime made requests leave up to ~1.3 ms late, and that
+    // lateness of the generator's own counted as latency from the due time; `std::thread::sleep`
+    // (nanosleep) wakes within tens of microseconds. A request still leaves late when every connection
+    // is busy (the server is slow), which the latency from the due time is meant to show.
+    let (due_tx, due_rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    if o.rate > 0.0 {
+        let rate = o.rate;
+        std::thread::spawn(move || {
+            for i in 0u64.. {
+                let due = start + Duration::from_secs_f64(i as f64 / rate);
+                if due >= end {
+                    break;
+                }
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                if due_tx.send(due).is_err() {
+                    break;
+                }
+            }
+        });
+    } else {
+        drop(due_tx);
+    }
+    let due_rx = Arc::new(tokio::sync::Mutex::new(due_rx));
     let mut tasks = Vec::new();
     for _ in 0..o.connections {
         let mut send = connect(&o, &tls).await?;
-        let (o, body, next, errors) = (o.clone(), body.clone(), next.clone(), errors.clone());
+        let (o, body, due_rx, errors) = (o.clone(), body.clone(), due_rx.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut due_lat = Vec::new();
             tokio::time::sleep_until(start.into()).await;
             loop {
                 let due = if o.rate > 0.0 {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let due = start + Duration::from_secs_f64(i as f64 / o.rate);
-                    if due >= end {
-                        break;
+                    // The next due time from the pacer; `None` once it has handed out the last one.
+                    let next = due_rx.lock().await.recv().await;
+                    match next {
+                        Some(due) => due,
+                        None => break,
                     }
-                    tokio::time::sleep_until(due.into()).await;
-                    due
                 } else {
                     let now = Instant::now();
                     if now >= end {
