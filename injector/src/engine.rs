@@ -296,6 +296,7 @@ impl Engine {
 
         let mut merged = original.clone();
         let mut template_pod = serde_json::json!({"metadata": {}, "spec": {}});
+        let mut first = true;
         for name in self.templates(annotations_map, req.mode) {
             if !render::template_names().contains(&name.as_str()) {
                 return Err(EngineError::Render(render::RenderError::NotFound {
@@ -319,8 +320,16 @@ impl Engine {
                     rendered
                 }
             };
-            merge::strategic_merge_pod_owned(&mut template_pod, template_skeleton(&rendered))
-                .map_err(EngineError::Merge)?;
+            let (skeleton, special) = template_skeleton(&rendered);
+            if first && !special {
+                // Merging a skeleton without `$` directives into the still empty template pod gives
+                // the skeleton itself (a missing merge key is reported by the merge into the pod below).
+                template_pod = skeleton;
+            } else {
+                merge::strategic_merge_pod_owned(&mut template_pod, skeleton)
+                    .map_err(EngineError::Merge)?;
+            }
+            first = false;
             if native_move && has_container(&template_pod, "initContainers", "istio-proxy") {
                 move_proxy_to_init(&mut merged);
             }
@@ -373,35 +382,59 @@ impl Engine {
 /// keys in `spec` and in list items), so the lists merge to the same names in the same order. Merging this
 /// instead of a copy of the whole rendered pod saves a deep copy per template (~10% of a `hello` injection,
 /// callgrind); the rendered pod itself is merged into the request pod whole.
-fn template_skeleton(rendered: &Value) -> Value {
+fn template_skeleton(rendered: &Value) -> (Value, bool) {
     const LISTS: [&str; 4] = [
         "containers",
         "initContainers",
         "volumes",
         "imagePullSecrets",
     ];
+    // Whether merging the skeleton could do more than copy it: a `$` directive, a list that is not an
+    // array of objects, an item without a string name, or a name twice in a list (the merge would
+    // reject, reshape or combine those).
+    let mut special = false;
     let mut spec = Map::new();
     if let Some(src) = rendered.get("spec").and_then(Value::as_object) {
         for (k, v) in src {
             if k.starts_with('$') {
+                special = true;
                 spec.insert(k.clone(), v.clone());
             } else if LISTS.contains(&k.as_str()) {
                 let skeleton = match v {
-                    Value::Array(items) => Value::Array(
-                        items
-                            .iter()
-                            .map(|item| match item.as_object() {
-                                Some(m) => Value::Object(
-                                    m.iter()
-                                        .filter(|(k, _)| *k == "name" || k.starts_with('$'))
-                                        .map(|(k, v)| (k.clone(), v.clone()))
-                                        .collect(),
-                                ),
-                                None => item.clone(),
-                            })
-                            .collect(),
-                    ),
-                    other => other.clone(),
+                    Value::Array(items) => {
+                        let mut names: Vec<&str> = Vec::with_capacity(items.len());
+                        for item in items {
+                            match item.get("name").and_then(Value::as_str) {
+                                Some(n) if !names.contains(&n) => names.push(n),
+                                _ => special = true,
+                            }
+                        }
+                        Value::Array(
+                            items
+                                .iter()
+                                .map(|item| match item.as_object() {
+                                    Some(m) => Value::Object(
+                                        m.iter()
+                                            .filter(|(k, _)| {
+                                                let directive = k.starts_with('$');
+                                                special |= directive;
+                                                *k == "name" || directive
+                                            })
+                                            .map(|(k, v)| (k.clone(), v.clone()))
+                                            .collect(),
+                                    ),
+                                    None => {
+                                        special = true;
+                                        item.clone()
+                                    }
+                                })
+                                .collect(),
+                        )
+                    }
+                    other => {
+                        special = true;
+                        other.clone()
+                    }
                 };
                 spec.insert(k.clone(), skeleton);
             }
@@ -410,7 +443,7 @@ fn template_skeleton(rendered: &Value) -> Value {
     let mut pod = Map::new();
     pod.insert("metadata".to_string(), Value::Object(Map::new()));
     pod.insert("spec".to_string(), Value::Object(spec));
-    Value::Object(pod)
+    (Value::Object(pod), special)
 }
 
 fn has_container(pod: &Value, list: &str, name: &str) -> bool {
@@ -547,6 +580,33 @@ mod tests {
             {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "controller": true}]}});
         let w = deploy_meta_from_pod(&pod);
         assert_eq!((w.kind.as_str(), w.name.as_str()), ("Pod", "p"));
+    }
+
+    #[test]
+    fn a_plain_skeleton_is_what_merging_it_into_the_empty_template_pod_gives() {
+        let rendered = json!({"metadata": {"labels": {"a": "b"}},
+            "spec": {"initContainers": [{"name": "istio-init", "image": "x"}, {"name": "istio-proxy"}],
+                     "volumes": [{"name": "v1", "emptyDir": {}}, {"name": "v2"}],
+                     "containers": [], "securityContext": {"fsGroup": 1337}}});
+        let (skeleton, special) = template_skeleton(&rendered);
+        assert!(!special);
+        let mut merged = json!({"metadata": {}, "spec": {}});
+        merge::strategic_merge_pod_owned(&mut merged, skeleton.clone()).unwrap();
+        assert_eq!(
+            serde_json::to_string(&merged).unwrap(),
+            serde_json::to_string(&skeleton).unwrap()
+        );
+        for special in [
+            json!({"spec": {"$retainKeys": ["volumes"], "volumes": []}}),
+            json!({"spec": {"volumes": [{"name": "a", "$patch": "delete"}]}}),
+            json!({"spec": {"volumes": [{"name": "a"}, {"name": "a", "emptyDir": {}}]}}),
+            json!({"spec": {"volumes": [{"emptyDir": {}}]}}),
+            json!({"spec": {"volumes": [{"name": null}]}}),
+            json!({"spec": {"volumes": ["a"]}}),
+            json!({"spec": {"volumes": null}}),
+        ] {
+            assert!(template_skeleton(&special).1, "{special}");
+        }
     }
 
     #[test]
