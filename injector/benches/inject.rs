@@ -6,10 +6,15 @@
 //! The bench re-executes itself with the `serve` command's malloc tuning (`injector::malloc`) unless
 //! `GLIBC_TUNABLES` is set; `GLIBC_TUNABLES=` (empty) measures glibc's defaults.
 //!
-//! Measured 2026-11-29 on the 2-core development machine (load ~1), release profile (LTO), medians:
-//! hello floor 5.8 µs, inject 72.0 µs (12.4×); large floor 263 µs, inject 669 µs (2.5×). With
-//! `GLIBC_TUNABLES=`: hello 8.8 / 111 µs, large 304 / 697 µs. callgrind (no LTO, tuned malloc), instructions
-//! per injection: hello 0.86 M (1.28 M before the hot-path work), large 6.55 M (9.06 M).
+//! Groups: `hello` (the same pod again and again, as a workload's replicas arrive: the render memo
+//! answers from the second on), `hello-cold` (4096 distinct pods: never a memo hit) and `large`.
+//!
+//! Measured 2026-11-29 (session 2) on the 2-core development machine, release profile (LTO), medians,
+//! which vary by about ±15% from run to run on this VM: hello floor 7.2-9.0 µs, inject 54-63 µs
+//! (5.6-7.5×); hello-cold floor 7.2-7.7 µs, inject 87-90 µs (11-12×); large floor 236-330 µs, inject
+//! 780-920 µs (2.4-3.9×). callgrind (thin LTO, tuned malloc), instructions per injection: hello 520 k
+//! (857 k before the memo), hello-cold 920 k including building each distinct request (the memo
+//! lookup and bookkeeping cost a cold request ~2-3%), large 5.91 M.
 
 use criterion::{criterion_group, Criterion};
 use injector::config::Settings;
@@ -136,7 +141,8 @@ fn bench(c: &mut Criterion) {
 
 /// `INJECT_PROFILE=<n>` runs `n` hello and `n/10` large injections and exits, without criterion: a
 /// deterministic workload for `valgrind --tool=callgrind` or `perf record` (criterion's own analysis would
-/// dominate those profiles). `INJECT_PROFILE_POD=hello|large` runs only that pod, `n` times.
+/// dominate those profiles). `INJECT_PROFILE_POD=hello|large` runs only that pod, `n` times;
+/// `INJECT_PROFILE_POD=hello-cold` runs `n` distinct hello pods.
 fn profile(n: usize) {
     let engine = Engine::new(Settings::default());
     let only = std::env::var("INJECT_PROFILE_POD").unwrap_or_default();
@@ -154,6 +160,17 @@ fn profile(n: usize) {
             black_box(injector::admission::handle(
                 &engine,
                 black_box(&body),
+                "/inject",
+            ));
+        }
+    }
+    // `hello-cold`: distinct pods, no memo hits (only when asked for by name).
+    if only == "hello-cold" {
+        let cold = distinct_hello_bodies(n);
+        for body in &cold {
+            black_box(injector::admission::handle(
+                &engine,
+                black_box(body),
                 "/inject",
             ));
         }
