@@ -335,17 +335,31 @@ mod tests {
         }
     }
 
+    /// The key of the `sidecar` template in webhook mode.
+    fn key<'a>(workload: &'a Workload, pod: &'a Value) -> Key<'a> {
+        Key {
+            template: "sidecar",
+            mode: Mode::Webhook,
+            workload,
+            pod,
+        }
+    }
+
+    /// Looks `key` up `times` times, storing `rendered` after each miss, as the engine does.
+    fn offer(memo: &RenderMemo, key: &Key<'_>, rendered: &Value, times: usize) {
+        for _ in 0..times {
+            if let Lookup::Miss(m) = memo.get(key) {
+                memo.store(m, key, rendered);
+            }
+        }
+    }
+
     #[test]
     fn stores_on_second_sighting_and_hits_only_the_same_key() {
         let memo = RenderMemo::default();
         let w = workload("hello");
         let pod = json!({"metadata": {"labels": {"app": "hello"}}, "spec": {"containers": [{"name": "a"}]}});
-        let key = Key {
-            template: "sidecar",
-            mode: Mode::Webhook,
-            workload: &w,
-            pod: &pod,
-        };
+        let key = key(&w, &pod);
         let rendered = json!({"spec": {"containers": [{"name": "istio-proxy"}]}});
         for round in 0..2 {
             let Lookup::Miss(h) = memo.get(&key) else {
@@ -392,30 +406,14 @@ mod tests {
         let w = workload("w");
         for i in 0..(CAPACITY + 10) {
             let pod = json!({"i": i});
-            let key = Key {
-                template: "sidecar",
-                mode: Mode::Webhook,
-                workload: &w,
-                pod: &pod,
-            };
-            for _ in 0..2 {
-                if let Lookup::Miss(h) = memo.get(&key) {
-                    memo.store(h, &key, &json!({"i": i}));
-                }
-            }
+            offer(&memo, &key(&w, &pod), &json!({"i": i}), 2);
         }
         assert_eq!(memo.len(), CAPACITY);
         // The oldest were replaced, the newest are there.
         let first = json!({"i": 0});
         let last = json!({"i": CAPACITY + 9});
-        let key = |pod| Key {
-            template: "sidecar",
-            mode: Mode::Webhook,
-            workload: &w,
-            pod,
-        };
-        assert!(hit(memo.get(&key(&first))).is_none());
-        assert_eq!(hit(memo.get(&key(&last))), Some(last.clone()));
+        assert!(hit(memo.get(&key(&w, &first))).is_none());
+        assert_eq!(hit(memo.get(&key(&w, &last))), Some(last.clone()));
     }
 
     #[test]
@@ -425,17 +423,7 @@ mod tests {
         let big = json!({"data": "x".repeat(MAX_ENTRY_WEIGHT)});
         let small = json!({"spec": {}});
         for (pod, rendered) in [(&big, &small), (&small, &big)] {
-            let key = Key {
-                template: "sidecar",
-                mode: Mode::Webhook,
-                workload: &w,
-                pod,
-            };
-            for _ in 0..3 {
-                if let Lookup::Miss(h) = memo.get(&key) {
-                    memo.store(h, &key, rendered);
-                }
-            }
+            offer(&memo, &key(&w, pod), rendered, 3);
         }
         assert!(memo.is_empty());
         assert_eq!(
@@ -453,17 +441,7 @@ mod tests {
         let rendered = json!({"data": "r".repeat(600 * 1024)});
         for i in 0..10 {
             let pod = json!({"i": i});
-            let key = Key {
-                template: "sidecar",
-                mode: Mode::Webhook,
-                workload: &w,
-                pod: &pod,
-            };
-            for _ in 0..2 {
-                if let Lookup::Miss(m) = memo.get(&key) {
-                    memo.store(m, &key, &rendered);
-                }
-            }
+            offer(&memo, &key(&w, &pod), &rendered, 2);
         }
         let inner = memo.inner.lock().unwrap();
         assert_eq!(inner.entries.len(), MAX_TOTAL_WEIGHT / (600 * 1024));
