@@ -231,6 +231,16 @@ const POST_ENV: &[&str] = &["ISTIO_KUBE_APP_PROBERS", "ISTIO_PROMETHEUS_ANNOTATI
 /// Env that post-processing moves to the end (`overwriteClusterInfo`, spec §5.5 step 2).
 const MOVED_ENV: &[&str] = &["ISTIO_META_CLUSTER_ID", "ISTIO_META_NETWORK"];
 
+/// A container's `args` as strings.
+fn args_of(container: &Value) -> Vec<&str> {
+    container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("string argument"))
+        .collect()
+}
+
 fn strip_post_env(c: &Value) -> Value {
     let mut c = c.clone();
     if let Some(env) = c.get_mut("env").and_then(Value::as_array_mut) {
@@ -447,12 +457,7 @@ fn modes_of_spec_3_9() {
     // CNI: istio-validation as the proxy user, validation-only flags.
     let (r, _) = render_case("hello.cni");
     let v = container(&r["spec"]["initContainers"], "istio-validation").expect("validation");
-    let args: Vec<&str> = v["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+    let args = args_of(v);
     assert!(args.ends_with(&["--run-validation", "--skip-rule-apply"]));
     assert_eq!(v["securityContext"]["runAsUser"], 1337);
     assert_eq!(v["securityContext"]["runAsNonRoot"], true);
@@ -947,12 +952,7 @@ fn values_lifecycle_and_optional_args() {
         proxy["lifecycle"]["preStop"]["exec"]["command"],
         json!(["sleep", "5"])
     );
-    let args: Vec<&str> = proxy["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+    let args = args_of(proxy);
     assert!(args.ends_with(&[
         "--stsPort=15463",
         "--log_as_json",
@@ -960,12 +960,7 @@ fn values_lifecycle_and_optional_args() {
     ]));
     assert_eq!(proxy["imagePullPolicy"], "IfNotPresent");
     let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
-    let args: Vec<&str> = init["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+    let args = args_of(init);
     assert!(args.ends_with(&[
         "-q",
         "5000",

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use e2e::apiserver::{
-    apply_patch, injector_certs, webhook_called, ApiServer, CertFiles, Http, Injector, TempDir,
+    apply_patch, injector_certs, webhook_called, ApiServer, CertFiles, Conn, Http, Injector,
+    TempDir,
 };
 use e2e::cases::{self, Case};
 use e2e::semantic;
@@ -77,6 +78,15 @@ fn hello_pod() -> Value {
 
 fn uid(n: usize) -> String {
     format!("0000{n:04}-e2e0-4000-8000-{:012x}", std::process::id())
+}
+
+/// The status of a bodiless `GET path` on an open connection.
+async fn get(conn: &mut Conn, path: &str) -> u16 {
+    conn.send("GET", path, None, Bytes::new())
+        .await
+        .unwrap_or_else(|e| panic!("GET {path}: {e:#}"))
+        .status
+        .as_u16()
 }
 
 async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut f: F)
@@ -530,21 +540,9 @@ async fn tls_versions_and_alpn() {
         c.alpn_protocols = roots.alpn_protocols;
     });
     let mut c = tls12.connect(Http::H1).await.expect("TLS 1.2 handshake");
-    assert_eq!(
-        c.send("GET", "/healthz", None, Bytes::new())
-            .await
-            .unwrap()
-            .status,
-        200
-    );
+    assert_eq!(get(&mut c, "/healthz").await, 200);
     let mut c2 = f.api.connect(Http::H2).await.expect("h2");
-    assert_eq!(
-        c2.send("GET", "/readyz", None, Bytes::new())
-            .await
-            .unwrap()
-            .status,
-        200
-    );
+    assert_eq!(get(&mut c2, "/readyz").await, 200);
     let leaf = f.api.peer_certificates().await.unwrap();
     assert_eq!(leaf[0].as_ref(), pem_der(&f.certs.cert).as_slice());
 }
@@ -597,13 +595,7 @@ async fn certificate_hot_reload() {
         }
     })
     .await;
-    assert_eq!(
-        open.send("GET", "/healthz", None, Bytes::new())
-            .await
-            .unwrap()
-            .status,
-        200
-    );
+    assert_eq!(get(&mut open, "/healthz").await, 200);
     assert!(
         f.server
             .metric("injector_cert_reloads_total{result=\"success\"}")
@@ -1306,20 +1298,8 @@ async fn connection_cap() {
     let f = fixture(Value::Null, Value::Null, &["--max-connections", "2"]);
     let mut a = f.api.connect(Http::H1).await.unwrap();
     let mut b = f.api.connect(Http::H2).await.unwrap();
-    assert_eq!(
-        a.send("GET", "/healthz", None, Bytes::new())
-            .await
-            .unwrap()
-            .status,
-        200
-    );
-    assert_eq!(
-        b.send("GET", "/healthz", None, Bytes::new())
-            .await
-            .unwrap()
-            .status,
-        200
-    );
+    assert_eq!(get(&mut a, "/healthz").await, 200);
+    assert_eq!(get(&mut b, "/healthz").await, 200);
     let api = f.api.clone();
     let third = tokio::spawn(async move {
         let mut c = api.connect(Http::H1).await?;
@@ -1337,11 +1317,5 @@ async fn connection_cap() {
         .unwrap()
         .unwrap();
     assert_eq!(answer.status, 200);
-    assert_eq!(
-        b.send("GET", "/healthz", None, Bytes::new())
-            .await
-            .unwrap()
-            .status,
-        200
-    );
+    assert_eq!(get(&mut b, "/healthz").await, 200);
 }
