@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
-use crate::rules::{Family, Plan, RouteAction, Rule, Table};
+use crate::rules::{Plan, RouteAction, Rule, Table};
 
 /// Chains that iptables provides (or targets that are not chains); never declared with `-N`.
 const BUILT_IN: &[&str] = &[
@@ -69,28 +69,7 @@ pub const IP6TABLES_MARKER: &str = "# ip6tables-restore";
 /// A route action as the equivalent `ip` command (what `--dry-run` shows; the apply path does the same
 /// through `ip` or netlink).
 pub fn route_command(action: &RouteAction) -> String {
-    let flag = |f: Family| match f {
-        Family::V4 => "-4",
-        Family::V6 => "-6",
-    };
-    match action {
-        RouteAction::AddLoopbackV6Source => "ip -6 addr add ::6/128 dev lo".to_string(),
-        RouteAction::AddFwmarkRule {
-            family,
-            mark,
-            table,
-        } => format!("ip {} rule add fwmark {mark} lookup {table}", flag(*family)),
-        RouteAction::AddLocalRoute { family, table } => {
-            let dst = match family {
-                Family::V4 => "0.0.0.0/0",
-                Family::V6 => "::/0",
-            };
-            format!(
-                "ip {} route add local {dst} dev lo table {table}",
-                flag(*family)
-            )
-        }
-    }
+    format!("ip {}", action.ip_args("add").join(" "))
 }
 
 /// The `--dry-run` output: the IPv4 restore input, then (IPv6 on) the [`IP6TABLES_MARKER`] line and the

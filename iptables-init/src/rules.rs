@@ -56,6 +56,51 @@ pub enum RouteAction {
     AddLocalRoute { family: Family, table: u32 },
 }
 
+impl RouteAction {
+    /// The `ip` arguments of this action with `verb` (`add`, `del`, or `show` for a rule): one
+    /// definition for what `--dry-run` prints and what the apply runs.
+    pub fn ip_args(&self, verb: &str) -> Vec<String> {
+        let family = |f: &Family| match f {
+            Family::V4 => "-4",
+            Family::V6 => "-6",
+        };
+        let (mark, table): (String, String);
+        let words = match self {
+            RouteAction::AddLoopbackV6Source => vec!["-6", "addr", verb, "::6/128", "dev", "lo"],
+            RouteAction::AddFwmarkRule {
+                family: f,
+                mark: m,
+                table: t,
+            } => {
+                (mark, table) = (m.to_string(), t.to_string());
+                vec![family(f), "rule", verb, "fwmark", &mark, "lookup", &table]
+            }
+            RouteAction::AddLocalRoute {
+                family: f,
+                table: t,
+            } => {
+                table = t.to_string();
+                let any = match f {
+                    Family::V4 => "0.0.0.0/0",
+                    Family::V6 => "::/0",
+                };
+                vec![
+                    family(f),
+                    "route",
+                    verb,
+                    "local",
+                    any,
+                    "dev",
+                    "lo",
+                    "table",
+                    &table,
+                ]
+            }
+        };
+        words.into_iter().map(str::to_string).collect()
+    }
+}
+
 /// Everything one run installs: the v4 rules, the v6 rules when IPv6 is on, and the route actions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {

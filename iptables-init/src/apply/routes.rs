@@ -3,29 +3,16 @@
 //! rule), so rules are looked up with `ip rule show` first; addresses and routes report "File exists" /
 //! "already assigned", which counts as done.
 
-use crate::rules::{Family, RouteAction};
+use crate::rules::RouteAction;
 
 use super::backend::run;
 use super::ApplyError;
 
-fn fam(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "-4",
-        Family::V6 => "-6",
-    }
-}
-
-fn any_route(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "0.0.0.0/0",
-        Family::V6 => "::/0",
-    }
-}
-
 /// Runs `ip args`; `Ok(true)` when it did something, `Ok(false)` when `tolerated` matched its error.
-fn ip(args: &[&str], tolerated: &[&str]) -> Result<bool, ApplyError> {
+fn ip(args: &[String], tolerated: &[&str]) -> Result<bool, ApplyError> {
     let command = format!("ip {}", args.join(" "));
-    let out = run("ip", args, None).map_err(|e| ApplyError::Route {
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run("ip", &argv, None).map_err(|e| ApplyError::Route {
         command: command.clone(),
         message: e.to_string(),
     })?;
@@ -42,62 +29,25 @@ fn ip(args: &[&str], tolerated: &[&str]) -> Result<bool, ApplyError> {
     })
 }
 
-fn fwmark_rule_present(family: Family, mark: &str, table: &str) -> Result<bool, ApplyError> {
-    let args = [fam(family), "rule", "show", "fwmark", mark, "lookup", table];
-    let out = run("ip", &args, None).map_err(|e| ApplyError::Route {
+/// Whether the fwmark rule of `action` is present (`ip rule show` with the same selector).
+fn fwmark_rule_present(action: &RouteAction) -> Result<bool, ApplyError> {
+    let args = action.ip_args("show");
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run("ip", &argv, None).map_err(|e| ApplyError::Route {
         command: format!("ip {}", args.join(" ")),
         message: e.to_string(),
     })?;
     Ok(out.status.success() && !out.stdout.iter().all(u8::is_ascii_whitespace))
 }
 
-/// Applies one action; `Ok(true)` when it changed something (so a rollback knows what to undo).
+/// Applies one action; `Ok(true)` when it changed something (so a rollback knows what to undo). The
+/// command is the one `--dry-run` prints ([`RouteAction::ip_args`]).
 pub fn add(action: &RouteAction) -> Result<bool, ApplyError> {
     const EXISTS: &[&str] = &["File exists", "already assigned"];
-    match action {
-        RouteAction::AddLoopbackV6Source => {
-            ip(&["-6", "addr", "add", "::6/128", "dev", "lo"], EXISTS)
-        }
-        RouteAction::AddFwmarkRule {
-            family,
-            mark,
-            table,
-        } => {
-            let (mark, table) = (mark.to_string(), table.to_string());
-            if fwmark_rule_present(*family, &mark, &table)? {
-                return Ok(false);
-            }
-            ip(
-                &[
-                    fam(*family),
-                    "rule",
-                    "add",
-                    "fwmark",
-                    &mark,
-                    "lookup",
-                    &table,
-                ],
-                EXISTS,
-            )
-        }
-        RouteAction::AddLocalRoute { family, table } => {
-            let table = table.to_string();
-            ip(
-                &[
-                    fam(*family),
-                    "route",
-                    "add",
-                    "local",
-                    any_route(*family),
-                    "dev",
-                    "lo",
-                    "table",
-                    &table,
-                ],
-                EXISTS,
-            )
-        }
+    if matches!(action, RouteAction::AddFwmarkRule { .. }) && fwmark_rule_present(action)? {
+        return Ok(false);
     }
+    ip(&action.ip_args("add"), EXISTS)
 }
 
 /// Undoes one action, ignoring "not there". `::6` on `lo` is left alone unless `include_address`: a proxy
@@ -112,49 +62,19 @@ pub fn remove(action: &RouteAction, include_address: bool) -> Result<(), ApplyEr
     match action {
         RouteAction::AddLoopbackV6Source => {
             if include_address {
-                ip(&["-6", "addr", "del", "::6/128", "dev", "lo"], GONE)?;
+                ip(&action.ip_args("del"), GONE)?;
             }
         }
-        RouteAction::AddFwmarkRule {
-            family,
-            mark,
-            table,
-        } => {
-            let (mark, table) = (mark.to_string(), table.to_string());
-            // Delete every copy (an older tool may have added duplicates).
-            while fwmark_rule_present(*family, &mark, &table)? {
-                if !ip(
-                    &[
-                        fam(*family),
-                        "rule",
-                        "del",
-                        "fwmark",
-                        &mark,
-                        "lookup",
-                        &table,
-                    ],
-                    GONE,
-                )? {
+        // Delete every copy (an older tool may have added duplicates).
+        RouteAction::AddFwmarkRule { .. } => {
+            while fwmark_rule_present(action)? {
+                if !ip(&action.ip_args("del"), GONE)? {
                     break;
                 }
             }
         }
-        RouteAction::AddLocalRoute { family, table } => {
-            let table = table.to_string();
-            ip(
-                &[
-                    fam(*family),
-                    "route",
-                    "del",
-                    "local",
-                    any_route(*family),
-                    "dev",
-                    "lo",
-                    "table",
-                    &table,
-                ],
-                GONE,
-            )?;
+        RouteAction::AddLocalRoute { .. } => {
+            ip(&action.ip_args("del"), GONE)?;
         }
     }
     Ok(())
