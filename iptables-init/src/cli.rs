@@ -393,7 +393,162 @@ impl Args {
         if argv.get(1).is_some_and(|a| a == ISTIO_SUBCOMMAND) {
             argv.remove(1);
         }
+        if let Some(args) = Args::parse_plain(argv.get(1..).unwrap_or_default()) {
+            return Ok(args);
+        }
         Args::try_parse_from(argv)
+    }
+
+    /// The fast path of [`Args::parse_args`] (`argv[0]` and the subcommand word already dropped): a
+    /// command line made only of the plainest spellings — `--flag value`, `--flag=value`, `-f value`,
+    /// a boolean's `--flag` / `--flag=<bool>` / `-n`, every value valid and none starting with `-` —
+    /// parsed without clap. Building clap's command for ~45 flags (a large stack frame and some 20 KiB
+    /// of heap, all first-touch page faults) was about a tenth of an init container's run, which is
+    /// over in about a millisecond. Anything else (help, version, an unknown flag, a positional, `-p15001`,
+    /// a value clap would refuse or that starts with `-`, a non-UTF-8 argument) returns `None`, and clap
+    /// parses the whole line, so every message and exit status stays clap's. Where this returns
+    /// `Some`, the result is exactly clap's: checked against clap for every flag and on random command
+    /// lines (tests below).
+    fn parse_plain(argv: &[OsString]) -> Option<Args> {
+        let mut args = Args::default();
+        let mut rest = argv.iter();
+        while let Some(token) = rest.next() {
+            let token = token.to_str()?;
+            let (name, inline) = if let Some(long) = token.strip_prefix("--") {
+                match long.split_once('=') {
+                    Some((name, value)) => (name, Some(value)),
+                    None => (long, None),
+                }
+            } else {
+                let mut chars = token.strip_prefix('-')?.chars();
+                let (Some(short), None) = (chars.next(), chars.next()) else {
+                    return None;
+                };
+                (long_of_short(short)?, None)
+            };
+            let slot = args.slot(name)?;
+            if let Slot::Bool(field) = slot {
+                // `require_equals`: a boolean's value is only ever written after '='.
+                *field = Some(match inline {
+                    None => true,
+                    Some(v) => parse_go_bool(v).ok()?,
+                });
+                continue;
+            }
+            let value = match inline {
+                Some(v) => v,
+                None => rest.next()?.to_str()?,
+            };
+            // Empty after '=' and hyphen values are left to clap: rare, and its rules for them are subtle.
+            if value.starts_with('-') || (inline.is_some() && value.is_empty()) {
+                return None;
+            }
+            match slot {
+                Slot::Str(field) => *field = Some(value.to_string()),
+                Slot::Port(field) => {
+                    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+                        return None;
+                    }
+                    *field = Some(value.parse().ok()?);
+                }
+                Slot::Duration(field) => *field = Some(parse_go_duration(value).ok()?),
+                Slot::Ipv6(field) => {
+                    *field = Some(match value {
+                        "auto" => Ipv6Mode::Auto,
+                        "true" => Ipv6Mode::True,
+                        "false" => Ipv6Mode::False,
+                        _ => return None,
+                    })
+                }
+                Slot::Bool(_) => return None,
+            }
+        }
+        Some(args)
+    }
+
+    /// The field of the flag whose long name is `long`, by the kind of its value (same names as the
+    /// `#[arg]` attributes above; a test checks both lists against each other).
+    fn slot(&mut self, long: &str) -> Option<Slot<'_>> {
+        Some(match long {
+            "envoy-port" => Slot::Str(&mut self.envoy_port),
+            "inbound-capture-port" => Slot::Str(&mut self.inbound_capture_port),
+            "inbound-tunnel-port" => Slot::Str(&mut self.inbound_tunnel_port),
+            "proxy-uid" => Slot::Str(&mut self.proxy_uid),
+            "proxy-gid" => Slot::Str(&mut self.proxy_gid),
+            "istio-inbound-interception-mode" => Slot::Str(&mut self.inbound_interception_mode),
+            "istio-inbound-ports" => Slot::Str(&mut self.inbound_ports),
+            "istio-local-exclude-ports" => Slot::Str(&mut self.local_exclude_ports),
+            "istio-exclude-interfaces" => Slot::Str(&mut self.exclude_interfaces),
+            "istio-service-cidr" => Slot::Str(&mut self.service_cidr),
+            "istio-service-exclude-cidr" => Slot::Str(&mut self.service_exclude_cidr),
+            "istio-outbound-ports" => Slot::Str(&mut self.outbound_ports),
+            "istio-local-outbound-ports-exclude" => {
+                Slot::Str(&mut self.local_outbound_ports_exclude)
+            }
+            "kube-virt-interfaces" => Slot::Str(&mut self.kube_virt_interfaces),
+            "istio-inbound-tproxy-mark" => Slot::Str(&mut self.tproxy_mark),
+            "istio-inbound-tproxy-route-table" => Slot::Str(&mut self.tproxy_route_table),
+            "dry-run" => Slot::Bool(&mut self.dry_run),
+            "iptables-probe-port" => Slot::Port(&mut self.iptables_probe_port),
+            "probe-timeout" => Slot::Duration(&mut self.probe_timeout),
+            "skip-rule-apply" => Slot::Bool(&mut self.skip_rule_apply),
+            "run-validation" => Slot::Bool(&mut self.run_validation),
+            "redirect-dns" => Slot::Bool(&mut self.redirect_dns),
+            "drop-invalid" => Slot::Bool(&mut self.drop_invalid),
+            "dual-stack" => Slot::Bool(&mut self.dual_stack),
+            "capture-all-dns" => Slot::Bool(&mut self.capture_all_dns),
+            "network-namespace" => Slot::Str(&mut self.network_namespace),
+            "cni-mode" => Slot::Bool(&mut self.cni_mode),
+            "reconcile" => Slot::Bool(&mut self.reconcile),
+            "cleanup-only" => Slot::Bool(&mut self.cleanup_only),
+            "force-apply" => Slot::Bool(&mut self.force_apply),
+            "native-nftables" => Slot::Bool(&mut self.native_nftables),
+            "force-iptables-binary" => Slot::Str(&mut self.force_iptables_binary),
+            "ipv6" => Slot::Ipv6(&mut self.ipv6),
+            "dns-servers" => Slot::Str(&mut self.dns_servers),
+            "outbound-owner-groups" => Slot::Str(&mut self.outbound_owner_groups),
+            "outbound-owner-groups-exclude" => Slot::Str(&mut self.outbound_owner_groups_exclude),
+            "host-ipv4-loopback-cidr" => Slot::Str(&mut self.host_ipv4_loopback_cidr),
+            "log_output_level" => Slot::Str(&mut self.log_output_level),
+            "log_as_json" => Slot::Bool(&mut self.log_as_json),
+            "log_target" => Slot::Str(&mut self.log_target),
+            "log_caller" => Slot::Str(&mut self.log_caller),
+            "log_stacktrace_level" => Slot::Str(&mut self.log_stacktrace_level),
+            _ => return None,
+        })
+    }
+}
+
+/// A flag's field in [`Args`], for [`Args::parse_plain`].
+enum Slot<'a> {
+    Str(&'a mut Option<String>),
+    Bool(&'a mut Option<bool>),
+    Port(&'a mut Option<u16>),
+    Duration(&'a mut Option<std::time::Duration>),
+    Ipv6(&'a mut Option<Ipv6Mode>),
+}
+
+/// The long name of a short flag (same letters as the `#[arg]` attributes above).
+fn long_of_short(short: char) -> Option<&'static str> {
+    match short {
+        'p' => Some("envoy-port"),
+        'z' => Some("inbound-capture-port"),
+        'e' => Some("inbound-tunnel-port"),
+        'u' => Some("proxy-uid"),
+        'g' => Some("proxy-gid"),
+        'm' => Some("istio-inbound-interception-mode"),
+        'b' => Some("istio-inbound-ports"),
+        'd' => Some("istio-local-exclude-ports"),
+        'c' => Some("istio-exclude-interfaces"),
+        'i' => Some("istio-service-cidr"),
+        'x' => Some("istio-service-exclude-cidr"),
+        'q' => Some("istio-outbound-ports"),
+        'o' => Some("istio-local-outbound-ports-exclude"),
+        'k' => Some("kube-virt-interfaces"),
+        't' => Some("istio-inbound-tproxy-mark"),
+        'r' => Some("istio-inbound-tproxy-route-table"),
+        'n' => Some("dry-run"),
+        _ => None,
     }
 }
 
@@ -520,6 +675,250 @@ mod tests {
         assert_eq!(parse(&["--ipv6", "auto"]).ipv6, Some(Ipv6Mode::Auto));
         assert_eq!(parse(&["--ipv6=true"]).ipv6, Some(Ipv6Mode::True));
         parse_err(&["--ipv6", "maybe"]);
+    }
+
+    /// What clap makes of `argv` (after `argv[0]`), bypassing the fast path.
+    fn clap_only(argv: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("iptables-init").chain(argv.iter().copied()))
+    }
+
+    /// The fast path's result for `argv` (after `argv[0]` and the subcommand word).
+    fn plain(argv: &[&str]) -> Option<Args> {
+        let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
+        Args::parse_plain(&argv)
+    }
+
+    /// Where the fast path answers, its answer is clap's.
+    fn assert_same_as_clap(argv: &[&str]) {
+        if let Some(fast) = plain(argv) {
+            let slow = clap_only(argv).unwrap_or_else(|e| panic!("clap refuses {argv:?}: {e}"));
+            assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn the_fast_path_knows_every_flag_as_clap_does() {
+        use clap::CommandFactory as _;
+        let command = Args::command();
+        let mut flags = 0;
+        for arg in command.get_arguments() {
+            let Some(long) = arg.get_long() else {
+                panic!("{:?} has no long name", arg.get_id())
+            };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            flags += 1;
+            assert!(Args::default().slot(long).is_some(), "--{long}");
+            if let Some(short) = arg.get_short() {
+                assert_eq!(long_of_short(short), Some(long), "-{short}");
+            }
+            let boolean = matches!(Args::default().slot(long), Some(Slot::Bool(_)));
+            let value = match long {
+                "iptables-probe-port" => "15002",
+                "probe-timeout" => "1m30s",
+                "ipv6" => "auto",
+                _ if boolean => "false",
+                _ => "a,b:*",
+            };
+            let spellings = if boolean {
+                vec![
+                    vec![format!("--{long}")],
+                    vec![format!("--{long}={value}")],
+                    vec![format!("--{long}=T"), format!("--{long}=0")],
+                ]
+            } else {
+                let mut s = vec![
+                    vec![format!("--{long}"), value.to_string()],
+                    vec![format!("--{long}={value}")],
+                ];
+                if let Some(short) = arg.get_short() {
+                    s.push(vec![format!("-{short}"), value.to_string()]);
+                    s.push(vec![
+                        format!("-{short}"),
+                        "1".into(),
+                        format!("-{short}"),
+                        value.into(),
+                    ]);
+                }
+                s
+            };
+            for argv in spellings {
+                let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+                assert!(plain(&argv).is_some(), "{argv:?} takes the fast path");
+                assert_same_as_clap(&argv);
+            }
+        }
+        assert_eq!(flags, 42);
+        for c in ('a'..='z').chain('A'..='Z').chain('0'..='9') {
+            if let Some(long) = long_of_short(c) {
+                assert!(
+                    command
+                        .get_arguments()
+                        .any(|a| a.get_short() == Some(c) && a.get_long() == Some(long)),
+                    "-{c}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_injected_arguments_take_the_fast_path() {
+        let argv = [
+            "-p",
+            "15001",
+            "-z",
+            "15006",
+            "-u",
+            "1337",
+            "-m",
+            "REDIRECT",
+            "-i",
+            "*",
+            "-x",
+            "",
+            "-b",
+            "*",
+            "-d",
+            "15090,15021,15020",
+            "--log_output_level=default:info",
+            "--ipv6",
+            "false",
+        ];
+        assert!(plain(&argv).is_some());
+        assert_same_as_clap(&argv);
+        // What clap must see: help, version, errors, unusual spellings.
+        for odd in [
+            &["--help"][..],
+            &["-h"],
+            &["--version"],
+            &["-p15001"],
+            &["-p=15001"],
+            &["-p"],
+            &["-d", "-1"],
+            &["--dry-run", "false"],
+            &["--dry-run=yes"],
+            &["--ipv6", "maybe"],
+            &["--iptables-probe-port=+1"],
+            &["--envoy-port="],
+            &["extra"],
+            &["--"],
+            &["-"],
+            &["--no-such-flag"],
+        ] {
+            assert!(plain(odd).is_none(), "{odd:?}");
+        }
+    }
+
+    mod random_lines {
+        use super::assert_same_as_clap;
+        use proptest::prelude::*;
+
+        /// One odd token: a flag in some spelling, known or not, or a value, plausible or not.
+        fn odd() -> impl Strategy<Value = String> {
+            prop_oneof![
+                prop::sample::select(vec![
+                    "-h",
+                    "-V",
+                    "-y",
+                    "--help",
+                    "--version",
+                    "--envoy",
+                    "--",
+                    "-",
+                    "istio-iptables",
+                    "--dry-run=",
+                    "--dry-run=no",
+                    "--ipv6=True",
+                    "-n=false",
+                    "-p15001",
+                    "-p=1",
+                    "--probe-timeout=5",
+                    "--iptables-probe-port=70000",
+                    "--envoy-port=",
+                    "--envoy-port=-1",
+                    "--envoy-port==",
+                    "--Envoy-port",
+                    "-1",
+                    "a=b",
+                    "",
+                ])
+                .prop_map(str::to_string),
+                "[-=a-z0-9*,:]{0,8}",
+            ]
+        }
+
+        /// A flag that takes a value, and values for it (valid for its type or not).
+        fn pair() -> impl Strategy<Value = Vec<String>> {
+            let flag = prop::sample::select(vec![
+                "-p",
+                "-z",
+                "-u",
+                "-m",
+                "-i",
+                "-x",
+                "-b",
+                "-d",
+                "--envoy-port",
+                "--dns-servers",
+                "--log_output_level",
+                "--ipv6",
+                "--iptables-probe-port",
+                "--probe-timeout",
+            ]);
+            let value = prop::sample::select(vec![
+                "",
+                "*",
+                "15001",
+                "015002",
+                "65536",
+                "+5",
+                "1m",
+                "5s",
+                "auto",
+                "false",
+                "true",
+                "maybe",
+                "a=b",
+                "-1",
+                "--dry-run",
+                "istio-iptables",
+            ]);
+            (flag, value, any::<bool>()).prop_map(|(f, v, inline)| {
+                if inline && f.starts_with("--") {
+                    vec![format!("{f}={v}")]
+                } else {
+                    vec![f.to_string(), v.to_string()]
+                }
+            })
+        }
+
+        /// A boolean flag in one of its spellings.
+        fn boolean() -> impl Strategy<Value = String> {
+            let flag =
+                prop::sample::select(vec!["--dry-run", "--reconcile", "--log_as_json", "-n"]);
+            let value = prop::sample::select(vec!["", "=t", "=0", "=TRUE", "=False", "=yes", "="]);
+            (flag, value).prop_map(|(f, v)| format!("{f}{v}"))
+        }
+
+        fn item() -> impl Strategy<Value = Vec<String>> {
+            prop_oneof![
+                4 => pair(),
+                2 => boolean().prop_map(|b| vec![b]),
+                1 => odd().prop_map(|o| vec![o]),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2048))]
+            /// Whatever the command line, the fast path either declines or agrees with clap.
+            #[test]
+            fn the_fast_path_agrees_with_clap(items in prop::collection::vec(item(), 0..6)) {
+                let tokens: Vec<String> = items.into_iter().flatten().collect();
+                let argv: Vec<&str> = tokens.iter().map(String::as_str).collect();
+                assert_same_as_clap(&argv);
+            }
+        }
     }
 
     #[test]
