@@ -100,9 +100,20 @@ impl LogConfig {
 
     /// Installs the subscriber (stderr). A second call in the same process keeps the first one.
     pub fn install(&self) {
+        let ansi = std::io::stderr().is_terminal();
+        // The init container's case (plain text, no colours, no source locations): the same lines as
+        // the fmt subscriber below, without its span registry.
+        if !self.json && !self.caller && !ansi {
+            let plain = PlainText::new(self.level, std::io::stderr);
+            let _ = tracing::subscriber::set_global_default(plain);
+            for t in &self.ignored_targets {
+                tracing::warn!("--log_target {t:?} is not supported; logging to stderr");
+            }
+            return;
+        }
         let builder = tracing_subscriber::fmt()
             .with_writer(std::io::stderr)
-            .with_ansi(std::io::stderr().is_terminal())
+            .with_ansi(ansi)
             .with_max_level(self.level)
             .with_target(false)
             .with_file(self.caller)
@@ -116,6 +127,111 @@ impl LogConfig {
             tracing::warn!("--log_target {t:?} is not supported; logging to stderr");
         }
     }
+}
+
+/// A subscriber that writes each event as the fmt subscriber [`LogConfig::install`] builds otherwise
+/// writes it with ANSI colours, the target and source locations off: `<time> <LEVEL> <fields>`, with
+/// tracing-subscriber's own timer and field formatter, so the bytes are the same (tested below).
+///
+/// Why: the fmt subscriber sits on a span registry (a sharded slab of 4096 shard pointers, 32 KiB
+/// zeroed at start-up) and registers a `log` bridge, about 30 µs of a run that is over in about a
+/// millisecond. This program opens no spans and no dependency of it logs through `log` (the bridge
+/// only forwards such records), so neither is needed. Spans would not be shown here: a span added to
+/// the code would need its context added below, or the fmt subscriber.
+pub struct PlainText<W> {
+    level: LevelFilter,
+    make_writer: W,
+    fields: tracing_subscriber::fmt::format::DefaultFields,
+    next_span: std::sync::atomic::AtomicU64,
+}
+
+impl<W> PlainText<W>
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
+    pub fn new(level: LevelFilter, make_writer: W) -> PlainText<W> {
+        PlainText {
+            level,
+            make_writer,
+            fields: tracing_subscriber::fmt::format::DefaultFields::new(),
+            next_span: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+
+    /// The line of `event`, as `Format<Full, SystemTime>::format_event` writes it.
+    fn format(&self, buf: &mut String, event: &tracing::Event<'_>) -> std::fmt::Result {
+        use tracing_subscriber::fmt::format::{FormatFields as _, Writer};
+        use tracing_subscriber::fmt::time::FormatTime as _;
+
+        let mut writer = Writer::new(buf);
+        if tracing_subscriber::fmt::time::SystemTime
+            .format_time(&mut writer)
+            .is_err()
+        {
+            writer.write_str("<unknown time>")?;
+        }
+        let level = match *event.metadata().level() {
+            tracing::Level::TRACE => "TRACE",
+            tracing::Level::DEBUG => "DEBUG",
+            tracing::Level::INFO => " INFO",
+            tracing::Level::WARN => " WARN",
+            tracing::Level::ERROR => "ERROR",
+        };
+        write!(writer, " {level} ")?;
+        self.fields.format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
+}
+
+impl<W> tracing::Subscriber for PlainText<W>
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        self.level >= *metadata.level()
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(self.level)
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let id = self
+            .next_span
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::span::Id::from_u64(id.max(1))
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        use std::io::Write as _;
+        let mut buf = String::new();
+        // The fmt subscriber's internal-error messages, for the same failures (`log_internal_errors`
+        // is on in `tracing_subscriber::fmt()`).
+        if self.format(&mut buf, event).is_ok() {
+            let mut writer = self.make_writer.make_writer_for(event.metadata());
+            if let Err(e) = writer.write_all(buf.as_bytes()) {
+                eprintln!("[tracing-subscriber] Unable to write an event to the Writer for this Subscriber! Error: {}\n", e);
+            }
+        } else {
+            let err_msg = format!(
+                "Unable to format the following event. Name: {}; Fields: {:?}\n",
+                event.metadata().name(),
+                event.fields()
+            );
+            let mut writer = self.make_writer.make_writer_for(event.metadata());
+            if let Err(e) = writer.write_all(err_msg.as_bytes()) {
+                eprintln!("[tracing-subscriber] Unable to write an \"event formatting error\" to the Writer for this Subscriber! Error: {}\n", e);
+            }
+        }
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 #[cfg(test)]
@@ -151,5 +267,125 @@ mod tests {
         assert_eq!(e.flag, "log_output_level");
         assert!(LogConfig::from_args(&args(&["--log_stacktrace_level=default:x"])).is_err());
         assert!(LogConfig::from_args(&args(&["--log_output_level=:info"])).is_err());
+    }
+
+    /// A writer into a shared buffer, for both subscribers.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        /// The lines, with each event's leading timestamp (`2026-11-29T14:18:24.194534Z`) cut off;
+        /// the continuation lines of a multi-line message are kept as they are.
+        fn lines(&self) -> Vec<String> {
+            let text = String::from_utf8(self.0.lock().expect("lock").clone()).expect("UTF-8");
+            let stamped = |l: &str| {
+                let b = l.as_bytes();
+                b.len() > 27 && b[4] == b'-' && b[10] == b'T' && b[19] == b'.' && b[26] == b'Z'
+            };
+            text.split_inclusive('\n')
+                .map(|l| {
+                    if stamped(l) {
+                        format!("<time>{}", &l[27..])
+                    } else {
+                        l.to_string()
+                    }
+                })
+                .collect()
+        }
+    }
+
+    /// Every kind of event this program logs: a message alone, with format arguments, with Display,
+    /// Debug and string fields, at every level; text needing escapes; and events filtered out.
+    fn emit_samples() {
+        #[derive(Debug)]
+        #[allow(dead_code)] // only read through Debug
+        struct Cfg {
+            ports: Vec<u16>,
+            name: &'static str,
+        }
+        let cfg = Cfg {
+            ports: vec![15001, 15006],
+            name: "a \"quoted\" name",
+        };
+        let backend = "iptables-nft-restore (nf_tables)";
+        tracing::info!("plain message");
+        tracing::info!(backend = %backend, "applying the {} rules: {} --noflush", "IPv4", "/usr/sbin/x");
+        tracing::warn!(path = %"/tmp/x y", "DRY_RUN_FILE_PATH is not written");
+        tracing::warn!("--log_target {:?} is not supported", "/tmp/\u{1b}[31mred");
+        tracing::error!("{}", "line one\nline two \u{1b}[0m end");
+        tracing::error!(code = 4, ok = false, "with typed fields");
+        tracing::debug!(?cfg, "configuration");
+        tracing::debug!(text = "a string field", "debug line");
+        tracing::trace!("never shown");
+        let _ = tracing::enabled!(tracing::Level::DEBUG);
+    }
+
+    fn fmt_output(level: LevelFilter) -> Vec<String> {
+        let out = Captured::default();
+        let writer = out.clone();
+        let fmt = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(level)
+            .with_target(false)
+            .with_file(false)
+            .with_line_number(false)
+            .finish();
+        tracing::subscriber::with_default(fmt, emit_samples);
+        out.lines()
+    }
+
+    fn plain_output(level: LevelFilter) -> Vec<String> {
+        let out = Captured::default();
+        let writer = out.clone();
+        let plain = PlainText::new(level, move || writer.clone());
+        tracing::subscriber::with_default(plain, emit_samples);
+        out.lines()
+    }
+
+    #[test]
+    fn plain_text_writes_what_the_fmt_subscriber_writes() {
+        for level in [
+            LevelFilter::TRACE,
+            LevelFilter::DEBUG,
+            LevelFilter::INFO,
+            LevelFilter::WARN,
+            LevelFilter::ERROR,
+            LevelFilter::OFF,
+        ] {
+            let expected = fmt_output(level);
+            assert_eq!(plain_output(level), expected, "{level}");
+            if level == LevelFilter::DEBUG {
+                assert_eq!(expected.len(), 9, "{expected:#?}");
+            }
+        }
+        let set = |level| {
+            let enabled = |l| {
+                tracing::subscriber::with_default(
+                    PlainText::new(level, std::io::sink),
+                    || match l {
+                        tracing::Level::DEBUG => tracing::enabled!(tracing::Level::DEBUG),
+                        _ => tracing::enabled!(tracing::Level::ERROR),
+                    },
+                )
+            };
+            (
+                enabled(tracing::Level::DEBUG),
+                enabled(tracing::Level::ERROR),
+            )
+        };
+        assert_eq!(set(LevelFilter::INFO), (false, true));
+        assert_eq!(set(LevelFilter::DEBUG), (true, true));
+        assert_eq!(set(LevelFilter::OFF), (false, false));
     }
 }
