@@ -19,8 +19,9 @@
 //! * debug logging: the usual path logs the restore input and the final state;
 //! * a backend other than nft chosen without a process ([`super::backend::locate_without_exec`]), or
 //!   missing capabilities (the usual path names them);
-//! * any chain the plan declares already exists ([`super::nft_probe`], one netlink request per chain, no
-//!   process): a run of ours was here, and only the checked path can tell "no-op" from "differs";
+//! * any chain the plan declares already exists ([`super::nft_probe`], no process: one netlink request
+//!   for the table, and when the table exists one per chain): a run of ours was here, and only the
+//!   checked path can tell "no-op" from "differs";
 //! * the text does not fit into the pipe at once (the pipe is filled before the exec, and nobody would be
 //!   left to write the rest).
 
@@ -114,9 +115,13 @@ pub fn exec_restore(plan: &Plan, opts: &ApplyOptions) -> Option<ExecRestore> {
     })
 }
 
-/// Whether none of `chains` exists in the IPv4 `table`.
+/// Whether none of `chains` exists in the IPv4 `table`. In the init container's namespace the table does
+/// not exist yet (nothing ran iptables-nft there), and that one answer covers every chain.
 fn none_exists(table: &str, chains: &[&str]) -> Result<bool, ProbeError> {
     let mut probe = Probe::open()?;
+    if !probe.table_exists(Family::V4, table)? {
+        return Ok(true);
+    }
     for chain in chains {
         if probe.chain_exists(Family::V4, table, chain)? {
             return Ok(false);
@@ -141,7 +146,7 @@ fn filled_pipe(text: &str) -> Option<Stdio> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apply::netns_tests::{default_rules, injected_plan};
+    use crate::apply::netns_tests::{default_rules, in_fresh_netns, injected_plan, sh};
     use crate::rules::{RouteAction, Rule, Table};
 
     fn plan(v4: Vec<Rule>) -> Plan {
@@ -207,6 +212,20 @@ mod tests {
             eligible_input(&plan(no_inbound), &ApplyOptions::default()),
             None
         );
+    }
+
+    #[test]
+    fn none_exists_asks_the_table_then_each_chain() {
+        let chains = ["ISTIO_INBOUND", "ISTIO_OUTPUT"];
+        in_fresh_netns(move || {
+            // No nat table: one answer for all chains.
+            assert_eq!(none_exists("nat", &chains), Ok(true));
+            // A nat table without our chains: asked chain by chain.
+            sh("printf '*nat\\n-N FOREIGN\\nCOMMIT\\n' | iptables-nft-restore --noflush");
+            assert_eq!(none_exists("nat", &chains), Ok(true));
+            sh("printf '*nat\\n-N ISTIO_OUTPUT\\nCOMMIT\\n' | iptables-nft-restore --noflush");
+            assert_eq!(none_exists("nat", &chains), Ok(false));
+        });
     }
 
     #[test]

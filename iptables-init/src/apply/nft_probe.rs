@@ -4,9 +4,11 @@
 //! The exec path ([`super::exec_restore`]) needs to know, before it hands the process over to
 //! `iptables-nft-restore`, that no rules of ours are in the namespace: after the exec nothing of ours is left
 //! to fall back to the checked path. Every plan declares nat `ISTIO_INBOUND`, so a run of ours always leaves
-//! that chain; the exec path asks for every chain the plan declares. One `NFT_MSG_GETCHAIN` request per
-//! chain, answered by the kernel with the chain (`NFT_MSG_NEWCHAIN`) or an error (`ENOENT`: no such chain,
-//! or no such table). Everything else is reported as an error, and the caller takes the usual path.
+//! that chain; the exec path asks for every chain the plan declares. First one `NFT_MSG_GETTABLE` request
+//! for the table (in a fresh namespace it does not exist, and then neither does any chain of it), answered
+//! with the table (`NFT_MSG_NEWTABLE`) or an error (`ENOENT`); when it exists, one `NFT_MSG_GETCHAIN`
+//! request per chain, answered with the chain (`NFT_MSG_NEWCHAIN`) or an error (`ENOENT`). Everything else
+//! is reported as an error, and the caller takes the usual path.
 //!
 //! Message layout (kernel uapi `linux/netlink.h`, `linux/netfilter/nfnetlink.h`,
 //! `linux/netfilter/nf_tables.h`): `nlmsghdr` (16 bytes), `nfgenmsg` (4 bytes), then attributes
@@ -26,11 +28,14 @@ use crate::rules::Family;
 
 /// `NFNL_SUBSYS_NFTABLES << 8`: the nf_tables subsystem's message types.
 const SUBSYS_NFTABLES: u16 = 10 << 8;
+const NFT_MSG_NEWTABLE: u16 = SUBSYS_NFTABLES;
+const NFT_MSG_GETTABLE: u16 = SUBSYS_NFTABLES | 1;
 const NFT_MSG_NEWCHAIN: u16 = SUBSYS_NFTABLES | 3;
 const NFT_MSG_GETCHAIN: u16 = SUBSYS_NFTABLES | 4;
 const NLMSG_ERROR: u16 = 2;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
+const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_CHAIN_TABLE: u16 = 1;
 const NFTA_CHAIN_NAME: u16 = 3;
 const NFPROTO_IPV4: u8 = 2;
@@ -82,6 +87,14 @@ impl Probe {
         Ok(Probe { fd, seq: 0 })
     }
 
+    /// Whether table `table` exists in `family`'s nf_tables. A chain cannot exist without its table, so
+    /// in a namespace where iptables-nft never ran one request answers for all the chains of a table.
+    pub fn table_exists(&mut self, family: Family, table: &str) -> Result<bool, ProbeError> {
+        self.seq = self.seq.wrapping_add(1);
+        let request = gettable_request(family, table, self.seq)?;
+        self.exists(&request, NFT_MSG_NEWTABLE, "table")
+    }
+
     /// Whether chain `chain` of table `table` exists in `family`'s nf_tables.
     pub fn chain_exists(
         &mut self,
@@ -90,17 +103,23 @@ impl Probe {
         chain: &str,
     ) -> Result<bool, ProbeError> {
         self.seq = self.seq.wrapping_add(1);
+        let request = getchain_request(family, table, chain, self.seq)?;
+        self.exists(&request, NFT_MSG_NEWCHAIN, "chain")
+    }
+
+    /// Sends one `GET*` request (sequence number `self.seq`) and reads its answer: the object
+    /// (`found`) then an acknowledgement, or an error (`ENOENT`: no such object).
+    fn exists(&mut self, request: &[u8], found_kind: u16, what: &str) -> Result<bool, ProbeError> {
         let seq = self.seq;
-        let request = getchain_request(family, table, chain, seq)?;
         // Port 0: the kernel.
         sendto(
             self.fd.as_raw_fd(),
-            &request,
+            request,
             &NetlinkAddr::new(0, 0),
             MsgFlags::empty(),
         )
         .map_err(|errno| ProbeError::Io { op: "send", errno })?;
-        // The kernel answers a found chain with NEWCHAIN then an acknowledgement (error 0), a missing one
+        // The kernel answers a found object with NEW* then an acknowledgement (error 0), a missing one
         // with an error message alone; read until the message that ends our request.
         let mut found = false;
         let mut buf = vec![0u8; 8192];
@@ -119,7 +138,7 @@ impl Probe {
                     continue;
                 }
                 match msg.kind {
-                    NFT_MSG_NEWCHAIN => found = true,
+                    kind if kind == found_kind => found = true,
                     NLMSG_ERROR => {
                         let code = msg
                             .payload
@@ -131,9 +150,9 @@ impl Probe {
                             })?;
                         return match code {
                             0 if found => Ok(true),
-                            0 => Err(ProbeError::Unexpected(
-                                "acknowledgement without a chain".to_string(),
-                            )),
+                            0 => Err(ProbeError::Unexpected(format!(
+                                "acknowledgement without a {what}"
+                            ))),
                             c if c == -(Errno::ENOENT as i32) => Ok(false),
                             c => Err(ProbeError::Refused(Errno::from_raw(-c))),
                         };
@@ -169,6 +188,11 @@ fn push_str_attr(out: &mut Vec<u8>, kind: u16, value: &str) -> Result<(), ProbeE
     Ok(())
 }
 
+/// The `NFT_MSG_GETTABLE` request for `family` `table`.
+fn gettable_request(family: Family, table: &str, seq: u32) -> Result<Vec<u8>, ProbeError> {
+    request(NFT_MSG_GETTABLE, family, &[(NFTA_TABLE_NAME, table)], seq)
+}
+
 /// The `NFT_MSG_GETCHAIN` request for `family` `table` `chain`.
 fn getchain_request(
     family: Family,
@@ -176,16 +200,34 @@ fn getchain_request(
     chain: &str,
     seq: u32,
 ) -> Result<Vec<u8>, ProbeError> {
+    request(
+        NFT_MSG_GETCHAIN,
+        family,
+        &[(NFTA_CHAIN_TABLE, table), (NFTA_CHAIN_NAME, chain)],
+        seq,
+    )
+}
+
+/// A request of type `kind` with string attributes `attrs` (kind, value).
+fn request(
+    kind: u16,
+    family: Family,
+    attrs: &[(u16, &str)],
+    seq: u32,
+) -> Result<Vec<u8>, ProbeError> {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_len, set below
-    out.extend_from_slice(&NFT_MSG_GETCHAIN.to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
     out.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
     out.extend_from_slice(&seq.to_ne_bytes());
     out.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_pid: 0, the kernel fills in ours
     out.extend_from_slice(&[nfproto(family), 0, 0, 0]); // nfgenmsg: family, version 0, res_id 0
-    push_str_attr(&mut out, NFTA_CHAIN_TABLE, table)?;
-    push_str_attr(&mut out, NFTA_CHAIN_NAME, chain)?;
-    let len = u32::try_from(out.len()).map_err(|_| ProbeError::Name(chain.to_string()))?;
+    for (attr, value) in attrs {
+        push_str_attr(&mut out, *attr, value)?;
+    }
+    // At most a few attributes of at most NAME_MAXLEN bytes each: far below u32::MAX.
+    let len = u32::try_from(out.len())
+        .map_err(|_| ProbeError::Unexpected("request too long".to_string()))?;
     out[..4].copy_from_slice(&len.to_ne_bytes());
     Ok(out)
 }
@@ -254,6 +296,14 @@ mod tests {
             Err(ProbeError::Name("A\0B".to_string()))
         );
         assert!(getchain_request(Family::V6, "nat", &"X".repeat(256), 1).is_err());
+        let t = gettable_request(Family::V4, "nat", 3).expect("request");
+        // 16 header + 4 nfgenmsg + (4 + "nat\0").
+        assert_eq!(t.len(), 28);
+        assert_eq!(u32::from_ne_bytes(t[0..4].try_into().expect("4")), 28);
+        assert_eq!(u16::from_ne_bytes([t[4], t[5]]), 0x0a01);
+        assert_eq!(u16::from_ne_bytes([t[6], t[7]]), 1 | 4);
+        assert_eq!(u32::from_ne_bytes(t[8..12].try_into().expect("4")), 3);
+        assert_eq!(&t[16..28], &[2, 0, 0, 0, 8, 0, 1, 0, b'n', b'a', b't', 0]);
     }
 
     #[test]
@@ -288,6 +338,9 @@ mod tests {
     fn absent_in_a_fresh_namespace() {
         in_fresh_netns(|| {
             assert!(!exists("nat", "ISTIO_INBOUND"));
+            let mut p = Probe::open().expect("netlink socket");
+            assert_eq!(p.table_exists(Family::V4, "nat"), Ok(false));
+            assert_eq!(p.table_exists(Family::V6, "filter"), Ok(false));
             // The same socket answers several requests.
             let mut p = Probe::open().expect("netlink socket");
             for _ in 0..3 {
@@ -313,7 +366,10 @@ mod tests {
                     "{chain}"
                 );
             }
+            assert_eq!(p.table_exists(Family::V4, "nat"), Ok(true));
             // Other families and tables are separate.
+            assert_eq!(p.table_exists(Family::V6, "nat"), Ok(false));
+            assert_eq!(p.table_exists(Family::V4, "mangle"), Ok(false));
             assert_eq!(
                 p.chain_exists(Family::V6, "nat", "ISTIO_INBOUND"),
                 Ok(false)
@@ -331,6 +387,8 @@ mod tests {
         in_fresh_netns(|| {
             sh("printf '*nat\\n-N FOREIGN\\n-A OUTPUT -p tcp --dport 123 -j FOREIGN\\nCOMMIT\\n' | iptables-nft-restore --noflush");
             assert!(exists("nat", "FOREIGN"));
+            let mut p = Probe::open().expect("netlink socket");
+            assert_eq!(p.table_exists(Family::V4, "nat"), Ok(true));
             assert!(exists("nat", "OUTPUT"));
             assert!(!exists("nat", "ISTIO_INBOUND"));
         });
