@@ -1,6 +1,5 @@
 //! Rendering the rule model as `iptables-restore` input, exactly as Istio's builder does (spec §6).
 
-use std::collections::HashSet;
 use std::fmt::Write as _;
 
 use crate::rules::{Plan, RouteAction, Rule, Table};
@@ -21,43 +20,73 @@ fn is_built_in(chain: &str) -> bool {
     BUILT_IN.contains(&chain)
 }
 
+/// The tables in the order they are rendered (lexicographic, as Istio's builder).
+const TABLES: [Table; 4] = [Table::Filter, Table::Mangle, Table::Nat, Table::Raw];
+
+fn table_index(table: Table) -> usize {
+    TABLES.iter().position(|t| *t == table).unwrap_or(0)
+}
+
 /// Renders one family's rules as `iptables-restore --noflush` input: tables in lexicographic order, each
 /// `* <table>`, its `-N` declarations (in first-use order, then jump targets), its rules, `COMMIT`.
 pub fn restore_input(rules: &[Rule]) -> String {
-    let tables = [Table::Filter, Table::Mangle, Table::Nat, Table::Raw];
-    let mut per_table: Vec<Vec<String>> = vec![Vec::new(); tables.len()];
-    let index = |t: Table| tables.iter().position(|x| *x == t).unwrap_or(0);
+    // Per table, the declarations then the rules, written straight into text. A plan has a few dozen
+    // rules and chains, so a linear `seen` list is cheaper than a hash set (whose first use also asks the
+    // kernel for random keys): this runs on the exec path of every init container.
+    let mut texts: [String; 4] = Default::default();
+    let mut seen: Vec<(Table, &str)> = Vec::with_capacity(16);
+    fn declare<'a>(
+        seen: &mut Vec<(Table, &'a str)>,
+        texts: &mut [String; 4],
+        table: Table,
+        chain: &'a str,
+    ) {
+        if seen.contains(&(table, chain)) {
+            return;
+        }
+        seen.push((table, chain));
+        if !is_built_in(chain) {
+            let text = &mut texts[table_index(table)];
+            text.push_str("-N ");
+            text.push_str(chain);
+            text.push('\n');
+        }
+    }
 
     // Declarations: first the chains rules are written to, then chains only jumped to.
-    let mut seen: HashSet<(Table, &str)> = HashSet::new();
     for rule in rules {
-        if seen.insert((rule.table, rule.chain.as_str())) && !is_built_in(&rule.chain) {
-            per_table[index(rule.table)].push(format!("-N {}", rule.chain));
-        }
+        declare(&mut seen, &mut texts, rule.table, rule.chain.as_str());
     }
     for rule in rules {
         let n = rule.tokens.len();
         if n >= 2 && rule.tokens[n - 2] == "-j" {
-            let target = rule.tokens[n - 1].as_str();
-            if seen.insert((rule.table, target)) && !is_built_in(target) {
-                per_table[index(rule.table)].push(format!("-N {target}"));
-            }
+            declare(
+                &mut seen,
+                &mut texts,
+                rule.table,
+                rule.tokens[n - 1].as_str(),
+            );
         }
     }
     for rule in rules {
-        per_table[index(rule.table)].push(rule.tokens.join(" "));
+        let text = &mut texts[table_index(rule.table)];
+        for (i, token) in rule.tokens.iter().enumerate() {
+            if i > 0 {
+                text.push(' ');
+            }
+            text.push_str(token);
+        }
+        text.push('\n');
     }
 
-    let mut out = String::new();
-    for (table, lines) in tables.iter().zip(per_table) {
-        if lines.is_empty() {
+    let len = texts.iter().map(|t| t.len() + 16).sum();
+    let mut out = String::with_capacity(len);
+    for (table, text) in TABLES.iter().zip(&texts) {
+        if text.is_empty() {
             continue;
         }
         let _ = writeln!(out, "* {}", table.as_str());
-        for line in lines {
-            out.push_str(&line);
-            out.push('\n');
-        }
+        out.push_str(text);
         out.push_str("COMMIT\n");
     }
     out
