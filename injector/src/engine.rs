@@ -98,6 +98,11 @@ pub enum EngineError {
 impl Engine {
     /// Builds an engine from loaded settings.
     pub fn new(settings: Settings) -> Engine {
+        Engine::with_memo_counters(settings, memo::MemoCounters::default())
+    }
+
+    /// [`Engine::new`], with its render memo counting into `counters` (the server's `/metrics`).
+    pub fn with_memo_counters(settings: Settings, counters: memo::MemoCounters) -> Engine {
         let base_proxy_config =
             crate::proxyconfig::effective(settings.mesh.get("defaultConfig"), None).unwrap_or_else(
                 |_| {
@@ -120,7 +125,7 @@ impl Engine {
             base_proxy_config,
             base_proxy_config_env,
             have_templates: render::template_names().join(", "),
-            memo: RenderMemo::default(),
+            memo: RenderMemo::with_counters(counters),
             values_cluster,
             values_network,
             settings,

@@ -18,14 +18,34 @@
 //!   [`MAX_TOTAL_WEIGHT`], and there are at most [`CAPACITY`]; the oldest make room. So a client sending
 //!   large pods twice cannot make the memo hold more than a few MiB. A `hello` entry weighs ~15 Ki, the
 //!   bench's large pod (12 containers) ~150 Ki.
+//! * [`MemoCounters`] count hits, misses, stores and evictions, and gauge the entries, for `/metrics`.
+//!   The server hands the same counters to every engine it builds, so the counts go on across reloads.
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
 
 use crate::engine::{Mode, Workload};
+
+/// How a memo is used (shared handles: clones count into the same numbers). The server registers them
+/// as `sidecar_injection_render_memo_*`; an engine built without them counts into its own, unread set.
+#[derive(Debug, Clone, Default)]
+pub struct MemoCounters {
+    /// Lookups answered from the memo.
+    pub hits: Counter,
+    /// Lookups that had to render.
+    pub misses: Counter,
+    /// Renders stored (a key's second sighting, light enough).
+    pub stored: Counter,
+    /// Entries dropped to make room.
+    pub evicted: Counter,
+    /// Entries held by the current engine's memo.
+    pub entries: Gauge,
+}
 
 /// Results kept at most.
 pub const CAPACITY: usize = 64;
@@ -95,6 +115,7 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct RenderMemo {
     inner: Mutex<Inner>,
+    counters: MemoCounters,
 }
 
 /// A lookup's result: the rendered partial pod, or what [`RenderMemo::store`] needs to know of the key.
@@ -111,6 +132,15 @@ pub struct Miss {
 }
 
 impl RenderMemo {
+    /// An empty memo that counts into `counters` (its entries gauge starts again from 0).
+    pub fn with_counters(counters: MemoCounters) -> RenderMemo {
+        counters.entries.set(0);
+        RenderMemo {
+            inner: Mutex::default(),
+            counters,
+        }
+    }
+
     /// The stored render for `key`, copied (the copy is made outside the lock).
     pub fn get(&self, key: &Key<'_>) -> Lookup {
         let (hash, pod_weight) = key.hash();
@@ -121,8 +151,14 @@ impl RenderMemo {
             Err(_) => None,
         };
         match candidate {
-            Some(e) if e.matches(key) => Lookup::Hit(e.rendered.clone()),
-            _ => Lookup::Miss(Miss { hash, pod_weight }),
+            Some(e) if e.matches(key) => {
+                self.counters.hits.inc();
+                Lookup::Hit(e.rendered.clone())
+            }
+            _ => {
+                self.counters.misses.inc();
+                Lookup::Miss(Miss { hash, pod_weight })
+            }
         }
     }
 
@@ -155,7 +191,10 @@ impl RenderMemo {
         // The copies below are made under the lock, but only on a second sighting: rare.
         while inner.entries.len() == CAPACITY || inner.total + weight > MAX_TOTAL_WEIGHT {
             match inner.entries.pop_front() {
-                Some(old) => inner.total -= old.weight,
+                Some(old) => {
+                    inner.total -= old.weight;
+                    self.counters.evicted.inc();
+                }
                 None => break,
             }
         }
@@ -169,6 +208,10 @@ impl RenderMemo {
             rendered: rendered.clone(),
             weight,
         }));
+        self.counters.stored.inc();
+        self.counters
+            .entries
+            .set(i64::try_from(inner.entries.len()).unwrap_or(i64::MAX));
     }
 
     /// How many results are stored (for tests and metrics).
@@ -352,6 +395,39 @@ mod tests {
                 memo.store(m, key, rendered);
             }
         }
+    }
+
+    #[test]
+    fn counters_follow_hits_misses_stores_and_evictions() {
+        let counters = MemoCounters::default();
+        let memo = RenderMemo::with_counters(counters.clone());
+        let w = workload("hello");
+        let rendered = json!({"spec": {"containers": [{"name": "istio-proxy"}]}});
+        let pod = |i: usize| json!({"metadata": {"labels": {"app": format!("app-{i}")}}});
+        let first = pod(0);
+        offer(&memo, &key(&w, &first), &rendered, 3); // miss, miss (stored), hit
+        assert_eq!(
+            (
+                counters.misses.get(),
+                counters.stored.get(),
+                counters.hits.get()
+            ),
+            (2, 1, 1)
+        );
+        assert_eq!(counters.entries.get(), 1);
+        // CAPACITY more workloads, each seen twice: every one is stored, the first is evicted.
+        for i in 1..=CAPACITY {
+            offer(&memo, &key(&w, &pod(i)), &rendered, 2);
+        }
+        assert_eq!(counters.stored.get(), 1 + CAPACITY as u64);
+        assert_eq!(counters.evicted.get(), 1);
+        assert_eq!(counters.entries.get(), CAPACITY as i64);
+        assert_eq!(counters.hits.get(), 1);
+        // A new memo (a reload) with the same counters: the counts go on, the entries start at 0.
+        let next = RenderMemo::with_counters(counters.clone());
+        assert_eq!(counters.entries.get(), 0);
+        offer(&next, &key(&w, &first), &rendered, 3);
+        assert_eq!((counters.hits.get(), counters.entries.get()), (2, 1));
     }
 
     #[test]

@@ -72,6 +72,8 @@ pub struct Metrics {
     pub cert_last_success: Gauge<f64, AtomicU64>,
     pub cert_expiry_seconds: Gauge<i64>,
     pub connections: Gauge<i64>,
+    /// The engines' render memo (see `memo`); handed to every engine the server builds.
+    pub memo: crate::memo::MemoCounters,
 }
 
 impl Default for Metrics {
@@ -156,6 +158,32 @@ impl Metrics {
             "Open HTTPS connections",
             connections.clone(),
         );
+        let memo = crate::memo::MemoCounters::default();
+        registry.register(
+            "sidecar_injection_render_memo_hits",
+            "Template renders answered from the render memo (replicas of a workload)",
+            memo.hits.clone(),
+        );
+        registry.register(
+            "sidecar_injection_render_memo_misses",
+            "Template renders not in the render memo",
+            memo.misses.clone(),
+        );
+        registry.register(
+            "sidecar_injection_render_memo_stored",
+            "Renders stored in the render memo",
+            memo.stored.clone(),
+        );
+        registry.register(
+            "sidecar_injection_render_memo_evicted",
+            "Render memo entries dropped to make room",
+            memo.evicted.clone(),
+        );
+        registry.register(
+            "sidecar_injection_render_memo_entries",
+            "Entries in the current configuration's render memo",
+            memo.entries.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -169,6 +197,7 @@ impl Metrics {
             cert_last_success,
             cert_expiry_seconds,
             connections,
+            memo,
         }
     }
 

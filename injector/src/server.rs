@@ -168,7 +168,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let acceptor = TlsAcceptor::from(Arc::new(tls_config));
 
     let state = Arc::new(State {
-        engine: RwLock::new(Arc::new(Engine::new(settings))),
+        engine: RwLock::new(Arc::new(Engine::with_memo_counters(
+            settings,
+            metrics.memo.clone(),
+        ))),
         metrics: metrics.clone(),
         certs: certs.clone(),
         shutting_down: AtomicBool::new(false),
@@ -608,7 +611,10 @@ async fn reload_loop(
             if config_watch.changed() {
                 match Settings::load(&config) {
                     Ok(settings) => {
-                        let engine = Arc::new(Engine::new(settings));
+                        let engine = Arc::new(Engine::with_memo_counters(
+                            settings,
+                            st.metrics.memo.clone(),
+                        ));
                         *st.engine.write().unwrap_or_else(|e| e.into_inner()) = engine;
                         st.metrics.config_reload(ReloadResult::Success);
                         tracing::info!(paths = ?config_watch.paths(), "configuration reloaded");
