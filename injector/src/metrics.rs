@@ -159,26 +159,30 @@ impl Metrics {
             connections.clone(),
         );
         let memo = crate::memo::MemoCounters::default();
-        registry.register(
-            "sidecar_injection_render_memo_hits",
-            "Template renders answered from the render memo (replicas of a workload)",
-            memo.hits.clone(),
-        );
-        registry.register(
-            "sidecar_injection_render_memo_misses",
-            "Template renders not in the render memo",
-            memo.misses.clone(),
-        );
-        registry.register(
-            "sidecar_injection_render_memo_stored",
-            "Renders stored in the render memo",
-            memo.stored.clone(),
-        );
-        registry.register(
-            "sidecar_injection_render_memo_evicted",
-            "Render memo entries dropped to make room",
-            memo.evicted.clone(),
-        );
+        for (name, help, counter) in [
+            (
+                "sidecar_injection_render_memo_hits",
+                "Template renders answered from the render memo (replicas of a workload)",
+                &memo.hits,
+            ),
+            (
+                "sidecar_injection_render_memo_misses",
+                "Template renders not in the render memo",
+                &memo.misses,
+            ),
+            (
+                "sidecar_injection_render_memo_stored",
+                "Renders stored in the render memo",
+                &memo.stored,
+            ),
+            (
+                "sidecar_injection_render_memo_evicted",
+                "Render memo entries dropped to make room",
+                &memo.evicted,
+            ),
+        ] {
+            registry.register(name, help, counter.clone());
+        }
         registry.register(
             "sidecar_injection_render_memo_entries",
             "Entries in the current configuration's render memo",

@@ -555,6 +555,27 @@ fn long_of_short(short: char) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The arguments Istio's injector writes for the default `istio-init`, after the subcommand word.
+    const INJECTED: [&str; 17] = [
+        "-p",
+        "15001",
+        "-z",
+        "15006",
+        "-u",
+        "1337",
+        "-m",
+        "REDIRECT",
+        "-i",
+        "*",
+        "-x",
+        "",
+        "-b",
+        "*",
+        "-d",
+        "15090,15021,15020",
+        "--log_output_level=default:info",
+    ];
     use std::time::Duration;
 
     fn parse(args: &[&str]) -> Args {
@@ -571,26 +592,9 @@ mod tests {
 
     #[test]
     fn istio_injected_arguments_parse_unchanged() {
-        let a = parse(&[
-            "istio-iptables",
-            "-p",
-            "15001",
-            "-z",
-            "15006",
-            "-u",
-            "1337",
-            "-m",
-            "REDIRECT",
-            "-i",
-            "*",
-            "-x",
-            "",
-            "-b",
-            "*",
-            "-d",
-            "15090,15021,15020",
-            "--log_output_level=default:info",
-        ]);
+        let mut argv = vec!["istio-iptables"];
+        argv.extend_from_slice(&INJECTED);
+        let a = parse(&argv);
         assert_eq!(a.envoy_port.as_deref(), Some("15001"));
         assert_eq!(a.inbound_capture_port.as_deref(), Some("15006"));
         assert_eq!(a.proxy_uid.as_deref(), Some("1337"));
@@ -764,27 +768,8 @@ mod tests {
 
     #[test]
     fn the_injected_arguments_take_the_fast_path() {
-        let argv = [
-            "-p",
-            "15001",
-            "-z",
-            "15006",
-            "-u",
-            "1337",
-            "-m",
-            "REDIRECT",
-            "-i",
-            "*",
-            "-x",
-            "",
-            "-b",
-            "*",
-            "-d",
-            "15090,15021,15020",
-            "--log_output_level=default:info",
-            "--ipv6",
-            "false",
-        ];
+        let mut argv = INJECTED.to_vec();
+        argv.extend_from_slice(&["--ipv6", "false"]);
         assert!(plain(&argv).is_some());
         assert_same_as_clap(&argv);
         // What clap must see: help, version, errors, unusual spellings.
