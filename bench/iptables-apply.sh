@@ -24,10 +24,15 @@ bin=$(realpath "$bin")
 args=(istio-iptables -p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x "" -b '*' -d 15090,15021,15020 --ipv6 false)
 input=$(mktemp)
 trap 'rm -f "$input"; for n in $(ip netns list | awk "/^bench-ipt-$$-/ {print \$1}"); do ip netns del "$n"; done' EXIT
-"$bin" "${args[@]}" --dry-run >"$input"
 restore=$(command -v iptables-restore)
 
 fresh() { ip netns add "$1"; ip netns exec "$1" ip link set lo up; }
+
+# The input of the bare restore. Generated inside a throwaway namespace too: a BIN under test that
+# ignored --dry-run would otherwise apply its rules to this machine's own network namespace.
+fresh "bench-ipt-$$-dry"
+ip netns exec "bench-ipt-$$-dry" "$bin" "${args[@]}" --dry-run >"$input"
+ip netns del "bench-ipt-$$-dry"
 
 # Times one command inside a namespace with bash's clock (no extra process around the measured one);
 # prints microseconds.
