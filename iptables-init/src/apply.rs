@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use tracing::{debug, info, warn};
 
 use crate::render;
-use crate::rules::{Family, Plan, Rule};
+use crate::rules::{Family, Plan, RouteAction, Rule};
 
 pub use backend::{Backend, Kind};
 pub use exec::{exec_restore, ExecRestore};
@@ -667,6 +667,63 @@ fn declares_nat_inbound(text: &str) -> bool {
     false
 }
 
+/// What `--cleanup-only --dry-run` prints: what `--cleanup-only` runs in a namespace that holds exactly
+/// this plan. Per family, the restore input the cleanup computes ([`Ours::removal_lines`]: our rules in
+/// other chains deleted by specification, then every chain of ours flushed and deleted), the IPv6 part
+/// after the [`render::IP6TABLES_MARKER`] line; then the `ip rule`/`ip route` removals as `# ip ...`
+/// comment lines, last added first. A real run derives the same removal from what `iptables-save` shows, so rules of ours
+/// that are already gone are not deleted, and leftovers of ours are.
+pub fn cleanup_dry_run(plan: &Plan) -> String {
+    let mut out = String::from(
+        "# --cleanup-only: the removal of this configuration's rules, chains and routes\n",
+    );
+    out.push_str(&removal_of_plan(&plan.v4));
+    if let Some(v6) = &plan.v6 {
+        out.push_str(render::IP6TABLES_MARKER);
+        out.push('\n');
+        out.push_str(&removal_of_plan(v6));
+    }
+    // As the cleanup (`routes::remove` without the address): `::6` on `lo` stays, a running proxy may
+    // still use it.
+    for action in plan.routes.iter().rev() {
+        if *action != RouteAction::AddLoopbackV6Source {
+            out.push_str(&format!("# ip {}\n", action.ip_args("del").join(" ")));
+        }
+    }
+    out
+}
+
+/// The cleanup's restore input for a namespace holding exactly `rules`: the rules seen as a dump (as
+/// planned, `-I CHAIN POS` written as the `-A CHAIN` line a save shows), their built-in-chain rules
+/// known as ours, and the same extraction and removal a real cleanup runs.
+fn removal_of_plan(rules: &[Rule]) -> String {
+    let mut dump = Dump::parse(&input_as_dump(&render::restore_input(rules)));
+    let mut known: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for rule in rules {
+        let spec = match rule.tokens.first().map(String::as_str) {
+            Some("-I") if rule.tokens.get(2).is_some_and(|t| t.parse::<u32>().is_ok()) => {
+                &rule.tokens[3..]
+            }
+            _ => rule.tokens.get(2..).unwrap_or_default(),
+        };
+        let mut line = format!("-A {}", rule.chain);
+        for token in spec {
+            line.push(' ');
+            line.push_str(token);
+        }
+        let table = rule.table.as_str().to_string();
+        if !is_our_chain(&rule.chain) {
+            known.entry(table.clone()).or_default().insert(line.clone());
+        }
+        dump.tables
+            .entry(table)
+            .or_default()
+            .rules
+            .push((rule.chain.clone(), line));
+    }
+    assemble(&[Ours::extract(&dump, &known).removal_lines()])
+}
+
 /// Applies `plan` to the current network namespace (see the module documentation for the steps).
 pub fn apply(plan: &Plan, opts: &ApplyOptions) -> Result<(), ApplyError> {
     check_capabilities()?;
@@ -860,6 +917,60 @@ mod tests {
             chain: tokens[1].clone(),
             tokens,
         }
+    }
+
+    #[test]
+    fn cleanup_dry_run_removes_the_plan() {
+        let plan = Plan {
+            v4: vec![
+                rule(
+                    Table::Nat,
+                    "-A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN",
+                ),
+                rule(
+                    Table::Nat,
+                    "-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006",
+                ),
+                rule(Table::Nat, "-A PREROUTING -p tcp -j ISTIO_INBOUND"),
+                rule(Table::Nat, "-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT"),
+                rule(Table::Nat, "-I PREROUTING 1 -i eth1 -j RETURN"),
+                rule(
+                    Table::Mangle,
+                    "-A OUTPUT -p tcp -m connmark --mark 1337 -j CONNMARK --restore-mark",
+                ),
+            ],
+            v6: Some(vec![rule(Table::Nat, "-A OUTPUT -j ISTIO_OUTPUT")]),
+            routes: vec![
+                RouteAction::AddLoopbackV6Source,
+                RouteAction::AddFwmarkRule {
+                    family: Family::V4,
+                    mark: 1337,
+                    table: 133,
+                },
+            ],
+        };
+        assert_eq!(
+            cleanup_dry_run(&plan),
+            "# --cleanup-only: the removal of this configuration's rules, chains and routes\n\
+             * mangle\n\
+             -D OUTPUT -p tcp -m connmark --mark 1337 -j CONNMARK --restore-mark\n\
+             COMMIT\n\
+             * nat\n\
+             -D PREROUTING -p tcp -j ISTIO_INBOUND\n\
+             -D PREROUTING -i eth1 -j RETURN\n\
+             -F ISTIO_INBOUND\n\
+             -F ISTIO_IN_REDIRECT\n\
+             -X ISTIO_INBOUND\n\
+             -X ISTIO_IN_REDIRECT\n\
+             COMMIT\n\
+             # ip6tables-restore\n\
+             * nat\n\
+             -D OUTPUT -j ISTIO_OUTPUT\n\
+             -F ISTIO_OUTPUT\n\
+             -X ISTIO_OUTPUT\n\
+             COMMIT\n\
+             # ip -4 rule del fwmark 1337 lookup 133\n"
+        );
     }
 
     #[test]

@@ -124,11 +124,14 @@ pub fn run_with(
                 return ExitCode::from(EXIT_ERROR);
             }
         }
+        // With --cleanup-only nothing would be applied: the dry run shows the removal instead.
+        let text = if cfg.cleanup_only {
+            apply::cleanup_dry_run(&plan)
+        } else {
+            render::dry_run(&plan)
+        };
         let mut out = std::io::stdout().lock();
-        if let Err(e) = out
-            .write_all(render::dry_run(&plan).as_bytes())
-            .and_then(|()| out.flush())
-        {
+        if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
             eprintln!("iptables-init: writing the dry-run output: {e}");
             return ExitCode::from(EXIT_ERROR);
         }

@@ -833,3 +833,84 @@ fn n_a_refused_exec_path_restore_fails_and_changes_nothing() {
         before
     );
 }
+
+#[test]
+fn o_cleanup_dry_run_prints_the_removal_a_cleanup_applies() {
+    // TPROXY with IPv6: our chains in two tables per family, our rules in built-in chains (jumps and the
+    // CONNMARK/MARK rules), and routes.
+    let args = [
+        "-p",
+        "15001",
+        "-z",
+        "15006",
+        "-u",
+        "1337",
+        "-m",
+        "TPROXY",
+        "-i",
+        "*",
+        "-x",
+        "",
+        "-b",
+        "*",
+        "-d",
+        "15090,15021,15020",
+        "--ipv6",
+        "true",
+    ];
+    let real = Pair::new("ipt-o-real");
+    let printed = Pair::new("ipt-o-dry");
+    for p in [&real, &printed] {
+        add_foreign_rules(&p.pod);
+        init_ok(&p.pod, &args);
+    }
+    let original4 = rules_only(&saved(&printed.pod, Family::V4));
+    assert!(original4.iter().any(|l| l.contains("ISTIO_TPROXY")));
+
+    // The dry run touches nothing: it is run here as in the namespace holding the rules.
+    let mut dry = args.to_vec();
+    dry.extend(["--cleanup-only", "--dry-run"]);
+    let out = init(&printed.pod, &dry);
+    assert!(out.status.success());
+    assert_eq!(rules_only(&saved(&printed.pod, Family::V4)), original4);
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    assert!(
+        text.contains("# ip -4 rule del fwmark 1337 lookup 133"),
+        "{text}"
+    );
+    let (v4, v6) = text
+        .split_once("# ip6tables-restore\n")
+        .expect("an IPv6 part");
+    assert!(!v4.contains("-A ") && !v6.contains("-A "), "{text}");
+    printed
+        .pod
+        .restore(Family::V4, v4)
+        .expect("printed IPv4 removal");
+    printed
+        .pod
+        .restore(Family::V6, v6)
+        .expect("printed IPv6 removal");
+
+    let mut cleanup = args.to_vec();
+    cleanup.push("--cleanup-only");
+    init_ok(&real.pod, &cleanup);
+    let lo6 = real
+        .pod
+        .run(&["ip", "-6", "addr", "show", "dev", "lo"])
+        .expect("ip addr");
+    assert!(lo6.contains("::6/128"), "{lo6}");
+    let rules4 = real
+        .pod
+        .run(&["ip", "-4", "rule", "show"])
+        .expect("ip rule");
+    assert!(!rules4.contains("lookup 133"), "{rules4}");
+    for family in [Family::V4, Family::V6] {
+        let after_printed = saved(&printed.pod, family);
+        assert!(!has_ours(&after_printed), "{after_printed}");
+        assert_eq!(
+            rules_only(&after_printed),
+            rules_only(&saved(&real.pod, family)),
+            "{family:?}: the printed removal and the cleanup differ"
+        );
+    }
+}
