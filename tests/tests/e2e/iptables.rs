@@ -113,6 +113,16 @@ fn with(extra: &[&'static str]) -> Vec<&'static str> {
     v
 }
 
+/// The injected arguments with TPROXY inbound interception, and `--ipv6 <ipv6>`.
+fn tproxy(ipv6: &'static str) -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = DEFAULT_ARGS
+        .iter()
+        .map(|a| if *a == "REDIRECT" { "TPROXY" } else { *a })
+        .collect();
+    v.extend(["--ipv6", ipv6]);
+    v
+}
+
 /// A command running `nettool` inside `ns`, as `uid` (through setpriv) or as root.
 fn nettool(ns: &NetNs, uid: Option<u32>, args: &[&str]) -> Command {
     let tool = e2e::bin("nettool");
@@ -352,26 +362,7 @@ fn d_dns_to_the_configured_server_lands_on_15053() {
 #[test]
 fn e_tproxy_inbound_lands_on_a_transparent_listener_and_routes_are_idempotent() {
     let p = Pair::new("ipt-e");
-    let args = [
-        "-p",
-        "15001",
-        "-z",
-        "15006",
-        "-u",
-        "1337",
-        "-m",
-        "TPROXY",
-        "-i",
-        "*",
-        "-x",
-        "",
-        "-b",
-        "*",
-        "-d",
-        "15090,15021,15020",
-        "--ipv6",
-        "false",
-    ];
+    let args = tproxy("false");
     init_ok(&p.pod, &args);
     let rules = p.pod.run(&["ip", "-4", "rule", "show"]).expect("ip rule");
     assert_eq!(
@@ -838,26 +829,7 @@ fn n_a_refused_exec_path_restore_fails_and_changes_nothing() {
 fn o_cleanup_dry_run_prints_the_removal_a_cleanup_applies() {
     // TPROXY with IPv6: our chains in two tables per family, our rules in built-in chains (jumps and the
     // CONNMARK/MARK rules), and routes.
-    let args = [
-        "-p",
-        "15001",
-        "-z",
-        "15006",
-        "-u",
-        "1337",
-        "-m",
-        "TPROXY",
-        "-i",
-        "*",
-        "-x",
-        "",
-        "-b",
-        "*",
-        "-d",
-        "15090,15021,15020",
-        "--ipv6",
-        "true",
-    ];
+    let args = tproxy("true");
     let real = Pair::new("ipt-o-real");
     let printed = Pair::new("ipt-o-dry");
     for p in [&real, &printed] {
