@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 # the medians varied from 1.11 to 1.43 between back-to-back runs of the same binaries, with 61 by ~0.01.
 rounds=${ROUNDS:-61}
 # The binary the image ships: static, so no dynamic loader at start-up (scripts/check-static-init.sh).
-bin=${BIN:-target/x86_64-unknown-linux-gnu/release/iptables-init}
+bin=${BIN:-target/x86_64-unknown-linux-musl/release/iptables-init}
 if [ "$(id -u)" -ne 0 ]; then echo "bench/iptables-apply.sh: needs root (network namespaces)" >&2; exit 1; fi
 if [ ! -x "$bin" ] && [ -z "${BIN:-}" ]; then scripts/check-static-init.sh; fi
 bin=$(realpath "$bin")

@@ -29,3 +29,6 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # The init container ships a static binary of at most 3 MiB.
 bash scripts/check-static-init.sh
 cargo test --workspace --locked
+# The netfilter end-to-end tests once more, against the binary the image ships (static musl release).
+E2E_IPTABLES_INIT="$(pwd)/target/x86_64-unknown-linux-musl/release/iptables-init" \
+  cargo test --locked -p e2e --test e2e -- iptables:: iptables_parity::

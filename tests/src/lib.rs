@@ -6,6 +6,19 @@ use std::path::PathBuf;
 /// Path of a workspace binary built by `cargo build --bins` (the README's test command builds them first).
 /// Panics with a clear message when it is missing: an end-to-end test never passes without its binary.
 pub fn bin(name: &str) -> PathBuf {
+    // The shipped iptables-init is the static musl release build (scripts/check-static-init.sh);
+    // scripts/test.sh runs the netfilter tests a second time against it through this variable.
+    if name == "iptables-init" {
+        if let Some(path) = std::env::var_os("E2E_IPTABLES_INIT") {
+            let path = PathBuf::from(path);
+            assert!(
+                path.exists(),
+                "E2E_IPTABLES_INIT={} not found",
+                path.display()
+            );
+            return path;
+        }
+    }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
