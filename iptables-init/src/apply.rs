@@ -441,6 +441,21 @@ fn first_difference(current: &Ours, expected: &Ours) -> String {
     "states differ".to_string()
 }
 
+/// The chain and the specification (matches and target) of a rule's tokens: `-A CHAIN spec…` or
+/// `-I CHAIN [POS] spec…`; `None` for any other line.
+fn chain_and_spec<S: AsRef<str>>(tokens: &[S]) -> Option<(&str, &[S])> {
+    let chain = tokens.get(1)?.as_ref();
+    let rest = &tokens[2..];
+    match tokens.first()?.as_ref() {
+        "-A" => Some((chain, rest)),
+        "-I" => match rest.first() {
+            Some(pos) if pos.as_ref().parse::<u32>().is_ok() => Some((chain, &rest[1..])),
+            _ => Some((chain, rest)),
+        },
+        _ => None,
+    }
+}
+
 /// Restore input that removes what `text` (restore input of ours, as `render::restore_input` writes it)
 /// added, for the table sections that end before input line `before_line` (all sections when `None`):
 /// rules in other chains deleted by their specification, then the declared chains flushed and deleted.
@@ -457,13 +472,7 @@ fn undo_input(text: &str, before_line: Option<usize>) -> String {
         let mut lines = Vec::new();
         for l in section {
             let tokens: Vec<&str> = l.split(' ').collect();
-            let spec = match tokens.as_slice() {
-                ["-A", chain, rest @ ..] => Some((*chain, rest)),
-                ["-I", chain, pos, rest @ ..] if pos.parse::<u32>().is_ok() => Some((*chain, rest)),
-                ["-I", chain, rest @ ..] => Some((*chain, rest)),
-                _ => None,
-            };
-            if let Some((chain, rest)) = spec {
+            if let Some((chain, rest)) = chain_and_spec(&tokens) {
                 if !chains.contains(&chain) {
                     lines.push(format!("-D {chain} {}", rest.join(" ")));
                 }
@@ -700,12 +709,7 @@ fn removal_of_plan(rules: &[Rule]) -> String {
     let mut dump = Dump::parse(&input_as_dump(&render::restore_input(rules)));
     let mut known: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for rule in rules {
-        let spec = match rule.tokens.first().map(String::as_str) {
-            Some("-I") if rule.tokens.get(2).is_some_and(|t| t.parse::<u32>().is_ok()) => {
-                &rule.tokens[3..]
-            }
-            _ => rule.tokens.get(2..).unwrap_or_default(),
-        };
+        let spec = chain_and_spec(&rule.tokens).map_or(&[][..], |(_, spec)| spec);
         let mut line = format!("-A {}", rule.chain);
         for token in spec {
             line.push(' ');

@@ -341,8 +341,7 @@ mod tests {
             let mut p = Probe::open().expect("netlink socket");
             assert_eq!(p.table_exists(Family::V4, "nat"), Ok(false));
             assert_eq!(p.table_exists(Family::V6, "filter"), Ok(false));
-            // The same socket answers several requests.
-            let mut p = Probe::open().expect("netlink socket");
+            // The same socket answers several requests, of both kinds.
             for _ in 0..3 {
                 assert_eq!(
                     p.chain_exists(Family::V4, "nat", "ISTIO_INBOUND"),
