@@ -5,10 +5,10 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use base64::Engine as _;
 use serde_json::{json, Value};
 
 use crate::engine::{self, Engine, InjectRequest, Mode};
+use crate::fields::{self, Fields};
 
 /// What happened to one review, for the response, logs and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,17 +75,21 @@ impl Envelope<'_> {
     /// The success response, written directly: the base64 patch is the bulk of it and is not worth
     /// building as a JSON value first.
     fn injected(&self, patch: &[u8]) -> ReviewOutcome {
-        let quote = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string());
-        let mut out = String::with_capacity(patch.len() * 4 / 3 + 160);
-        out.push_str("{\"kind\":\"AdmissionReview\",\"apiVersion\":");
-        out.push_str(&quote(self.api_version));
-        out.push_str(",\"response\":{\"uid\":");
-        out.push_str(&quote(&self.uid));
-        out.push_str(",\"allowed\":true,\"patch\":\"");
-        base64::engine::general_purpose::STANDARD.encode_string(patch, &mut out);
-        out.push_str("\",\"patchType\":\"JSONPatch\"}}");
+        let quote = |out: &mut Vec<u8>, s: &str| {
+            if serde_json::to_writer(&mut *out, s).is_err() {
+                out.extend_from_slice(b"\"\"");
+            }
+        };
+        let mut out = Vec::with_capacity(crate::b64::encoded_len(patch.len()) + 160);
+        out.extend_from_slice(b"{\"kind\":\"AdmissionReview\",\"apiVersion\":");
+        quote(&mut out, self.api_version);
+        out.extend_from_slice(b",\"response\":{\"uid\":");
+        quote(&mut out, &self.uid);
+        out.extend_from_slice(b",\"allowed\":true,\"patch\":\"");
+        crate::b64::encode_into(patch, &mut out);
+        out.extend_from_slice(b"\",\"patchType\":\"JSONPatch\"}}");
         ReviewOutcome {
-            response: out.into_bytes(),
+            response: out,
             kind: OutcomeKind::Injected,
             uid: self.uid.clone(),
             namespace: self.namespace.clone(),
@@ -168,18 +172,18 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
     let req_kind = request
         .kind
         .as_ref()
-        .and_then(|k| k.get("kind"))
+        .and_then(|k| k.field("kind"))
         .and_then(Value::as_str);
-    let obj_kind = original.get("kind").and_then(Value::as_str);
+    let obj_kind = original.field("kind").and_then(Value::as_str);
     if let Some(k) = obj_kind.or(req_kind).filter(|k| *k != "Pod") {
         return env.fail(format!("only Pods can be injected, got kind {k:?}"));
     }
-    if let Some(m) = original.get("metadata") {
+    if let Some(m) = original.field("metadata") {
         if !m.is_object() {
             return env.fail("request.object.metadata is not an object".to_string());
         }
     }
-    if let Some(s) = original.get("spec") {
+    if let Some(s) = original.field("spec") {
         if !s.is_object() {
             return env.fail("request.object.spec is not an object".to_string());
         }
@@ -188,11 +192,12 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
     // The working pod: managedFields dropped, namespace defaulted from the request (spec §2.4). Copied only
     // when something changes.
     let pod_ns = original
-        .pointer("/metadata/namespace")
+        .field("metadata")
+        .and_then(|m| m.field("namespace"))
         .and_then(Value::as_str)
         .unwrap_or("");
     let default_ns = pod_ns.is_empty() && !env.namespace.is_empty();
-    let has_managed = original.pointer("/metadata/managedFields").is_some();
+    let has_managed = fields::path(original, &["metadata", "managedFields"]).is_some();
     let pod: Cow<'_, Value> = if default_ns || has_managed {
         let mut p = original.clone();
         if let Some(obj) = p.as_object_mut() {
@@ -214,12 +219,13 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
     if !pod_ns.is_empty() {
         env.namespace = pod_ns.to_string();
     }
-    env.pod = pod
-        .pointer("/metadata/name")
+    let meta = pod.field("metadata");
+    env.pod = meta
+        .and_then(|m| m.field("name"))
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
         .or_else(|| {
-            pod.pointer("/metadata/generateName")
+            meta.and_then(|m| m.field("generateName"))
                 .and_then(Value::as_str)
         })
         .unwrap_or("")
@@ -267,10 +273,10 @@ fn type_name(v: &Value) -> &'static str {
 
 /// `metadata.managedFields` and a namespace the request did not carry are not ours to change.
 fn restore_request_fields(original: &Value, result: &mut Value) {
-    let Some(meta) = result.get_mut("metadata").and_then(Value::as_object_mut) else {
+    let Some(meta) = result.field_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };
-    let orig_meta = original.get("metadata");
+    let orig_meta = original.field("metadata");
     for key in ["managedFields", "namespace"] {
         match orig_meta.and_then(|m| m.get(key)) {
             Some(v) => {
@@ -329,6 +335,7 @@ pub fn parse_inject_envs(path: &str) -> BTreeMap<String, String> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
 
     fn m(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -443,7 +450,7 @@ mod tests {
         json_patch::patch(&mut pod, &patch).unwrap();
         // managedFields and the (absent) namespace are left as the API server holds them.
         assert_eq!(pod["metadata"]["managedFields"], json!([{"manager": "m"}]));
-        assert!(pod["metadata"].get("namespace").is_none());
+        assert!(pod["metadata"].field("namespace").is_none());
         let proxy = pod["spec"]["initContainers"]
             .as_array()
             .unwrap()

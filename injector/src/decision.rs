@@ -3,6 +3,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::fields::{self, Fields};
+
 /// Namespaces never injected, whatever the pod says (Istio's `IgnoredNamespaces`).
 pub const IGNORED_NAMESPACES: [&str; 4] = [
     "kube-system",
@@ -73,7 +75,7 @@ impl LabelSelector {
             other => return Err(SelectorError(format!("expected an object, got {other}"))),
         };
         let mut requirements = Vec::new();
-        match obj.get("matchLabels") {
+        match obj.field("matchLabels") {
             None | Some(Value::Null) => {}
             Some(Value::Object(ml)) => {
                 for (k, val) in ml {
@@ -95,7 +97,7 @@ impl LabelSelector {
                 )))
             }
         }
-        match obj.get("matchExpressions") {
+        match obj.field("matchExpressions") {
             None | Some(Value::Null) => {}
             Some(Value::Array(exprs)) => {
                 for e in exprs {
@@ -133,11 +135,11 @@ impl LabelSelector {
 
 fn requirement_from_json(e: &Value) -> Result<Requirement, SelectorError> {
     let key = e
-        .get("key")
+        .field("key")
         .and_then(Value::as_str)
         .ok_or_else(|| SelectorError(format!("matchExpressions: {e}: missing key")))?;
     check_label_key(key)?;
-    let op = e.get("operator").and_then(Value::as_str).unwrap_or("");
+    let op = e.field("operator").and_then(Value::as_str).unwrap_or("");
     let operator = match op {
         "In" => Operator::In,
         "NotIn" => Operator::NotIn,
@@ -149,7 +151,7 @@ fn requirement_from_json(e: &Value) -> Result<Requirement, SelectorError> {
             )))
         }
     };
-    let values: Vec<String> = match e.get("values") {
+    let values: Vec<String> = match e.field("values") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(a)) => a
             .iter()
@@ -254,19 +256,22 @@ pub fn injection_required(
     never: &[LabelSelector],
     always: &[LabelSelector],
 ) -> Decision {
-    if pod.pointer("/spec/hostNetwork").and_then(Value::as_bool) == Some(true) {
+    if fields::path(pod, &["spec", "hostNetwork"]).and_then(Value::as_bool) == Some(true) {
         return Decision::new(false, "the pod uses the host network (spec.hostNetwork)");
     }
-    let namespace = pod
-        .pointer("/metadata/namespace")
+    let meta = pod.field("metadata");
+    let namespace = meta
+        .and_then(|m| m.field("namespace"))
         .and_then(Value::as_str)
         .unwrap_or("");
     if IGNORED_NAMESPACES.contains(&namespace) {
         return Decision::new(false, format!("namespace {namespace:?} is never injected"));
     }
-    let labels = pod.pointer("/metadata/labels").and_then(Value::as_object);
-    let annotations = pod
-        .pointer("/metadata/annotations")
+    let labels = meta
+        .and_then(|m| m.field("labels"))
+        .and_then(Value::as_object);
+    let annotations = meta
+        .and_then(|m| m.field("annotations"))
         .and_then(Value::as_object);
 
     // The label wins whenever its key is present, even with an empty value.

@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use crate::fields::Fields;
 use serde_json::{Map, Value};
 
 use crate::annotations;
@@ -104,13 +105,12 @@ impl Engine {
     /// [`Engine::new`], with its render memo counting into `counters` (the server's `/metrics`).
     pub fn with_memo_counters(settings: Settings, counters: memo::MemoCounters) -> Engine {
         let base_proxy_config =
-            crate::proxyconfig::effective(settings.mesh.get("defaultConfig"), None).unwrap_or_else(
-                |_| {
+            crate::proxyconfig::effective(settings.mesh.field("defaultConfig"), None)
+                .unwrap_or_else(|_| {
                     // Settings::load validated the mesh's defaultConfig, so this cannot fail; fall back to the
                     // built-in default rather than panic.
                     crate::proxyconfig::builtin_default()
-                },
-            );
+                });
         let base_proxy_config_env = render::proxy_config_env(&base_proxy_config).ok();
         let values_str = |path: &str| {
             settings
@@ -154,20 +154,21 @@ impl Engine {
         &self,
         annotations: Option<&Map<String, Value>>,
     ) -> Result<Cow<'_, Value>, EngineError> {
-        match annotations.and_then(|a| a.get(annotations::PROXY_CONFIG)) {
+        match annotations.and_then(|a| a.field(annotations::PROXY_CONFIG)) {
             None => Ok(Cow::Borrowed(&self.base_proxy_config)),
-            Some(_) => {
-                crate::proxyconfig::effective(self.settings.mesh.get("defaultConfig"), annotations)
-                    .map(Cow::Owned)
-                    .map_err(EngineError::Template)
-            }
+            Some(_) => crate::proxyconfig::effective(
+                self.settings.mesh.field("defaultConfig"),
+                annotations,
+            )
+            .map(Cow::Owned)
+            .map_err(EngineError::Template),
         }
     }
 
     /// The template names for a pod: `inject.istio.io/templates` or the defaults, aliases expanded one level.
     fn templates(&self, annotations: Option<&Map<String, Value>>, mode: Mode) -> Vec<String> {
         let requested: Vec<String> = match annotations
-            .and_then(|a| a.get(annotations::TEMPLATES))
+            .and_then(|a| a.field(annotations::TEMPLATES))
             .and_then(Value::as_str)
         {
             Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
@@ -199,8 +200,8 @@ impl Engine {
             )));
         }
         let annotations_map = original
-            .get("metadata")
-            .and_then(|m| m.get("annotations"))
+            .field("metadata")
+            .and_then(|m| m.field("annotations"))
             .and_then(Value::as_object);
         annotations::validate(annotations_map)?;
 
@@ -233,9 +234,9 @@ impl Engine {
             .or_else(|| self.values_cluster.clone())
             .unwrap_or_default();
         let network = original
-            .get("metadata")
-            .and_then(|m| m.get("labels"))
-            .and_then(|l| l.get("topology.istio.io/network"))
+            .field("metadata")
+            .and_then(|m| m.field("labels"))
+            .and_then(|l| l.field("topology.istio.io/network"))
             .and_then(Value::as_str)
             .map(str::to_string)
             .filter(|n| !n.is_empty())
@@ -257,7 +258,7 @@ impl Engine {
         // The template's view of the pod: previous injection stripped, saved overrides re-inserted.
         // Without the status and overrides annotations both steps are no-ops: borrow the pod instead of
         // copying it (the common case, a pod never injected before).
-        let has_ann = |k: &str| annotations_map.is_some_and(|a| a.contains_key(k));
+        let has_ann = |k: &str| annotations_map.is_some_and(|a| a.has_field(k));
         let view: Cow<'_, Value> =
             if has_ann(merge::STATUS_ANNOTATION) || has_ann(merge::OVERRIDES_ANNOTATION) {
                 let mut view = postprocess::strip_pod(original, mesh);
@@ -291,7 +292,7 @@ impl Engine {
 
         // Go's rule for moving a user-supplied istio-proxy (spec §1.6): exact "true"/"false" override.
         let native_move = match annotations_map
-            .and_then(|a| a.get(annotations::NATIVE_SIDECAR))
+            .and_then(|a| a.field(annotations::NATIVE_SIDECAR))
             .and_then(Value::as_str)
         {
             Some("true") => true,
@@ -399,7 +400,7 @@ fn template_skeleton(rendered: &Value) -> (Value, bool) {
     // reject, reshape or combine those).
     let mut special = false;
     let mut spec = Map::new();
-    if let Some(src) = rendered.get("spec").and_then(Value::as_object) {
+    if let Some(src) = rendered.field("spec").and_then(Value::as_object) {
         for (k, v) in src {
             if k.starts_with('$') {
                 special = true;
@@ -409,7 +410,7 @@ fn template_skeleton(rendered: &Value) -> (Value, bool) {
                     Value::Array(items) => {
                         let mut names: Vec<&str> = Vec::with_capacity(items.len());
                         for item in items {
-                            match item.get("name").and_then(Value::as_str) {
+                            match item.field("name").and_then(Value::as_str) {
                                 Some(n) if !names.contains(&n) => names.push(n),
                                 _ => special = true,
                             }
@@ -452,32 +453,32 @@ fn template_skeleton(rendered: &Value) -> (Value, bool) {
 }
 
 fn has_container(pod: &Value, list: &str, name: &str) -> bool {
-    pod.get("spec")
-        .and_then(|s| s.get(list))
+    pod.field("spec")
+        .and_then(|s| s.field(list))
         .and_then(Value::as_array)
         .is_some_and(|cs| {
             cs.iter()
-                .any(|c| c.get("name").and_then(Value::as_str) == Some(name))
+                .any(|c| c.field("name").and_then(Value::as_str) == Some(name))
         })
 }
 
 /// Native move (spec §5.2 step 7): a user `istio-proxy` in `containers` follows the proxy into
 /// `initContainers` (appended at the end) before the template is merged.
 fn move_proxy_to_init(pod: &mut Value) {
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+    let Some(spec) = pod.field_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
-    let Some(containers) = spec.get_mut("containers").and_then(Value::as_array_mut) else {
+    let Some(containers) = spec.field_mut("containers").and_then(Value::as_array_mut) else {
         return;
     };
     let Some(idx) = containers
         .iter()
-        .position(|c| c.get("name").and_then(Value::as_str) == Some("istio-proxy"))
+        .position(|c| c.field("name").and_then(Value::as_str) == Some("istio-proxy"))
     else {
         return;
     };
     let proxy = containers.remove(idx);
-    match spec.get_mut("initContainers") {
+    match spec.field_mut("initContainers") {
         Some(Value::Array(inits)) => inits.push(proxy),
         _ => {
             spec.insert("initContainers".to_string(), Value::Array(vec![proxy]));
@@ -488,17 +489,17 @@ fn move_proxy_to_init(pod: &mut Value) {
 /// Istio's `GetDeployMetaFromPod` (spec §2.4 step 6): the workload a pod belongs to, from its owner
 /// references and the controllers' naming conventions.
 pub fn deploy_meta_from_pod(pod: &Value) -> Workload {
-    let meta = pod.get("metadata");
+    let meta = pod.field("metadata");
     let get = |k: &str| {
-        meta.and_then(|m| m.get(k))
+        meta.and_then(|m| m.field(k))
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string()
     };
     let labels = meta
-        .and_then(|m| m.get("labels"))
+        .and_then(|m| m.field("labels"))
         .and_then(Value::as_object);
-    let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+    let label = |k: &str| labels.and_then(|l| l.field(k)).and_then(Value::as_str);
     let mut w = Workload {
         kind: "Pod".to_string(),
         api_version: "v1".to_string(),
@@ -507,14 +508,14 @@ pub fn deploy_meta_from_pod(pod: &Value) -> Workload {
     };
     if !get("generateName").is_empty() {
         let owner = meta
-            .and_then(|m| m.get("ownerReferences"))
+            .and_then(|m| m.field("ownerReferences"))
             .and_then(Value::as_array)
             .and_then(|refs| {
                 refs.iter()
-                    .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+                    .find(|r| r.field("controller").and_then(Value::as_bool) == Some(true))
             });
         if let Some(o) = owner {
-            let s = |k: &str| o.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            let s = |k: &str| o.field(k).and_then(Value::as_str).unwrap_or("").to_string();
             w.kind = s("kind");
             w.api_version = s("apiVersion");
             w.name = s("name");

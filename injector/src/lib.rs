@@ -10,10 +10,12 @@
 
 pub mod admission;
 pub mod annotations;
+pub mod b64;
 pub mod certs;
 pub mod config;
 pub mod decision;
 pub mod engine;
+pub mod fields;
 pub mod kube_inject;
 pub mod malloc;
 pub mod memo;

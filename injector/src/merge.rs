@@ -11,6 +11,7 @@
 
 pub(crate) mod gotypes;
 
+use crate::fields::Fields;
 use serde_json::{Map, Value};
 
 /// Why a merge failed.
@@ -172,7 +173,7 @@ fn merge_map(
     ty: Ty,
     field: &FieldPath<'_>,
 ) -> Result<(), MergeError> {
-    if let Some(d) = patch.get(DIRECTIVE) {
+    if let Some(d) = patch.field(DIRECTIVE) {
         match d.as_str() {
             Some("replace") => {
                 patch.shift_remove(DIRECTIVE);
@@ -226,7 +227,8 @@ fn merge_map(
     }
     for (k, pv) in patch {
         if let Some(target) = k.strip_prefix(DELETE_FROM_PRIMITIVE) {
-            if let (Some(Value::Array(items)), Some(remove)) = (orig.get_mut(target), pv.as_array())
+            if let (Some(Value::Array(items)), Some(remove)) =
+                (orig.field_mut(target), pv.as_array())
             {
                 items.retain(|i| !remove.contains(i));
             }
@@ -241,7 +243,7 @@ fn merge_map(
             parent: Some(field),
             key: &k,
         };
-        match (orig.get_mut(&k), pv) {
+        match (orig.field_mut(&k), pv) {
             (Some(ov @ Value::Object(_)), pv @ Value::Object(_)) => {
                 merge_value(ov, pv, child_ty(ty, &k), &sub_field)?;
             }
@@ -296,7 +298,7 @@ fn apply_element_order(
     // what identifies an item: its merge key, or the whole value
     let ident = |v: &'_ Value| -> Option<Value> {
         match key {
-            Some(k) => v.get(k).cloned(),
+            Some(k) => v.field(k).cloned(),
             None => Some(v.clone()),
         }
     };
@@ -310,7 +312,7 @@ fn apply_element_order(
     // the patch's items must appear in the directive, in the same relative order
     if let Some(pl) = &patch_list {
         let mut last = None;
-        for item in pl.iter().filter(|i| i.get(DIRECTIVE).is_none()) {
+        for item in pl.iter().filter(|i| i.field(DIRECTIVE).is_none()) {
             let pos = ident(item)
                 .and_then(|id| position(&order_refs, &id))
                 .ok_or_else(bad)?;
@@ -334,7 +336,7 @@ fn apply_element_order(
         (Some(ol), None) => ol,
         (None, Some(pl)) => pl
             .into_iter()
-            .filter(|i| i.get(DIRECTIVE).is_none())
+            .filter(|i| i.field(DIRECTIVE).is_none())
             .collect(),
         (Some(mut ol), Some(pl)) => {
             merge_list(&mut ol, pl, strategy, field)?;
@@ -428,14 +430,14 @@ fn merge_keyed_list(
                 })
             }
         };
-        match m.get(DIRECTIVE) {
+        match m.field(DIRECTIVE) {
             None => plain.push(m),
             Some(d) => match d.as_str() {
                 Some("delete") => {
                     let kv = m
-                        .get(key)
+                        .field(key)
                         .ok_or_else(|| missing_key(&Value::Object(m.clone())))?;
-                    orig.retain(|o| !o.get(key).is_some_and(|ok| key_eq(ok, kv)));
+                    orig.retain(|o| !o.field(key).is_some_and(|ok| key_eq(ok, kv)));
                 }
                 Some("replace") => replace = true,
                 _ => {
@@ -451,15 +453,15 @@ fn merge_keyed_list(
         *orig = plain.into_iter().map(Value::Object).collect();
         return Ok(());
     }
-    if let Some(m) = plain.iter().find(|m| !m.contains_key(key)) {
+    if let Some(m) = plain.iter().find(|m| !m.has_field(key)) {
         return Err(missing_key(&Value::Object(m.clone())));
     }
-    if let Some(o) = orig.iter().find(|o| o.get(key).is_none()) {
+    if let Some(o) = orig.iter().find(|o| o.field(key).is_none()) {
         return Err(missing_key(o));
     }
-    let server_keys: Vec<Value> = orig.iter().filter_map(|o| o.get(key).cloned()).collect();
+    let server_keys: Vec<Value> = orig.iter().filter_map(|o| o.field(key).cloned()).collect();
     let server_refs: Vec<&Value> = server_keys.iter().collect();
-    let patch_keys: Vec<Value> = plain.iter().filter_map(|m| m.get(key).cloned()).collect();
+    let patch_keys: Vec<Value> = plain.iter().filter_map(|m| m.field(key).cloned()).collect();
     let patch_refs: Vec<&Value> = patch_keys.iter().collect();
 
     // merge by key; `merged` starts as the original items, new patch items are appended
@@ -467,7 +469,7 @@ fn merge_keyed_list(
     for (m, kv) in plain.into_iter().zip(patch_keys.iter()) {
         match merged
             .iter()
-            .position(|o| o.get(key).is_some_and(|ok| key_eq(ok, kv)))
+            .position(|o| o.field(key).is_some_and(|ok| key_eq(ok, kv)))
         {
             Some(i) => {
                 if let Value::Object(om) = &mut merged[i] {
@@ -482,12 +484,12 @@ fn merge_keyed_list(
     let mut patch_items: Vec<(usize, Value)> = Vec::new();
     let mut server_only: Vec<(usize, Value)> = Vec::new();
     for item in merged {
-        let pi = item.get(key).and_then(|kv| position(&patch_refs, kv));
+        let pi = item.field(key).and_then(|kv| position(&patch_refs, kv));
         match pi {
             Some(pi) => patch_items.push((pi, item)),
             None => {
                 let si = item
-                    .get(key)
+                    .field(key)
                     .and_then(|kv| position(&server_refs, kv))
                     .unwrap_or(usize::MAX);
                 server_only.push((si, item));
@@ -495,7 +497,7 @@ fn merge_keyed_list(
         }
     }
     *orig = interleave(server_only, patch_items, |item| {
-        item.get(key).and_then(|kv| position(&server_refs, kv))
+        item.field(key).and_then(|kv| position(&server_refs, kv))
     });
     Ok(())
 }
@@ -568,7 +570,7 @@ pub(crate) fn parse_status(text: &str) -> Option<InjectedNames> {
     let v: Value = serde_json::from_str(text).ok()?;
     let obj = v.as_object()?;
     let names = |k: &str| -> Option<Vec<String>> {
-        match obj.get(k) {
+        match obj.field(k) {
             None | Some(Value::Null) => Some(Vec::new()),
             Some(Value::Array(a)) => a
                 .iter()
@@ -587,19 +589,22 @@ pub(crate) fn parse_status(text: &str) -> Option<InjectedNames> {
 }
 
 pub(crate) fn annotation<'a>(pod: &'a Value, name: &str) -> Option<&'a str> {
-    pod.get("metadata")?.get("annotations")?.get(name)?.as_str()
+    pod.field("metadata")?
+        .field("annotations")?
+        .field(name)?
+        .as_str()
 }
 
 pub(crate) fn containers<'a>(pod: &'a Value, list: &str) -> &'a [Value] {
-    pod.get("spec")
-        .and_then(|s| s.get(list))
+    pod.field("spec")
+        .and_then(|s| s.field(list))
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or(&[])
 }
 
 pub(crate) fn name_of(c: &Value) -> &str {
-    c.get("name").and_then(Value::as_str).unwrap_or("")
+    c.field("name").and_then(Value::as_str).unwrap_or("")
 }
 
 fn find_named<'a>(list: &'a [Value], name: &str) -> Option<&'a Value> {
@@ -614,7 +619,7 @@ pub(crate) fn parse_overrides(text: &str) -> Result<(Vec<Value>, Vec<Value>), Me
         MergeError::InvalidOverrides(format!("{OVERRIDES_ANNOTATION} is not a JSON object"))
     })?;
     let list = |k: &str| -> Result<Vec<Value>, MergeError> {
-        match obj.get(k) {
+        match obj.field(k) {
             None | Some(Value::Null) => Ok(Vec::new()),
             Some(Value::Array(a)) if a.iter().all(Value::is_object) => Ok(a.clone()),
             Some(other) => Err(MergeError::InvalidOverrides(format!(
@@ -695,7 +700,7 @@ pub fn reapply_overwritten_containers(
 
 /// The user's container as Istio re-applies it: `image: auto` cleared, printed as a typed Go container.
 fn user_overlay(c: &Value) -> Value {
-    if c.get("image").and_then(Value::as_str) == Some("auto") {
+    if c.field("image").and_then(Value::as_str) == Some("auto") {
         let mut copy = c.clone();
         if let Some(m) = copy.as_object_mut() {
             m.insert("image".to_string(), Value::String(String::new()));
@@ -722,27 +727,26 @@ pub(crate) fn ensure_map<'a>(
     let mut cur = v;
     for p in path {
         let m = cur.as_object_mut()?;
-        let entry = m
-            .entry(p.to_string())
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !entry.is_object() {
-            *entry = Value::Object(Map::new());
+        // Looked up before inserting: the key is copied and hashed only when the object is missing (an
+        // insert over a non-object keeps the key's place, as the entry would).
+        if !m.field(p).is_some_and(Value::is_object) {
+            m.insert(p.to_string(), Value::Object(Map::new()));
         }
-        cur = entry;
+        cur = m.field_mut(p)?;
     }
     cur.as_object_mut()
 }
 
 fn find_named_mut<'a>(pod: &'a mut Value, list: &str, name: &str) -> Option<&'a mut Value> {
-    pod.get_mut("spec")?
-        .get_mut(list)?
+    pod.field_mut("spec")?
+        .field_mut(list)?
         .as_array_mut()?
         .iter_mut()
         .find(|c| name_of(c) == name)
 }
 
 fn sc_int(c: &Value, k: &str) -> Option<i64> {
-    c.get("securityContext")?.get(k)?.as_i64()
+    c.field("securityContext")?.field(k)?.as_i64()
 }
 
 /// `adjustInitContainerUser`: a user `istio-proxy` `runAsUser`/`runAsGroup` carries over to the init
@@ -772,7 +776,10 @@ fn adjust_init_container_user(final_pod: &mut Value, original: &Value, proxy_con
     } else {
         return;
     };
-    let tproxy = proxy_config.get("interceptionMode").and_then(Value::as_str) == Some("TPROXY")
+    let tproxy = proxy_config
+        .field("interceptionMode")
+        .and_then(Value::as_str)
+        == Some("TPROXY")
         || annotation(final_pod, "sidecar.istio.io/interceptionMode") == Some("TPROXY");
 
     if tproxy && run_as_user.is_some() {
@@ -804,7 +811,7 @@ fn adjust_init_container_user(final_pod: &mut Value, original: &Value, proxy_con
         }
     }
     if let Some(u) = run_as_user.filter(|u| *u != 0) {
-        if let Some(args) = init.get_mut("args").and_then(Value::as_array_mut) {
+        if let Some(args) = init.field_mut("args").and_then(Value::as_array_mut) {
             if let Some(i) = args.iter().position(|a| a.as_str() == Some("-u")) {
                 if let Some(slot) = args.get_mut(i + 1) {
                     *slot = Value::String(u.to_string());

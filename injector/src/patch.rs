@@ -10,6 +10,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::fields::{same, Fields};
+
 /// The patch (a JSON array of operations) that turns `original` into `result`.
 pub fn create_patch(original: &Value, result: &Value) -> Value {
     let mut ops = Vec::new();
@@ -106,7 +108,7 @@ fn diff(a: &Value, b: &Value, path: &mut String, ops: &mut impl Sink) {
         (Value::Object(ma), Value::Object(mb)) => {
             let base = path.len();
             for k in ma.keys() {
-                if !mb.contains_key(k) {
+                if !mb.has_field(k) {
                     push_key(path, k);
                     ops.push("remove", path, None);
                     path.truncate(base);
@@ -114,7 +116,7 @@ fn diff(a: &Value, b: &Value, path: &mut String, ops: &mut impl Sink) {
             }
             for (k, vb) in mb {
                 push_key(path, k);
-                match ma.get(k) {
+                match ma.field(k) {
                     None => ops.push("add", path, Some(vb)),
                     Some(va) => diff(va, vb, path, ops),
                 }
@@ -124,12 +126,16 @@ fn diff(a: &Value, b: &Value, path: &mut String, ops: &mut impl Sink) {
         (Value::Array(xa), Value::Array(xb)) => {
             // Equal items at both ends are left alone, so an insertion in front of existing items (the
             // injected init containers before the app's) is an `add`, not a rewrite of every item.
-            let prefix = xa.iter().zip(xb.iter()).take_while(|(a, b)| a == b).count();
+            let prefix = xa
+                .iter()
+                .zip(xb.iter())
+                .take_while(|(a, b)| same(a, b))
+                .count();
             let suffix = xa[prefix..]
                 .iter()
                 .rev()
                 .zip(xb[prefix..].iter().rev())
-                .take_while(|(a, b)| a == b)
+                .take_while(|(a, b)| same(a, b))
                 .count();
             let (ma, mb) = (
                 &xa[prefix..xa.len() - suffix],
@@ -159,7 +165,7 @@ fn diff(a: &Value, b: &Value, path: &mut String, ops: &mut impl Sink) {
             }
         }
         _ => {
-            if a != b {
+            if !same(a, b) {
                 ops.push("replace", path, Some(b));
             }
         }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::fields::Fields;
 use serde_json::{Map, Value};
 
 use crate::merge::{
@@ -95,7 +96,7 @@ fn parse_bool(s: &str) -> Option<bool> {
 }
 
 fn annotations(pod: &Value) -> Option<&Map<String, Value>> {
-    pod.get("metadata")?.get("annotations")?.as_object()
+    pod.field("metadata")?.field("annotations")?.as_object()
 }
 
 /// The value of the first annotation whose sanitised key is `sanitized`.
@@ -108,8 +109,8 @@ fn sanitized_annotation<'a>(pod: &'a Value, sanitized: &str) -> Option<&'a str> 
 
 fn remove_sanitized(pod: &mut Value, keys: &[&str]) {
     if let Some(ann) = pod
-        .get_mut("metadata")
-        .and_then(|m| m.get_mut("annotations"))
+        .field_mut("metadata")
+        .and_then(|m| m.field_mut("annotations"))
         .and_then(Value::as_object_mut)
     {
         ann.retain(|k, _| !keys.iter().any(|s| sanitizes_to(k, s)));
@@ -117,8 +118,8 @@ fn remove_sanitized(pod: &mut Value, keys: &[&str]) {
 }
 
 fn mesh_status_port(mesh: &Value) -> i64 {
-    mesh.get("defaultConfig")
-        .and_then(|d| d.get("statusPort"))
+    mesh.field("defaultConfig")
+        .and_then(|d| d.field("statusPort"))
         .and_then(Value::as_i64)
         .unwrap_or(DEFAULT_STATUS_PORT)
 }
@@ -137,12 +138,12 @@ pub fn strip_pod(pod: &Value, mesh: &Value) -> Value {
     let Some(status) = annotation(pod, STATUS_ANNOTATION).and_then(parse_status) else {
         return out;
     };
-    if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
+    if let Some(spec) = out.field_mut("spec").and_then(Value::as_object_mut) {
         for (list, names) in [
             ("containers", &status.containers),
             ("initContainers", &status.init_containers),
         ] {
-            if let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) {
+            if let Some(cs) = spec.field_mut(list).and_then(Value::as_array_mut) {
                 cs.retain(|c| !names.iter().any(|n| n == name_of(c)));
             }
         }
@@ -156,8 +157,8 @@ pub fn strip_pod(pod: &Value, mesh: &Value) -> Value {
         remove_sanitized(&mut out, &[PROM_PATH, PROM_PORT, PROM_SCRAPE, PROM_TARGETS]);
     }
     if let Some(ann) = out
-        .get_mut("metadata")
-        .and_then(|m| m.get_mut("annotations"))
+        .field_mut("metadata")
+        .and_then(|m| m.field_mut("annotations"))
         .and_then(Value::as_object_mut)
     {
         ann.shift_remove(STATUS_ANNOTATION);
@@ -229,8 +230,8 @@ fn proxy_mut(pod: &mut Value) -> Option<&mut Map<String, Value>> {
     } else {
         "initContainers"
     };
-    pod.get_mut("spec")?
-        .get_mut(list)?
+    pod.field_mut("spec")?
+        .field_mut(list)?
         .as_array_mut()?
         .iter_mut()
         .find(|c| name_of(c) == PROXY)?
@@ -245,13 +246,10 @@ fn proxy(pod: &Value) -> Option<&Value> {
 }
 
 fn env_mut(container: &mut Map<String, Value>) -> Option<&mut Vec<Value>> {
-    let entry = container
-        .entry("env".to_string())
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if !entry.is_array() {
-        *entry = Value::Array(Vec::new());
+    if !container.field("env").is_some_and(Value::is_array) {
+        container.insert("env".to_string(), Value::Array(Vec::new()));
     }
-    entry.as_array_mut()
+    container.field_mut("env")?.as_array_mut()
 }
 
 fn env_var(name: &str, value: String) -> Value {
@@ -337,7 +335,7 @@ fn apply_prometheus_merge(
         .unwrap_or(true);
     let merge_enabled = match annotation(pod, MERGE_METRICS_ANNOTATION).and_then(parse_bool) {
         Some(b) => b,
-        None => match params.mesh.get("enablePrometheusMerge") {
+        None => match params.mesh.field("enablePrometheusMerge") {
             Some(Value::Bool(b)) => *b,
             _ => true,
         },
@@ -408,10 +406,10 @@ fn apply_secure_prometheus_annotation(pod: &mut Value) {
         return;
     }
     let port = proxy(pod)
-        .and_then(|p| p.get("env"))
+        .and_then(|p| p.field("env"))
         .and_then(Value::as_array)
         .and_then(|env| env.iter().find(|e| name_of(e) == SECURE_PORT_ENV))
-        .and_then(|e| e.get("value"))
+        .and_then(|e| e.field("value"))
         .and_then(Value::as_str)
         .filter(|v| !v.is_empty() && *v != "0")
         .map(str::to_string);
@@ -430,8 +428,8 @@ fn apply_rewrite(pod: &mut Value, params: &PostProcessParams<'_>) {
         .unwrap_or_else(|| {
             params
                 .values
-                .get("sidecarInjectorWebhook")
-                .and_then(|s| s.get("rewriteAppHTTPProbe"))
+                .field("sidecarInjectorWebhook")
+                .and_then(|s| s.field("rewriteAppHTTPProbe"))
                 .map(|v| truthy(Some(v)))
                 .unwrap_or(true)
         });
@@ -447,7 +445,7 @@ fn apply_rewrite(pod: &mut Value, params: &PostProcessParams<'_>) {
                 .find(|e| name_of(e) == probes::APP_PROBERS_ENV);
             match existing {
                 Some(e) if reinjected => {
-                    let old = e.get("value").and_then(Value::as_str).unwrap_or("");
+                    let old = e.field("value").and_then(Value::as_str).unwrap_or("");
                     if let Some(merged) = probes::merge_app_probers(old, &probers) {
                         if let Some(m) = e.as_object_mut() {
                             m.insert("value".to_string(), Value::String(merged));
@@ -533,21 +531,24 @@ fn move_container(list: &mut Vec<Value>, name: &str, to: Move) {
 /// istio-proxy, enable-core-dump` first; else `istio-validation` first, `istio-init` then
 /// `enable-core-dump` last.
 fn reorder_pod(pod: &mut Value, params: &PostProcessParams<'_>) {
-    let hold = truthy(params.proxy_config.get("holdApplicationUntilProxyStarts"))
+    let hold = truthy(params.proxy_config.field("holdApplicationUntilProxyStarts"))
         || truthy(
             params
                 .values
-                .get("global")
-                .and_then(|g| g.get("proxy"))
-                .and_then(|p| p.get("holdApplicationUntilProxyStarts")),
+                .field("global")
+                .and_then(|g| g.field("proxy"))
+                .and_then(|p| p.field("holdApplicationUntilProxyStarts")),
         );
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+    let Some(spec) = pod.field_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
-    if let Some(cs) = spec.get_mut("containers").and_then(Value::as_array_mut) {
+    if let Some(cs) = spec.field_mut("containers").and_then(Value::as_array_mut) {
         move_container(cs, PROXY, if hold { Move::First } else { Move::Last });
     }
-    if let Some(inits) = spec.get_mut("initContainers").and_then(Value::as_array_mut) {
+    if let Some(inits) = spec
+        .field_mut("initContainers")
+        .and_then(Value::as_array_mut)
+    {
         if inits.iter().any(|c| name_of(c) == PROXY) {
             for name in [CORE_DUMP, PROXY, VALIDATION, INIT] {
                 move_container(inits, name, Move::First);

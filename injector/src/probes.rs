@@ -3,6 +3,7 @@
 //! the probes are pointed at the agent's status port under `/app-health/<c>/<kind>z` or
 //! `/app-lifecycle/<c>/<hook>z` (`patchRewriteProbe`).
 
+use crate::fields::Fields;
 use serde_json::{Map, Value};
 
 use crate::merge::gotypes::{go_struct, F, GRPC, HTTP_GET, TCP_SOCKET};
@@ -54,7 +55,7 @@ fn prober_entry(
 ) -> Option<Value> {
     let mut entry = Map::new();
     if let Some(grpc) = handler
-        .get("grpc")
+        .field("grpc")
         .filter(|g| !g.is_null())
         .filter(|_| with_timeout)
     {
@@ -62,9 +63,9 @@ fn prober_entry(
     } else {
         let kind = ["httpGet", "tcpSocket"]
             .into_iter()
-            .find(|k| handler.get(*k).is_some_and(|h| !h.is_null()))?;
+            .find(|k| handler.field(k).is_some_and(|h| !h.is_null()))?;
         let mut action = handler[kind].clone();
-        match action.get("port") {
+        match action.field("port") {
             Some(Value::String(name)) => {
                 let resolved = ports.get(name)?.clone();
                 action["port"] = resolved;
@@ -75,7 +76,7 @@ fn prober_entry(
         entry.insert(kind.to_string(), action);
     }
     if with_timeout {
-        if let Some(t) = handler.get("timeoutSeconds") {
+        if let Some(t) = handler.field("timeoutSeconds") {
             entry.insert("timeoutSeconds".to_string(), t.clone());
         }
     }
@@ -92,14 +93,14 @@ pub fn dump_app_probers(pod: &Value, target_port: i64) -> Option<String> {
         }
         let mut ports = Map::new();
         for p in c
-            .get("ports")
+            .field("ports")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
         {
             if let (Some(n), Some(cp)) = (
-                p.get("name").and_then(Value::as_str),
-                p.get("containerPort"),
+                p.field("name").and_then(Value::as_str),
+                p.field("containerPort"),
             ) {
                 if !n.is_empty() {
                     ports.insert(n.to_string(), cp.clone());
@@ -107,7 +108,7 @@ pub fn dump_app_probers(pod: &Value, target_port: i64) -> Option<String> {
             }
         }
         for (field, kind) in PROBES {
-            if let Some(probe) = c.get(field).filter(|p| p.is_object()) {
+            if let Some(probe) = c.field(field).filter(|p| p.is_object()) {
                 if let Some(e) = prober_entry(probe, &ports, target_port, true) {
                     out.insert(probe_url(name, kind), e);
                 }
@@ -115,8 +116,8 @@ pub fn dump_app_probers(pod: &Value, target_port: i64) -> Option<String> {
         }
         for (field, kind) in HOOKS {
             if let Some(h) = c
-                .get("lifecycle")
-                .and_then(|l| l.get(field))
+                .field("lifecycle")
+                .and_then(|l| l.field(field))
                 .filter(|p| p.is_object())
             {
                 if let Some(e) = prober_entry(h, &ports, target_port, false) {
@@ -157,11 +158,11 @@ pub fn patch_rewrite_probes(pod: &mut Value, default_port: i64) {
         },
         None => default_port,
     };
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+    let Some(spec) = pod.field_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
     for list in ["containers", "initContainers"] {
-        let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+        let Some(cs) = spec.field_mut(list).and_then(Value::as_array_mut) else {
             continue;
         };
         for c in cs.iter_mut() {
@@ -173,13 +174,13 @@ pub fn patch_rewrite_probes(pod: &mut Value, default_port: i64) {
                 continue;
             };
             for (field, kind) in PROBES {
-                if let Some(probe) = cm.get_mut(field).and_then(Value::as_object_mut) {
+                if let Some(probe) = cm.field_mut(field).and_then(Value::as_object_mut) {
                     rewrite_handler(probe, &probe_url(&name, kind), port, true);
                 }
             }
-            if let Some(lc) = cm.get_mut("lifecycle").and_then(Value::as_object_mut) {
+            if let Some(lc) = cm.field_mut("lifecycle").and_then(Value::as_object_mut) {
                 for (field, kind) in HOOKS {
-                    if let Some(h) = lc.get_mut(field).and_then(Value::as_object_mut) {
+                    if let Some(h) = lc.field_mut(field).and_then(Value::as_object_mut) {
                         rewrite_handler(h, &hook_url(&name, kind), port, false);
                     }
                 }
@@ -189,14 +190,14 @@ pub fn patch_rewrite_probes(pod: &mut Value, default_port: i64) {
 }
 
 fn present(m: &Map<String, Value>, k: &str) -> bool {
-    m.get(k).is_some_and(|v| !v.is_null())
+    m.field(k).is_some_and(|v| !v.is_null())
 }
 
 fn rewrite_handler(h: &mut Map<String, Value>, url: &str, port: i64, grpc_too: bool) {
-    if let Some(Value::Object(get)) = h.get_mut("httpGet") {
+    if let Some(Value::Object(get)) = h.field_mut("httpGet") {
         get.insert("port".to_string(), Value::from(port));
         get.insert("path".to_string(), Value::String(url.to_string()));
-        if get.get("scheme").and_then(Value::as_str) == Some("HTTPS") {
+        if get.field("scheme").and_then(Value::as_str) == Some("HTTPS") {
             get.insert("scheme".to_string(), Value::String("HTTP".to_string()));
         }
         return;
