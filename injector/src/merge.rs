@@ -256,6 +256,13 @@ fn merge_map(
             (_, pv) => {
                 // Absent in the original (or of another type): the patch value, with its directives applied.
                 let fresh = match pv {
+                    // Nothing to apply (the usual case: a rendered template has no directives): moved
+                    // in whole, instead of being rebuilt key by key.
+                    pv @ Value::Object(_)
+                        if shortcuts() && merges_to_itself(&pv, child_ty(ty, &k)) =>
+                    {
+                        pv
+                    }
                     pv @ Value::Object(_) => {
                         let mut fresh = Value::Object(Map::new());
                         merge_value(&mut fresh, pv, child_ty(ty, &k), &sub_field)?;
@@ -365,6 +372,61 @@ fn apply_element_order(
     Ok(())
 }
 
+/// Whether the shortcuts for values that merge to themselves are taken (always, outside tests: the
+/// tests turn them off to compare with the full merge).
+#[cfg(not(test))]
+fn shortcuts() -> bool {
+    true
+}
+
+#[cfg(test)]
+thread_local! {
+    static NO_SHORTCUTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(test)]
+fn shortcuts() -> bool {
+    !NO_SHORTCUTS.with(std::cell::Cell::get)
+}
+
+/// Whether merging `v` (a `ty`) into nothing gives `v` itself: no `$` keys (directives), no nulls
+/// (deletions) in its objects, and lists that [`list_merges_to_itself`].
+fn merges_to_itself(v: &Value, ty: Ty) -> bool {
+    match v {
+        Value::Object(m) => m.iter().all(|(k, x)| {
+            !k.starts_with('$')
+                && match x {
+                    Value::Null => false,
+                    Value::Object(_) => merges_to_itself(x, child_ty(ty, k)),
+                    Value::Array(items) => list_merges_to_itself(items, list_strategy(ty, k)),
+                    _ => true,
+                }
+        }),
+        _ => true,
+    }
+}
+
+/// Whether merging `items` into an empty list gives `items`: always for replaced lists; for keyed
+/// lists when every item is an object with its merge key, no `$patch`, and a key no earlier item has
+/// (new items are appended whole, in patch order); for scalar lists only when empty (a union drops
+/// duplicates).
+fn list_merges_to_itself(items: &[Value], strategy: ListStrategy) -> bool {
+    match strategy {
+        ListStrategy::Replace => true,
+        ListStrategy::Scalars => items.is_empty(),
+        ListStrategy::Keyed(key, _) => items.iter().enumerate().all(|(i, item)| {
+            item.as_object().is_some_and(|m| {
+                !m.has_field(DIRECTIVE)
+                    && m.field(key).is_some_and(|kv| {
+                        !items[..i]
+                            .iter()
+                            .any(|p| p.field(key).is_some_and(|pk| key_eq(pk, kv)))
+                    })
+            })
+        }),
+    }
+}
+
 fn merge_list(
     orig: &mut Vec<Value>,
     patch: Vec<Value>,
@@ -410,8 +472,14 @@ fn merge_keyed_list(
     ty: Ty,
     field: &FieldPath<'_>,
 ) -> Result<(), MergeError> {
-    if orig.is_empty() && patch.is_empty() {
-        return Ok(());
+    if orig.is_empty() {
+        if shortcuts() && list_merges_to_itself(&patch, ListStrategy::Keyed(key, ty)) {
+            *orig = patch;
+            return Ok(());
+        }
+        if patch.is_empty() {
+            return Ok(());
+        }
     }
     let missing_key = |item: &Value| MergeError::MissingMergeKey {
         field: field.to_string(),

@@ -511,7 +511,95 @@ mod props {
         sub.iter().all(|s| it.any(|a| a == s))
     }
 
+    /// Patches with what the shortcuts must notice: directives, nulls, items without a merge key or
+    /// with a key twice, non-object items, scalar lists.
+    fn arb_patch() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            "[a-c]{0,2}".prop_map(Value::String),
+            (0i64..3).prop_map(Value::from),
+            Just(json!("replace")),
+            Just(json!("delete")),
+        ];
+        let keys = prop_oneof![
+            Just("name"),
+            Just("image"),
+            Just("env"),
+            Just("value"),
+            Just("volumes"),
+            Just("initContainers"),
+            Just("containers"),
+            Just("finalizers"),
+            Just("mountPath"),
+            Just("volumeMounts"),
+            Just("$patch"),
+            Just("$retainKeys"),
+            Just("$setElementOrder/env"),
+            Just("$deleteFromPrimitiveList/finalizers"),
+        ];
+        let value = leaf.prop_recursive(3, 32, 4, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((keys.clone(), inner), 0..4).prop_map(|kv| {
+                    Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                }),
+            ]
+        });
+        let meta = prop_oneof![
+            value.clone(),
+            prop::collection::vec("[ab]", 0..4).prop_map(|f| json!({"finalizers": f})),
+        ];
+        // Keyed-list items: with or without a name (sometimes repeated), a directive, other fields.
+        let item = (
+            prop::option::of("[ab]"),
+            prop::option::of(prop_oneof![Just("delete"), Just("replace"), Just("x")]),
+            value.clone(),
+        )
+            .prop_map(|(name, directive, extra)| {
+                let mut m = match extra {
+                    Value::Object(m) => m,
+                    _ => Map::new(),
+                };
+                if let Some(n) = name {
+                    m.insert("name".to_string(), json!(n));
+                }
+                if let Some(d) = directive {
+                    m.insert("$patch".to_string(), json!(d));
+                }
+                Value::Object(m)
+            });
+        let containers = prop_oneof![
+            value.clone(),
+            prop::collection::vec(item, 0..4).prop_map(Value::Array),
+        ];
+        (meta, value, containers).prop_map(|(meta, spec, containers)| {
+            let mut spec = match spec {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            };
+            spec.insert("containers".to_string(), containers);
+            json!({"metadata": meta, "spec": spec})
+        })
+    }
+
+    fn without_shortcuts<T>(f: impl FnOnce() -> T) -> T {
+        NO_SHORTCUTS.with(|c| c.set(true));
+        let out = f();
+        NO_SHORTCUTS.with(|c| c.set(false));
+        out
+    }
+
     proptest! {
+        #[test]
+        fn shortcuts_change_no_result(pod in arb_pod(), patch in arb_patch()) {
+            let show = |r: Result<Value, MergeError>| r.map_err(|e| e.to_string());
+            for base in [json!({}), json!({"metadata": {}, "spec": {}}), pod] {
+                let fast = show(strategic_merge_pod(&base, &patch));
+                let full = show(without_shortcuts(|| strategic_merge_pod(&base, &patch)));
+                prop_assert_eq!(fast, full);
+            }
+        }
+
         #[test]
         fn empty_patch_changes_nothing(pod in arb_pod()) {
             prop_assert_eq!(strategic_merge_pod(&pod, &json!({})).unwrap(), pod);
