@@ -9,17 +9,22 @@
 /// The standard alphabet.
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-/// Every 12-bit value as its two base64 characters.
-static PAIRS: [[u8; 2]; 4096] = pairs();
+/// Every 12-bit value as its two base64 characters, first character in the low byte.
+static PAIRS: [u16; 4096] = pairs();
 
-const fn pairs() -> [[u8; 2]; 4096] {
-    let mut t = [[0u8; 2]; 4096];
+const fn pairs() -> [u16; 4096] {
+    let mut t = [0u16; 4096];
     let mut i = 0;
     while i < 4096 {
-        t[i] = [ALPHABET[i >> 6], ALPHABET[i & 63]];
+        t[i] = ALPHABET[i >> 6] as u16 | (ALPHABET[i & 63] as u16) << 8;
         i += 1;
     }
     t
+}
+
+/// The two characters of the 12 bits of `n` above bit `shift`, as a `u64` in the low 16 bits.
+fn pair(n: u64, shift: u32) -> u64 {
+    u64::from(PAIRS[(n >> shift) as usize & 0xfff])
 }
 
 /// How many bytes [`encode_into`] appends for `len` input bytes.
@@ -29,52 +34,35 @@ pub const fn encoded_len(len: usize) -> usize {
 
 /// Appends the padded standard base64 encoding of `input` to `out`.
 pub fn encode_into(input: &[u8], out: &mut Vec<u8>) {
-    let start = out.len();
-    out.resize(start + encoded_len(input.len()), 0);
-    let dst = &mut out[start..];
-
-    // Six input bytes (48 bits, four 12-bit pairs) per step: eight output bytes.
-    let mut src = input.chunks_exact(6);
-    let mut dst_chunks = dst.chunks_exact_mut(8);
-    for (s, d) in (&mut src).zip(&mut dst_chunks) {
-        let n = u64::from(s[0]) << 40
-            | u64::from(s[1]) << 32
-            | u64::from(s[2]) << 24
-            | u64::from(s[3]) << 16
-            | u64::from(s[4]) << 8
-            | u64::from(s[5]);
-        let p = [
-            PAIRS[(n >> 36) as usize & 0xfff],
-            PAIRS[(n >> 24) as usize & 0xfff],
-            PAIRS[(n >> 12) as usize & 0xfff],
-            PAIRS[n as usize & 0xfff],
-        ];
-        d.copy_from_slice(&[
-            p[0][0], p[0][1], p[1][0], p[1][1], p[2][0], p[2][1], p[3][0], p[3][1],
-        ]);
+    out.reserve(encoded_len(input.len()));
+    // Six input bytes (four 12-bit pairs) per step, read as one big-endian word of eight (so the loop
+    // stops while at least eight are left), written as one little-endian word of eight characters.
+    let mut i = 0;
+    while let Some(word) = input.get(i..i + 8) {
+        let Ok(word) = <[u8; 8]>::try_from(word) else {
+            break;
+        };
+        let n = u64::from_be_bytes(word);
+        let w = pair(n, 52) | pair(n, 40) << 16 | pair(n, 28) << 32 | pair(n, 16) << 48;
+        out.extend_from_slice(&w.to_le_bytes());
+        i += 6;
     }
-
-    // The last 0-5 bytes: whole groups of three, then one or two with padding.
-    let rest = src.remainder();
-    let done = (input.len() - rest.len()) / 3 * 4;
-    let dst = &mut out[start + done..];
-    let mut groups = rest.chunks(3);
-    let mut outs = dst.chunks_exact_mut(4);
-    for (g, d) in (&mut groups).zip(&mut outs) {
+    // The last 2-7 bytes: whole groups of three, then one or two with padding.
+    for g in input[i..].chunks(3) {
         let b = [
             g[0],
             g.get(1).copied().unwrap_or(0),
             g.get(2).copied().unwrap_or(0),
         ];
-        let n = usize::from(b[0]) << 16 | usize::from(b[1]) << 8 | usize::from(b[2]);
-        let (hi, lo) = (PAIRS[n >> 12], PAIRS[n & 0xfff]);
-        d.copy_from_slice(&[hi[0], hi[1], lo[0], lo[1]]);
+        let n = u64::from(b[0]) << 16 | u64::from(b[1]) << 8 | u64::from(b[2]);
+        let mut quad = (pair(n, 12) | pair(n, 0) << 16).to_le_bytes();
         if g.len() < 3 {
-            d[3] = b'=';
+            quad[3] = b'=';
         }
         if g.len() < 2 {
-            d[2] = b'=';
+            quad[2] = b'=';
         }
+        out.extend_from_slice(&quad[..4]);
     }
 }
 
