@@ -5,9 +5,9 @@
 # Run:    see deploy/ (non-root 65532, read-only root filesystem, all capabilities dropped).
 
 # ---- build: a fully static binary, so the runtime image needs no libc ----
-# Static glibc (as Dockerfile.init) rather than musl: musl's allocator is markedly slower on the
-# webhook's allocation-heavy hot path, and `injector serve` tunes glibc's malloc cache (GLIBC_TUNABLES,
-# injector::malloc). The injector resolves no host names, so static glibc's NSS limits do not apply.
+# Static glibc. The webhook's allocations go to mimalloc (the binary's global allocator), so the libc's
+# malloc does not matter for speed. The injector resolves no host names, so static glibc's NSS limits
+# do not apply.
 FROM rust:1-bookworm AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends file \

@@ -3,8 +3,8 @@
 //!
 //! `cargo bench -p injector --bench inject -- --warm-up-time 1 --measurement-time 3`
 //!
-//! The bench re-executes itself with the `serve` command's malloc tuning (`injector::malloc`) unless
-//! `GLIBC_TUNABLES` is set; `GLIBC_TUNABLES=` (empty) measures glibc's defaults.
+//! The bench uses the same global allocator as the `injector` binary (mimalloc), so it measures what
+//! `injector serve` runs.
 //!
 //! Groups: `hello` (the same pod again and again, as a workload's replicas arrive: the render memo
 //! answers from the second on), `hello-cold` (4096 distinct pods: never a memo hit) and `large`.
@@ -179,10 +179,11 @@ fn profile(n: usize) {
 
 criterion_group!(benches, bench);
 
+/// As in `injector`'s main: see there why.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
-    // Measure the webhook as `injector serve` runs it: with its glibc malloc tuning (see
-    // `injector::malloc`). `GLIBC_TUNABLES= cargo bench ...` measures glibc's defaults instead.
-    injector::malloc::reexec_with_tuned_malloc();
     if let Some(n) = std::env::var("INJECT_PROFILE")
         .ok()
         .and_then(|v| v.parse().ok())

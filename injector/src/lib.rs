@@ -17,7 +17,6 @@ pub mod decision;
 pub mod engine;
 pub mod fields;
 pub mod kube_inject;
-pub mod malloc;
 pub mod memo;
 pub mod merge;
 pub mod metrics;

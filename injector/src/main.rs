@@ -2,6 +2,16 @@
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc instead of the system allocator. An injection builds and drops about a thousand small JSON
+/// nodes (maps, strings, vectors); glibc's malloc and free, even with a tuned per-thread cache, cost ~115
+/// instructions per pair there (callgrind: a fifth of a `hello` injection), mimalloc's about a third of
+/// that. Criterion, `hello` pod, the same build with either allocator interleaved: inject 31-33 µs ->
+/// 28.6-28.8 µs, the parse-and-serialise floor unchanged within noise (6.0-6.7 µs). It also frees the
+/// webhook from glibc tuning (it used to re-execute itself with `GLIBC_TUNABLES`) and from musl's slow
+/// allocator should the binary be built for musl.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "injector",
@@ -27,11 +37,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::KubeInject(args) => injector::kube_inject::run(args),
-        Command::Serve(args) => {
-            // The webhook's hot path allocates heavily: run it with a larger glibc tcache (see the module).
-            injector::malloc::reexec_with_tuned_malloc();
-            injector::server::run(args)
-        }
+        Command::Serve(args) => injector::server::run(args),
         Command::Certs(args) => injector::certs::run(args),
     }
 }
