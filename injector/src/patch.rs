@@ -83,6 +83,11 @@ impl Sink for JsonSink {
 /// Appends the RFC 6901 escaped form of `key` to `path` (with its leading `/`).
 fn push_key(path: &mut String, key: &str) {
     path.push('/');
+    // Most keys need no escaping: copied whole rather than character by character.
+    if !key.bytes().any(|b| b == b'~' || b == b'/') {
+        path.push_str(key);
+        return;
+    }
     for c in key.chars() {
         match c {
             '~' => path.push_str("~0"),
