@@ -142,7 +142,8 @@ fn bench(c: &mut Criterion) {
 /// `INJECT_PROFILE=<n>` runs `n` hello and `n/10` large injections and exits, without criterion: a
 /// deterministic workload for `valgrind --tool=callgrind` or `perf record` (criterion's own analysis would
 /// dominate those profiles). `INJECT_PROFILE_POD=hello|large` runs only that pod, `n` times;
-/// `INJECT_PROFILE_POD=hello-cold` runs `n` distinct hello pods.
+/// `INJECT_PROFILE_POD=hello-cold` runs `n` distinct hello pods, `INJECT_PROFILE_POD=hello-floor` the
+/// `hello` floor `n` times.
 fn profile(n: usize) {
     let engine = Engine::new(Settings::default());
     let only = std::env::var("INJECT_PROFILE_POD").unwrap_or_default();
@@ -162,6 +163,13 @@ fn profile(n: usize) {
                 black_box(&body),
                 "/inject",
             ));
+        }
+    }
+    // `hello-floor`: the floor of the `hello` group (only when asked for by name).
+    if only == "hello-floor" {
+        let body = review(hello_pod());
+        for _ in 0..n {
+            black_box(floor(black_box(&body)));
         }
     }
     // `hello-cold`: distinct pods, no memo hits (only when asked for by name).
