@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use crate::engine::{self, Engine, InjectRequest, Mode};
 use crate::fields::{self, Fields};
+use crate::json_writer;
 
 /// What happened to one review, for the response, logs and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,11 +76,7 @@ impl Envelope<'_> {
     /// The success response, written directly: the base64 patch is the bulk of it and is not worth
     /// building as a JSON value first.
     fn injected(&self, patch: &[u8]) -> ReviewOutcome {
-        let quote = |out: &mut Vec<u8>, s: &str| {
-            if serde_json::to_writer(&mut *out, s).is_err() {
-                out.extend_from_slice(b"\"\"");
-            }
-        };
+        let quote = json_writer::write_str;
         let mut out = Vec::with_capacity(crate::b64::encoded_len(patch.len()) + 160);
         out.extend_from_slice(b"{\"kind\":\"AdmissionReview\",\"apiVersion\":");
         quote(&mut out, self.api_version);
@@ -247,16 +244,13 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         url_env: parse_inject_envs(path),
         mode: Mode::Webhook,
     };
-    let mut result = match engine.inject(&req) {
+    let (mut result, texts) = match engine.inject_with_texts(&req) {
         Ok(r) => r,
         Err(e) => return env.fail(e.to_string()),
     };
     // The patch is against the object the API server holds: put back what we normalised.
     restore_request_fields(original, &mut result);
-    let patch_bytes = match engine.patch_json(original, &result) {
-        Ok(b) => b,
-        Err(e) => return env.fail(format!("failed to create patch: {e}")),
-    };
+    let patch_bytes = engine.patch_json(original, &result, &texts);
     env.injected(&patch_bytes)
 }
 
@@ -461,6 +455,33 @@ mod tests {
         assert!(env
             .iter()
             .any(|e| e["name"] == json!("ISTIO_META_CLUSTER_ID") && e["value"] == json!("c1")));
+    }
+
+    /// The render memo stores a pod's render on its second sighting and answers from the third on, and
+    /// the patch then reuses the stored text of the rendered containers: every answer must be the same.
+    #[test]
+    fn replicas_get_the_same_response_with_and_without_the_memo() {
+        let e = Engine::new(crate::config::Settings::default());
+        let probes = json!({"httpGet": {"path": "/ready", "port": 8080}});
+        for pod in [
+            json!({"metadata": {"generateName": "a-", "labels": {"app": "a"}},
+                   "spec": {"containers": [{"name": "a", "image": "a"}]}}),
+            // Post-processing changes the proxy (app probers): its stored text must not be used.
+            json!({"metadata": {"generateName": "b-"},
+                   "spec": {"containers": [{"name": "b", "image": "b", "readinessProbe": probes}],
+                            "initContainers": [{"name": "setup", "image": "s"}]}}),
+        ] {
+            let review = serde_json::to_vec(&json!({"kind": "AdmissionReview",
+                "apiVersion": "admission.k8s.io/v1",
+                "request": {"uid": "u", "namespace": "ns", "object": pod}}))
+            .unwrap();
+            let answers: Vec<Vec<u8>> = (0..3)
+                .map(|_| handle(&e, &review, "/inject").response)
+                .collect();
+            assert_eq!(answers[0], answers[1]);
+            assert_eq!(answers[0], answers[2]);
+        }
+        assert_eq!(e.memoized(), 2);
     }
 
     #[test]

@@ -193,6 +193,15 @@ impl Engine {
     /// Runs the injection pipeline (spec §5.1-5.2) and returns the injected pod. The caller has already
     /// decided that the pod is to be injected.
     pub fn inject(&self, req: &InjectRequest<'_>) -> Result<Value, EngineError> {
+        self.inject_with_texts(req).map(|(pod, _)| pod)
+    }
+
+    /// [`Engine::inject`], also returning the JSON text of the rendered containers and volumes that came
+    /// from the render memo, for [`Engine::patch_json`] to reuse.
+    pub fn inject_with_texts(
+        &self,
+        req: &InjectRequest<'_>,
+    ) -> Result<(Value, Vec<memo::Texts>), EngineError> {
         let original = req.pod;
         if !original.is_object() {
             return Err(EngineError::NotAPod(format!(
@@ -303,6 +312,7 @@ impl Engine {
         let mut merged = original.clone();
         let mut template_pod = serde_json::json!({"metadata": {}, "spec": {}});
         let mut first = true;
+        let mut texts = Vec::new();
         for name in self.templates(annotations_map, req.mode) {
             if !render::template_names().contains(&name.as_str()) {
                 return Err(EngineError::Render(render::RenderError::NotFound {
@@ -319,7 +329,10 @@ impl Engine {
                 pod: &view,
             };
             let rendered = match self.memo.get(&key) {
-                Lookup::Hit(rendered) => rendered,
+                Lookup::Hit(rendered, t) => {
+                    texts.push(t);
+                    rendered
+                }
                 Lookup::Miss(miss) => {
                     let rendered = render::render(&name, &data)?;
                     self.memo.store(miss, &key, &rendered);
@@ -359,7 +372,7 @@ impl Engine {
             url_env: &url_env,
         };
         postprocess::post_process(&mut merged, original, &template_pod, &params)?;
-        Ok(merged)
+        Ok((merged, texts))
     }
 
     /// How many rendered templates the engine's memo holds (see `memo`).
@@ -373,12 +386,10 @@ impl Engine {
     }
 
     /// The same patch, serialised (written straight to bytes, without building the operations as values).
-    pub fn patch_json(
-        &self,
-        original: &Value,
-        injected: &Value,
-    ) -> Result<Vec<u8>, serde_json::Error> {
-        crate::patch::create_patch_json(original, injected)
+    /// Added containers and volumes identical to one in `texts` are written from their stored text.
+    pub fn patch_json(&self, original: &Value, injected: &Value, texts: &[memo::Texts]) -> Vec<u8> {
+        let known: Vec<_> = texts.iter().flat_map(memo::Texts::known).collect();
+        crate::patch::create_patch_json(original, injected, &known)
     }
 }
 

@@ -30,6 +30,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use serde_json::Value;
 
 use crate::engine::{Mode, Workload};
+use crate::fields::Fields;
+use crate::json_writer::{self, identical, Known};
 
 /// How a memo is used (shared handles: clones count into the same numbers). The server registers them
 /// as `sidecar_injection_render_memo_*`; an engine built without them counts into its own, unread set.
@@ -91,7 +93,65 @@ struct Entry {
     workload: Workload,
     pod: Value,
     rendered: Value,
+    /// The JSON text of the rendered containers and volumes (see [`Texts`]).
+    texts: Vec<ItemText>,
     weight: usize,
+}
+
+/// The JSON text of `rendered.spec[list][index]`.
+#[derive(Debug)]
+struct ItemText {
+    list: &'static str,
+    index: usize,
+    text: String,
+}
+
+/// The lists whose items' JSON text an entry keeps: what an injection's patch adds whole.
+const TEXT_LISTS: [&str; 3] = ["initContainers", "containers", "volumes"];
+
+/// The JSON text of a stored render's containers and volumes, for the patch writer
+/// (`json_writer::write_value_known`): the injected pod's patch adds most of them unchanged.
+#[derive(Debug, Clone)]
+pub struct Texts(Arc<Entry>);
+
+impl Texts {
+    /// The items with their text.
+    pub fn known(&self) -> Vec<Known<'_>> {
+        let spec = self.0.rendered.field("spec");
+        self.0
+            .texts
+            .iter()
+            .filter_map(|t| {
+                let value = spec?.field(t.list)?.as_array()?.get(t.index)?;
+                Some(Known {
+                    value,
+                    text: &t.text,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The texts [`Entry::texts`] keeps for `rendered`.
+fn item_texts(rendered: &Value) -> Vec<ItemText> {
+    let mut texts = Vec::new();
+    for list in TEXT_LISTS {
+        let items = rendered
+            .field("spec")
+            .and_then(|s| s.field(list))
+            .and_then(Value::as_array);
+        for (index, item) in items.into_iter().flatten().enumerate() {
+            if item.field("name").is_some_and(Value::is_string) {
+                let mut out = Vec::new();
+                json_writer::write_value(&mut out, item);
+                // The writer only writes UTF-8 (the value's strings and ASCII syntax).
+                if let Ok(text) = String::from_utf8(out) {
+                    texts.push(ItemText { list, index, text });
+                }
+            }
+        }
+    }
+    texts
 }
 
 impl Entry {
@@ -120,7 +180,7 @@ pub struct RenderMemo {
 
 /// A lookup's result: the rendered partial pod, or what [`RenderMemo::store`] needs to know of the key.
 pub enum Lookup {
-    Hit(Value),
+    Hit(Value, Texts),
     Miss(Miss),
 }
 
@@ -153,7 +213,7 @@ impl RenderMemo {
         match candidate {
             Some(e) if e.matches(key) => {
                 self.counters.hits.inc();
-                Lookup::Hit(e.rendered.clone())
+                Lookup::Hit(e.rendered.clone(), Texts(e))
             }
             _ => {
                 self.counters.misses.inc();
@@ -206,6 +266,7 @@ impl RenderMemo {
             workload: key.workload.clone(),
             pod: key.pod.clone(),
             rendered: rendered.clone(),
+            texts: item_texts(rendered),
             weight,
         }));
         self.counters.stored.inc();
@@ -246,23 +307,6 @@ fn weight(v: &Value, budget: usize) -> Option<usize> {
         _ => {}
     }
     Some(used)
-}
-
-/// Equality including the order of object keys (`Value`'s `==` ignores it, and the template may not:
-/// e.g. it prints the pod's annotations in their order). Also cheaper: no hashing of keys.
-fn identical(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| identical(a, b))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .zip(y)
-                    .all(|((ka, va), (kb, vb))| ka == kb && identical(va, vb))
-        }
-        _ => a == b,
-    }
 }
 
 /// A multiply-rotate hash (the rustc/Firefox "Fx" scheme): several times cheaper than the standard
@@ -373,7 +417,7 @@ mod tests {
 
     fn hit(l: Lookup) -> Option<Value> {
         match l {
-            Lookup::Hit(v) => Some(v),
+            Lookup::Hit(v, _) => Some(v),
             Lookup::Miss(_) => None,
         }
     }
@@ -473,6 +517,42 @@ mod tests {
             },
         ] {
             assert!(hit(memo.get(&k)).is_none(), "{k:?}");
+        }
+    }
+
+    #[test]
+    fn hits_carry_the_text_of_rendered_containers_and_volumes() {
+        let memo = RenderMemo::default();
+        let w = workload("hello");
+        let pod = json!({"spec": {"containers": [{"name": "a"}]}});
+        let key = key(&w, &pod);
+        let rendered = json!({"spec": {
+            "initContainers": [{"name": "istio-init", "args": ["-p", "15001"]}],
+            "containers": [{"image": "no-name"}, {"name": "istio-proxy", "env": [{"name": "A", "value": "\"q\"\n"}]}],
+            "volumes": [{"name": "v", "emptyDir": {}}],
+            "imagePullSecrets": [{"name": "s"}]
+        }});
+        for _ in 0..2 {
+            if let Lookup::Miss(m) = memo.get(&key) {
+                memo.store(m, &key, &rendered);
+            }
+        }
+        let Lookup::Hit(_, texts) = memo.get(&key) else {
+            panic!("no hit")
+        };
+        let known = texts.known();
+        let spec = &rendered["spec"];
+        let values: Vec<&Value> = known.iter().map(|k| k.value).collect();
+        assert_eq!(
+            values,
+            [
+                &spec["initContainers"][0],
+                &spec["containers"][1],
+                &spec["volumes"][0]
+            ]
+        );
+        for k in &known {
+            assert_eq!(k.text, serde_json::to_string(k.value).unwrap());
         }
     }
 

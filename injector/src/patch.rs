@@ -11,6 +11,7 @@
 use serde_json::{Map, Value};
 
 use crate::fields::{same, Fields};
+use crate::json_writer::{self, Known};
 
 /// The patch (a JSON array of operations) that turns `original` into `result`.
 pub fn create_patch(original: &Value, result: &Value) -> Value {
@@ -22,20 +23,17 @@ pub fn create_patch(original: &Value, result: &Value) -> Value {
 
 /// [`create_patch`] serialised straight to JSON bytes (what the AdmissionReview carries, before
 /// base64): the values are written from `result` by reference instead of being copied into a `Value`
-/// first. Same operations, same order.
-pub fn create_patch_json(original: &Value, result: &Value) -> Result<Vec<u8>, serde_json::Error> {
+/// first, and a value identical to a `known` one as its known text. Same operations, same order.
+pub fn create_patch_json(original: &Value, result: &Value, known: &[Known<'_>]) -> Vec<u8> {
     let mut sink = JsonSink {
         out: Vec::with_capacity(4096),
-        error: None,
+        known,
     };
     sink.out.push(b'[');
     let mut path = String::new();
     diff(original, result, &mut path, &mut sink);
-    if let Some(e) = sink.error {
-        return Err(e);
-    }
     sink.out.push(b']');
-    Ok(sink.out)
+    sink.out
 }
 
 /// Where the diff puts its operations.
@@ -49,34 +47,25 @@ impl Sink for Vec<Value> {
     }
 }
 
-struct JsonSink {
+struct JsonSink<'a> {
     out: Vec<u8>,
-    error: Option<serde_json::Error>,
+    known: &'a [Known<'a>],
 }
 
-impl Sink for JsonSink {
+impl Sink for JsonSink<'_> {
     fn push(&mut self, kind: &'static str, path: &str, value: Option<&Value>) {
-        if self.error.is_some() {
-            return;
-        }
         if self.out.len() > 1 {
             self.out.push(b',');
         }
         self.out.extend_from_slice(b"{\"op\":\"");
         self.out.extend_from_slice(kind.as_bytes());
         self.out.extend_from_slice(b"\",\"path\":");
-        let written = serde_json::to_writer(&mut self.out, path).and_then(|()| {
-            if let Some(v) = value {
-                self.out.extend_from_slice(b",\"value\":");
-                serde_json::to_writer(&mut self.out, v)
-            } else {
-                Ok(())
-            }
-        });
-        match written {
-            Ok(()) => self.out.push(b'}'),
-            Err(e) => self.error = Some(e),
+        json_writer::write_str(&mut self.out, path);
+        if let Some(v) = value {
+            self.out.extend_from_slice(b",\"value\":");
+            json_writer::write_value_known(&mut self.out, v, self.known);
         }
+        self.out.push(b'}');
     }
 }
 
@@ -215,14 +204,14 @@ mod tests {
     #[test]
     fn json_bytes() {
         let a = json!({"a": 1});
-        assert_eq!(create_patch_json(&a, &a).unwrap(), b"[]");
+        assert_eq!(create_patch_json(&a, &a, &[]), b"[]");
         let b = json!({"a": 1, "x/y": {"s": "\"q\""}, "n": null});
         assert_eq!(
-            String::from_utf8(create_patch_json(&a, &b).unwrap()).unwrap(),
+            String::from_utf8(create_patch_json(&a, &b, &[])).unwrap(),
             r#"[{"op":"add","path":"/x~1y","value":{"s":"\"q\""}},{"op":"add","path":"/n","value":null}]"#
         );
         assert_eq!(
-            String::from_utf8(create_patch_json(&b, &a).unwrap()).unwrap(),
+            String::from_utf8(create_patch_json(&b, &a, &[])).unwrap(),
             r#"[{"op":"remove","path":"/x~1y"},{"op":"remove","path":"/n"}]"#
         );
     }
@@ -342,7 +331,7 @@ mod tests {
         fn patch_applies_arbitrary(a in arb_json(), b in arb_json()) {
             let p = create_patch(&a, &b);
             // the byte form is the same patch
-            let bytes = create_patch_json(&a, &b).unwrap();
+            let bytes = create_patch_json(&a, &b, &[]);
             prop_assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), p.clone());
             prop_assert_eq!(apply(&a, &p), b);
         }
