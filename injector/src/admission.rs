@@ -77,13 +77,14 @@ impl Envelope<'_> {
     /// building as a JSON value first.
     fn injected(&self, patch: &[u8]) -> ReviewOutcome {
         let quote = json_writer::write_str;
-        let mut out = Vec::with_capacity(crate::b64::encoded_len(patch.len()) + 160);
+        let b64 = base64_simd::STANDARD;
+        let mut out = Vec::with_capacity(b64.encoded_length(patch.len()) + 160);
         out.extend_from_slice(b"{\"kind\":\"AdmissionReview\",\"apiVersion\":");
         quote(&mut out, self.api_version);
         out.extend_from_slice(b",\"response\":{\"uid\":");
         quote(&mut out, &self.uid);
         out.extend_from_slice(b",\"allowed\":true,\"patch\":\"");
-        crate::b64::encode_into(patch, &mut out);
+        b64.encode_append(patch, &mut out);
         out.extend_from_slice(b"\",\"patchType\":\"JSONPatch\"}}");
         ReviewOutcome {
             response: out,

@@ -10,7 +10,6 @@
 
 pub mod admission;
 pub mod annotations;
-pub mod b64;
 pub mod certs;
 pub mod config;
 pub mod decision;
