@@ -7,14 +7,14 @@
 //! `injector serve` runs.
 //!
 //! Groups: `hello` (the same pod again and again, as a workload's replicas arrive: the render memo
-//! answers from the second on), `hello-cold` (4096 distinct pods: never a memo hit) and `large`.
+//! answers from the third on), `hello-cold` (4096 distinct pods: never a memo hit) and `large`.
 //!
-//! Measured 2026-11-29 (session 2) on the 2-core development machine, release profile (LTO), medians,
-//! which vary by about ±15% from run to run on this VM: hello floor 7.2-9.0 µs, inject 54-63 µs
-//! (5.6-7.5×); hello-cold floor 7.2-7.7 µs, inject 87-90 µs (11-12×); large floor 236-330 µs, inject
-//! 780-920 µs (2.4-3.9×). callgrind (thin LTO, tuned malloc), instructions per injection: hello 520 k
-//! (857 k before the memo), hello-cold 920 k including building each distinct request (the memo
-//! lookup and bookkeeping cost a cold request ~2-3%), large 5.91 M.
+//! Measured 2026-11-29 (session 4) on the 2-core development machine, release profile (LTO), mimalloc,
+//! medians of three runs (the last two on the final code); this VM's speed drifts (the floor measured 6.0-9.8 µs within
+//! two hours), so ratios come from the same run: hello floor 6.9-9.8 µs, inject 27.5-39.1 µs (4.0-4.1×;
+//! 4.6-4.7× against the hello-cold floor of the same run); hello-cold inject 62.6-89.0 µs (9.8-10.4×);
+//! large floor 200-278 µs, inject 417-529 µs (1.8-2.1×). callgrind (thin LTO), instructions per
+//! injection: hello 303 k (520 k in session 2), floor 66 k; large 3.93 M.
 
 use criterion::{criterion_group, Criterion};
 use injector::config::Settings;
