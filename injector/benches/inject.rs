@@ -101,7 +101,7 @@ fn distinct_hello_bodies(n: usize) -> Vec<Vec<u8>> {
 fn bench(c: &mut Criterion) {
     let engine = Engine::new(Settings::default());
     // `hello`: the same pod again and again, as the replicas of a Deployment arrive (the render memo
-    // answers from the second on). `hello-cold`: a different pod every time (no memo hits; 4096 pods,
+    // answers from the third on). `hello-cold`: a different pod every time (no memo hits; 4096 pods,
     // more than the memo remembers, so none is ever stored either).
     let cold = distinct_hello_bodies(4096);
     {
