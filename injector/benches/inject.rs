@@ -14,7 +14,7 @@
 //! two hours), so ratios come from the same run: hello floor 6.9-9.8 µs, inject 27.5-39.1 µs (4.0-4.1×;
 //! 4.6-4.7× against the hello-cold floor of the same run); hello-cold inject 62.6-89.0 µs (9.8-10.4×);
 //! large floor 200-278 µs, inject 417-529 µs (1.8-2.1×). callgrind (thin LTO), instructions per
-//! injection: hello 303 k (520 k in session 2), floor 66 k; large 3.93 M.
+//! injection: hello 277 k (520 k in session 2), floor 66 k; large 3.82 M.
 
 use criterion::{criterion_group, Criterion};
 use injector::config::Settings;

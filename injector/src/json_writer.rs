@@ -26,9 +26,10 @@ pub fn write_value(out: &mut Vec<u8>, v: &Value) {
     write_value_known(out, v, &[]);
 }
 
-/// [`write_value`], writing the stored text of any object in `v` (at any depth) that is identical to a
-/// [`Known`] value, key order included. Only objects with a string `name` are looked up (containers,
-/// volumes: what the memo stores), by that name first.
+/// [`write_value`], writing the stored text of an object that is identical to a [`Known`] value, key
+/// order included: `v` itself or an item of a list in `v` (containers and volumes are list items; an
+/// object's fields, such as a container's env entries, are not looked up). Only objects with a string
+/// `name` are looked up, by that name first.
 pub fn write_value_known(out: &mut Vec<u8>, v: &Value, known: &[Known<'_>]) {
     if let (false, Value::Object(map)) = (known.is_empty(), v) {
         if let Some(Value::String(name)) = crate::fields::Fields::field(map, "name") {
@@ -75,7 +76,7 @@ pub fn write_value_known(out: &mut Vec<u8>, v: &Value, known: &[Known<'_>]) {
                 first = false;
                 write_str(out, k);
                 out.push(b':');
-                write_value_known(out, item, known);
+                write_value_known(out, item, &[]);
             }
             out.push(b'}');
         }
@@ -230,13 +231,17 @@ mod tests {
             {"name": "istio-proxy", "image": "q"},
             {"image": "p", "name": "istio-proxy"},
             {"x": c.clone()},
+            [c.clone()],
             {"name": "other", "image": "p"}
         ]);
+        let mut whole = Vec::new();
+        write_value_known(&mut whole, &c, &known);
+        assert_eq!(whole, b"KNOWN");
         let mut out = Vec::new();
         write_value_known(&mut out, &v, &known);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            r#"[KNOWN,{"name":"istio-proxy","image":"q"},{"image":"p","name":"istio-proxy"},{"x":KNOWN},{"name":"other","image":"p"}]"#
+            r#"[KNOWN,{"name":"istio-proxy","image":"q"},{"image":"p","name":"istio-proxy"},{"x":{"name":"istio-proxy","image":"p"}},[KNOWN],{"name":"other","image":"p"}]"#
         );
     }
 
