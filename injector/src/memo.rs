@@ -14,10 +14,11 @@
 //! * A result is stored only when its key was already seen among the recent misses, so a stream of
 //!   distinct pods pays no copy into the memo; the second replica of a workload fills it.
 //! * Memory is bounded by weight: string bytes plus a fixed amount per JSON node, about the heap a value
-//!   uses. An entry (pod and result) weighs at most [`MAX_ENTRY_WEIGHT`], all entries together at most
+//!   uses, plus the length of the JSON texts kept for the patch writer ([`Texts`]). An entry (pod, result
+//!   and texts) weighs at most [`MAX_ENTRY_WEIGHT`], all entries together at most
 //!   [`MAX_TOTAL_WEIGHT`], and there are at most [`CAPACITY`]; the oldest make room. So a client sending
-//!   large pods twice cannot make the memo hold more than a few MiB. A `hello` entry weighs ~15 Ki, the
-//!   bench's large pod (12 containers) ~150 Ki.
+//!   large pods twice cannot make the memo hold more than a few MiB. A `hello` entry weighs ~16 Ki, the
+//!   bench's large pod (12 containers) ~88 Ki.
 //! * [`MemoCounters`] count hits, misses, stores and evictions, and gauge the entries, for `/metrics`.
 //!   The server hands the same counters to every engine it builds, so the counts go on across reloads.
 
@@ -248,7 +249,13 @@ impl RenderMemo {
             inner.seen.retain(|h| *h != hash);
             return;
         };
-        // The copies below are made under the lock, but only on a second sighting: rare.
+        // The copies and texts below are made under the lock, but only on a second sighting: rare.
+        let texts = item_texts(rendered);
+        let weight = weight + texts.iter().map(|t| t.text.len()).sum::<usize>();
+        if weight > MAX_ENTRY_WEIGHT {
+            inner.seen.retain(|h| *h != hash);
+            return;
+        }
         while inner.entries.len() == CAPACITY || inner.total + weight > MAX_TOTAL_WEIGHT {
             match inner.entries.pop_front() {
                 Some(old) => {
@@ -266,7 +273,7 @@ impl RenderMemo {
             workload: key.workload.clone(),
             pod: key.pod.clone(),
             rendered: rendered.clone(),
-            texts: item_texts(rendered),
+            texts,
             weight,
         }));
         self.counters.stored.inc();
@@ -582,6 +589,14 @@ mod tests {
             offer(&memo, &key(&w, pod), rendered, 3);
         }
         assert!(memo.is_empty());
+        // The texts kept for the patch writer count: a container that fits as a value, but not together
+        // with its JSON text, is not stored.
+        let half = json!({"spec": {"containers": [{"name": "c", "image": "x".repeat(MAX_ENTRY_WEIGHT * 2 / 3)}]}});
+        offer(&memo, &key(&w, &small), &half, 3);
+        assert!(memo.is_empty());
+        let third = json!({"spec": {"containers": [{"name": "c", "image": "x".repeat(MAX_ENTRY_WEIGHT / 3)}]}});
+        offer(&memo, &key(&w, &small), &third, 3);
+        assert_eq!(memo.len(), 1);
         assert_eq!(
             weight(&json!({"ab": ["c", 1]}), 1000),
             Some(32 + 2 + 32 + 32 + 1 + 32)
