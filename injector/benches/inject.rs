@@ -10,11 +10,12 @@
 //! answers from the third on), `hello-cold` (4096 distinct pods: never a memo hit) and `large`.
 //!
 //! Measured 2026-11-29 (session 4) on the 2-core development machine, release profile (LTO), mimalloc,
-//! medians of three runs (the last two on the final code); this VM's speed drifts (the floor measured 6.0-9.8 µs within
-//! two hours), so ratios come from the same run: hello floor 6.9-9.8 µs, inject 27.5-39.1 µs (4.0-4.1×;
-//! 4.6-4.7× against the hello-cold floor of the same run); hello-cold inject 62.6-89.0 µs (9.8-10.4×);
-//! large floor 200-278 µs, inject 417-529 µs (1.8-2.1×). callgrind (thin LTO), instructions per
-//! injection: hello 277 k (520 k in session 2), floor 66 k; large 3.82 M.
+//! medians of six runs (the last three on the final code); this VM's speed drifts (the floor measured
+//! 6.7-11.2 µs within an hour), so ratios come from the same run: hello floor 6.7-10.0 µs, inject
+//! 27.5-45.1 µs (4.0-4.5×; 3.0-5.3× against the hello-cold floor of the same run); hello-cold inject
+//! 62.6-113 µs (9.8-15×); large floor 200-312 µs, inject 417-645 µs (1.8-2.1×). callgrind (thin LTO),
+//! instructions per injection: hello 277 k (520 k in session 2), floor 66 k; hello-cold 687 k; large
+//! 3.82 M.
 
 use criterion::{criterion_group, Criterion};
 use injector::config::Settings;
