@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use crate::engine::{self, Engine, InjectRequest, Mode};
-use crate::fields::{self, Fields};
+use crate::fields::Fields;
 use crate::json_writer;
 
 /// What happened to one review, for the response, logs and metrics.
@@ -189,13 +189,13 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
 
     // The working pod: managedFields dropped, namespace defaulted from the request (spec §2.4). Copied only
     // when something changes.
-    let pod_ns = original
-        .field("metadata")
+    let orig_meta = original.field("metadata");
+    let pod_ns = orig_meta
         .and_then(|m| m.field("namespace"))
         .and_then(Value::as_str)
         .unwrap_or("");
     let default_ns = pod_ns.is_empty() && !env.namespace.is_empty();
-    let has_managed = fields::path(original, &["metadata", "managedFields"]).is_some();
+    let has_managed = orig_meta.is_some_and(|m| m.has_field("managedFields"));
     let pod: Cow<'_, Value> = if default_ns || has_managed {
         let mut p = original.clone();
         if let Some(obj) = p.as_object_mut() {

@@ -14,6 +14,8 @@
 
 use serde_json::Value;
 
+use crate::fields::Fields;
+
 /// A value whose JSON text is already known (from [`write_value`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Known<'a> {
@@ -32,10 +34,9 @@ pub fn write_value(out: &mut Vec<u8>, v: &Value) {
 /// `name` are looked up, by that name first.
 pub fn write_value_known(out: &mut Vec<u8>, v: &Value, known: &[Known<'_>]) {
     if let (false, Value::Object(map)) = (known.is_empty(), v) {
-        if let Some(Value::String(name)) = crate::fields::Fields::field(map, "name") {
+        if let Some(Value::String(name)) = map.field("name") {
             let found = known.iter().find(|k| {
-                crate::fields::Fields::field(k.value, "name").and_then(Value::as_str)
-                    == Some(name.as_str())
+                k.value.field("name").and_then(Value::as_str) == Some(name.as_str())
                     && identical(k.value, v)
             });
             if let Some(k) = found {
