@@ -375,6 +375,12 @@ impl Engine {
         Ok((merged, texts))
     }
 
+    /// The engine's memo (for tests).
+    #[cfg(test)]
+    pub(crate) fn memo(&self) -> &memo::RenderMemo {
+        &self.memo
+    }
+
     /// How many rendered templates the engine's memo holds (see `memo`).
     pub fn memoized(&self) -> usize {
         self.memo.len()
@@ -386,10 +392,35 @@ impl Engine {
     }
 
     /// The same patch, serialised (written straight to bytes, without building the operations as values).
-    /// Added containers and volumes identical to one in `texts` are written from their stored text.
-    pub fn patch_json(&self, original: &Value, injected: &Value, texts: &[memo::Texts]) -> Vec<u8> {
-        let known: Vec<_> = texts.iter().flat_map(memo::Texts::known).collect();
-        crate::patch::create_patch_json(original, injected, &known)
+    /// Added containers and volumes identical to one in `texts` are written from their stored text;
+    /// where that happened is returned too, for [`memo::recycle`].
+    pub fn patch_json(
+        &self,
+        original: &Value,
+        injected: &Value,
+        texts: &[memo::Texts],
+    ) -> (Vec<u8>, Vec<memo::Reused>) {
+        let mut known = Vec::new();
+        let mut origin = Vec::new();
+        for (t, texts) in texts.iter().enumerate() {
+            for (item, k) in texts.known() {
+                known.push(k);
+                origin.push((t, item));
+            }
+        }
+        let (bytes, reuses) = crate::patch::create_patch_json(original, injected, &known);
+        let reused = reuses
+            .iter()
+            .filter_map(|r| {
+                let &(texts, item) = origin.get(r.known)?;
+                Some(memo::Reused {
+                    texts,
+                    item,
+                    at: r.at,
+                })
+            })
+            .collect();
+        (bytes, reused)
     }
 }
 

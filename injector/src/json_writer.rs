@@ -23,24 +23,39 @@ pub struct Known<'a> {
     pub text: &'a str,
 }
 
+/// Where [`write_value_known`] wrote a stored text: the index of the [`Known`] value in the slice it was
+/// given, and the value it stood for. The pointer only identifies that value (`std::ptr::eq`) while the
+/// caller still holds it unchanged; it is never dereferenced.
+#[derive(Debug, Clone, Copy)]
+pub struct Reuse {
+    pub known: usize,
+    pub at: *const Value,
+}
+
 /// Appends the compact JSON text of `v` to `out`.
 pub fn write_value(out: &mut Vec<u8>, v: &Value) {
-    write_value_known(out, v, &[]);
+    write_value_known(out, v, &[], &mut Vec::new());
 }
 
 /// [`write_value`], writing the stored text of an object that is identical to a [`Known`] value, key
 /// order included: `v` itself or an item of a list in `v` (containers and volumes are list items; an
 /// object's fields, such as a container's env entries, are not looked up). Only objects with a string
-/// `name` are looked up, by that name first.
-pub fn write_value_known(out: &mut Vec<u8>, v: &Value, known: &[Known<'_>]) {
+/// `name` are looked up, by that name first. Each use of a stored text is recorded in `reused`.
+pub fn write_value_known(
+    out: &mut Vec<u8>,
+    v: &Value,
+    known: &[Known<'_>],
+    reused: &mut Vec<Reuse>,
+) {
     if let (false, Value::Object(map)) = (known.is_empty(), v) {
         if let Some(Value::String(name)) = map.field("name") {
-            let found = known.iter().find(|k| {
+            let found = known.iter().enumerate().find(|(_, k)| {
                 k.value.field("name").and_then(Value::as_str) == Some(name.as_str())
                     && identical(k.value, v)
             });
-            if let Some(k) = found {
+            if let Some((i, k)) = found {
                 out.extend_from_slice(k.text.as_bytes());
+                reused.push(Reuse { known: i, at: v });
                 return;
             }
         }
@@ -63,7 +78,7 @@ pub fn write_value_known(out: &mut Vec<u8>, v: &Value, known: &[Known<'_>]) {
                     out.push(b',');
                 }
                 first = false;
-                write_value_known(out, item, known);
+                write_value_known(out, item, known, reused);
             }
             out.push(b']');
         }
@@ -77,7 +92,7 @@ pub fn write_value_known(out: &mut Vec<u8>, v: &Value, known: &[Known<'_>]) {
                 first = false;
                 write_str(out, k);
                 out.push(b':');
-                write_value_known(out, item, &[]);
+                write_value_known(out, item, &[], reused);
             }
             out.push(b'}');
         }
@@ -223,10 +238,17 @@ mod tests {
     #[test]
     fn known_text_is_used_only_for_identical_values() {
         let c = json!({"name": "istio-proxy", "image": "p"});
-        let known = [Known {
-            value: &c,
-            text: "KNOWN",
-        }];
+        let other = json!({"name": "other", "image": "o"});
+        let known = [
+            Known {
+                value: &other,
+                text: "OTHER",
+            },
+            Known {
+                value: &c,
+                text: "KNOWN",
+            },
+        ];
         let v = json!([
             c.clone(),
             {"name": "istio-proxy", "image": "q"},
@@ -236,14 +258,23 @@ mod tests {
             {"name": "other", "image": "p"}
         ]);
         let mut whole = Vec::new();
-        write_value_known(&mut whole, &c, &known);
+        let mut reused = Vec::new();
+        write_value_known(&mut whole, &c, &known, &mut reused);
         assert_eq!(whole, b"KNOWN");
+        assert_eq!(reused.len(), 1);
+        assert!(reused[0].known == 1 && std::ptr::eq(reused[0].at, &c));
         let mut out = Vec::new();
-        write_value_known(&mut out, &v, &known);
+        let mut reused = Vec::new();
+        write_value_known(&mut out, &v, &known, &mut reused);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             r#"[KNOWN,{"name":"istio-proxy","image":"q"},{"image":"p","name":"istio-proxy"},{"x":{"name":"istio-proxy","image":"p"}},[KNOWN],{"name":"other","image":"p"}]"#
         );
+        // Exactly the two uses are recorded, each with the value it stood for.
+        assert_eq!(reused.len(), 2);
+        assert!(reused.iter().all(|r| r.known == 1));
+        assert!(std::ptr::eq(reused[0].at, &v[0]));
+        assert!(std::ptr::eq(reused[1].at, &v[4][0]));
     }
 
     #[test]

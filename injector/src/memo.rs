@@ -19,6 +19,14 @@
 //!   [`MAX_TOTAL_WEIGHT`], and there are at most [`CAPACITY`]; the oldest make room. So a client sending
 //!   large pods twice cannot make the memo hold more than a few MiB. A `hello` entry weighs ~16 Ki, the
 //!   bench's large pod (12 containers) ~88 Ki.
+//! * A hit copies the stored render, and the request's result later drops the copy. Most of that copy
+//!   is the rendered containers and volumes (~75 k instructions of a `hello` injection's ~280 k,
+//!   callgrind), and the webhook's patch usually finds them unchanged in the result (it writes their
+//!   stored text, after checking them: `json_writer::write_value_known`). So the webhook hands those
+//!   checked items back ([`recycle`]) and the entry keeps them as spares, at most [`SPARES`] per item:
+//!   the next hit moves a spare in instead of copying the item. A spare is identical to the stored item
+//!   (the patch writer compared them, key order included), so a hit's value is the same either way.
+//!   Spares count in the entry's weight; an entry too heavy to have them keeps none.
 //! * [`MemoCounters`] count hits, misses, stores and evictions, and gauge the entries, for `/metrics`.
 //!   The server hands the same counters to every engine it builds, so the counts go on across reloads.
 
@@ -28,7 +36,7 @@ use std::sync::{Arc, Mutex};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::engine::{Mode, Workload};
 use crate::fields::Fields;
@@ -60,6 +68,10 @@ pub const MAX_TOTAL_WEIGHT: usize = 4 * 1024 * 1024;
 const NODE_WEIGHT: usize = 32;
 /// Key hashes of recent misses remembered for the second-sighting rule.
 const SEEN: usize = 256;
+/// Spare copies an entry keeps of each stored item, at most: enough for the injections one entry
+/// serves at the same time on a small node (one per worker thread of two), and a bound on the memory
+/// an entry may hold beyond its render.
+pub const SPARES: usize = 2;
 
 /// What a render depends on besides the engine. Borrowed for lookups.
 #[derive(Debug, Clone, Copy)]
@@ -96,6 +108,12 @@ struct Entry {
     rendered: Value,
     /// The JSON text of the rendered containers and volumes (see [`Texts`]).
     texts: Vec<ItemText>,
+    /// How many spares of each item in `texts` this entry keeps: [`SPARES`], or 0 when the entry
+    /// would be too heavy with them.
+    spare_cap: usize,
+    /// Spare copies of the items in `texts`, by index: identical to the stored item (see [`recycle`]).
+    spares: Mutex<Vec<Vec<Value>>>,
+    /// The entry's weight, spares included (as if all were held).
     weight: usize,
 }
 
@@ -105,6 +123,8 @@ struct ItemText {
     list: &'static str,
     index: usize,
     text: String,
+    /// The item's [`weight`] (what a spare copy of it costs).
+    weight: usize,
 }
 
 /// The lists whose items' JSON text an entry keeps: what an injection's patch adds whole.
@@ -116,20 +136,95 @@ const TEXT_LISTS: [&str; 3] = ["initContainers", "containers", "volumes"];
 pub struct Texts(Arc<Entry>);
 
 impl Texts {
-    /// The items with their text.
-    pub fn known(&self) -> Vec<Known<'_>> {
+    /// The items with their text, each with its index among the entry's items (for [`Reused::item`]).
+    pub fn known(&self) -> Vec<(usize, Known<'_>)> {
         let spec = self.0.rendered.field("spec");
         self.0
             .texts
             .iter()
-            .filter_map(|t| {
+            .enumerate()
+            .filter_map(|(i, t)| {
                 let value = spec?.field(t.list)?.as_array()?.get(t.index)?;
-                Some(Known {
-                    value,
-                    text: &t.text,
-                })
+                Some((
+                    i,
+                    Known {
+                        value,
+                        text: &t.text,
+                    },
+                ))
             })
             .collect()
+    }
+
+    /// Keeps `items` (item index, value) as spares, up to the entry's cap; the rest is dropped. Every
+    /// value must be identical to the stored item of its index ([`recycle`] hands back only those).
+    fn give_back(&self, items: Vec<(usize, Value)>) {
+        let e = &self.0;
+        if e.spare_cap == 0 || items.is_empty() {
+            return;
+        }
+        debug_assert!(items
+            .iter()
+            .all(|(i, v)| e.item(*i).is_some_and(|stored| identical(stored, v))));
+        // Values that do not fit are dropped after the lock is released.
+        let mut surplus = Vec::new();
+        if let Ok(mut spares) = e.spares.lock() {
+            for (i, v) in items {
+                match spares.get_mut(i) {
+                    Some(s) if s.len() < e.spare_cap => s.push(v),
+                    _ => surplus.push(v),
+                }
+            }
+        }
+        drop(surplus);
+    }
+
+    /// How many spares the entry holds of each item (for tests).
+    #[cfg(test)]
+    fn spare_counts(&self) -> Vec<usize> {
+        self.0
+            .spares
+            .lock()
+            .map(|s| s.iter().map(Vec::len).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Where the webhook's patch wrote a stored item's text: the position of the item's [`Texts`] among the
+/// request's, the item's index in it ([`Texts::known`]), and the value of the result that the text stood
+/// for (compared by address only, never dereferenced).
+#[derive(Debug, Clone, Copy)]
+pub struct Reused {
+    pub texts: usize,
+    pub item: usize,
+    pub at: *const Value,
+}
+
+/// Drops an injection's `result` after its patch was written, handing the containers and volumes that
+/// the patch found identical to stored items (`reused`, recorded by the patch writer on this very
+/// `result`) back to their entries as spares.
+pub fn recycle(mut result: Value, texts: &[Texts], reused: &[Reused]) {
+    if reused.is_empty() {
+        return;
+    }
+    let mut back: Vec<Vec<(usize, Value)>> = texts.iter().map(|_| Vec::new()).collect();
+    if let Some(spec) = result.field_mut("spec") {
+        for list in TEXT_LISTS {
+            let Some(items) = spec.field_mut(list).and_then(Value::as_array_mut) else {
+                continue;
+            };
+            for item in items {
+                let found = reused.iter().find(|r| std::ptr::eq(r.at, &*item));
+                if let Some(r) = found {
+                    if let Some(b) = back.get_mut(r.texts) {
+                        b.push((r.item, std::mem::take(item)));
+                    }
+                }
+            }
+        }
+    }
+    for (t, items) in texts.iter().zip(back) {
+        t.give_back(items);
     }
 }
 
@@ -147,7 +242,13 @@ fn item_texts(rendered: &Value) -> Vec<ItemText> {
                 json_writer::write_value(&mut out, item);
                 // The writer only writes UTF-8 (the value's strings and ASCII syntax).
                 if let Ok(text) = String::from_utf8(out) {
-                    texts.push(ItemText { list, index, text });
+                    let weight = weight(item, MAX_ENTRY_WEIGHT).unwrap_or(MAX_ENTRY_WEIGHT);
+                    texts.push(ItemText {
+                        list,
+                        index,
+                        text,
+                        weight,
+                    });
                 }
             }
         }
@@ -156,6 +257,66 @@ fn item_texts(rendered: &Value) -> Vec<ItemText> {
 }
 
 impl Entry {
+    /// The stored item of index `i` (of `texts`).
+    fn item(&self, i: usize) -> Option<&Value> {
+        let t = self.texts.get(i)?;
+        self.rendered
+            .field("spec")?
+            .field(t.list)?
+            .as_array()?
+            .get(t.index)
+    }
+
+    /// A copy of the render for a hit, with the items that have a spare moved in instead of copied.
+    fn copy_rendered(&self) -> Value {
+        let mut taken: Vec<Option<Value>> = Vec::new();
+        if self.spare_cap > 0 {
+            if let Ok(mut spares) = self.spares.lock() {
+                taken = spares.iter_mut().map(Vec::pop).collect();
+            }
+        }
+        if taken.iter().all(Option::is_none) {
+            return self.rendered.clone();
+        }
+        // Rebuilt in the stored key order: top level, `spec`, then the item lists.
+        let Value::Object(top) = &self.rendered else {
+            return self.rendered.clone();
+        };
+        let mut out = Map::with_capacity(top.len());
+        for (k, v) in top {
+            let copy = match (k.as_str(), v) {
+                ("spec", Value::Object(spec)) => {
+                    let mut s = Map::with_capacity(spec.len());
+                    for (list, value) in spec {
+                        let copy = match value {
+                            Value::Array(items) if TEXT_LISTS.contains(&list.as_str()) => {
+                                Value::Array(
+                                    items
+                                        .iter()
+                                        .enumerate()
+                                        .map(|(index, item)| {
+                                            self.texts
+                                                .iter()
+                                                .position(|t| t.list == list && t.index == index)
+                                                .and_then(|i| taken.get_mut(i)?.take())
+                                                .unwrap_or_else(|| item.clone())
+                                        })
+                                        .collect(),
+                                )
+                            }
+                            _ => value.clone(),
+                        };
+                        s.insert(list.clone(), copy);
+                    }
+                    Value::Object(s)
+                }
+                _ => v.clone(),
+            };
+            out.insert(k.clone(), copy);
+        }
+        Value::Object(out)
+    }
+
     fn matches(&self, key: &Key<'_>) -> bool {
         self.template == key.template
             && self.mode == key.mode
@@ -214,7 +375,7 @@ impl RenderMemo {
         match candidate {
             Some(e) if e.matches(key) => {
                 self.counters.hits.inc();
-                Lookup::Hit(e.rendered.clone(), Texts(e))
+                Lookup::Hit(e.copy_rendered(), Texts(e))
             }
             _ => {
                 self.counters.misses.inc();
@@ -256,6 +417,16 @@ impl RenderMemo {
             inner.seen.retain(|h| *h != hash);
             return;
         }
+        // Room for the spares, if the entry stays light enough with them.
+        let items_weight = texts
+            .iter()
+            .map(|t| t.weight)
+            .fold(0usize, usize::saturating_add);
+        let spares_weight = items_weight.saturating_mul(SPARES);
+        let (spare_cap, weight) = match weight.checked_add(spares_weight) {
+            Some(w) if w <= MAX_ENTRY_WEIGHT => (SPARES, w),
+            _ => (0, weight),
+        };
         while inner.entries.len() == CAPACITY || inner.total + weight > MAX_TOTAL_WEIGHT {
             match inner.entries.pop_front() {
                 Some(old) => {
@@ -273,7 +444,9 @@ impl RenderMemo {
             workload: key.workload.clone(),
             pod: key.pod.clone(),
             rendered: rendered.clone(),
+            spares: Mutex::new(texts.iter().map(|_| Vec::new()).collect()),
             texts,
+            spare_cap,
             weight,
         }));
         self.counters.stored.inc();
@@ -290,6 +463,17 @@ impl RenderMemo {
     /// Whether nothing is stored.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The spare items held by all entries (for tests).
+    #[cfg(test)]
+    pub(crate) fn spares_held(&self) -> usize {
+        self.inner.lock().map_or(0, |i| {
+            i.entries
+                .iter()
+                .map(|e| Texts(Arc::clone(e)).spare_counts().iter().sum::<usize>())
+                .sum()
+        })
     }
 }
 
@@ -549,7 +733,9 @@ mod tests {
         };
         let known = texts.known();
         let spec = &rendered["spec"];
-        let values: Vec<&Value> = known.iter().map(|k| k.value).collect();
+        let indices: Vec<usize> = known.iter().map(|(i, _)| *i).collect();
+        assert_eq!(indices, [0, 1, 2]);
+        let values: Vec<&Value> = known.iter().map(|(_, k)| k.value).collect();
         assert_eq!(
             values,
             [
@@ -558,9 +744,142 @@ mod tests {
                 &spec["volumes"][0]
             ]
         );
-        for k in &known {
+        for (_, k) in &known {
             assert_eq!(k.text, serde_json::to_string(k.value).unwrap());
         }
+    }
+
+    /// What the webhook does with a hit: writes the patch of `result` against a pod with an empty spec
+    /// (so the lists are added whole and their items written from the stored texts), then recycles
+    /// `result`. Returns the patch text.
+    fn patch_and_recycle(result: Value, texts: &Texts) -> String {
+        let known = texts.known();
+        let items: Vec<Known<'_>> = known.iter().map(|(_, k)| *k).collect();
+        let (bytes, reuses) =
+            crate::patch::create_patch_json(&json!({"spec": {}}), &result, &items);
+        let reused: Vec<Reused> = reuses
+            .iter()
+            .map(|r| Reused {
+                texts: 0,
+                item: known[r.known].0,
+                at: r.at,
+            })
+            .collect();
+        recycle(result, std::slice::from_ref(texts), &reused);
+        String::from_utf8(bytes).unwrap()
+    }
+
+    fn stored_hit(memo: &RenderMemo, key: &Key<'_>, rendered: &Value) -> (Value, Texts) {
+        offer(memo, key, rendered, 2);
+        match memo.get(key) {
+            Lookup::Hit(v, t) => (v, t),
+            Lookup::Miss(_) => panic!("no hit"),
+        }
+    }
+
+    #[test]
+    fn unchanged_items_come_back_as_spares_and_hits_stay_identical() {
+        let memo = RenderMemo::default();
+        let w = workload("hello");
+        let pod = json!({"spec": {"containers": [{"name": "a"}]}});
+        let key = key(&w, &pod);
+        // The lists in another order than the memo keeps their texts in, and items at the same index
+        // in different lists: a spare must go back exactly where its item was.
+        let rendered = json!({"metadata": {"annotations": {"x": "y"}}, "spec": {
+            "volumes": [{"name": "v", "emptyDir": {}}],
+            "containers": [{"image": "no-name"}, {"name": "istio-proxy", "env": [{"name": "A", "value": "1"}]}],
+            "initContainers": [{"name": "istio-init", "args": ["-p", "15001"]}]
+        }});
+        let (first, texts) = stored_hit(&memo, &key, &rendered);
+        assert!(identical(&first, &rendered));
+        assert_eq!(texts.spare_counts(), [0, 0, 0]);
+        let expected = patch_and_recycle(first, &texts);
+        // All three named items were written from their texts and came back.
+        assert_eq!(texts.spare_counts(), [1, 1, 1]);
+
+        // The next hit moves them in: same value, same patch, and they come back again.
+        for _ in 0..5 {
+            let Lookup::Hit(v, t) = memo.get(&key) else {
+                panic!("no hit")
+            };
+            assert_eq!(t.spare_counts(), [0, 0, 0]);
+            assert!(identical(&v, &rendered), "{v}");
+            assert_eq!(patch_and_recycle(v, &t), expected);
+            assert_eq!(t.spare_counts(), [1, 1, 1]);
+        }
+
+        // Held at the same time, hits take what there is; handed back, at most SPARES are kept.
+        let held: Vec<(Value, Texts)> = (0..SPARES + 2)
+            .map(|_| match memo.get(&key) {
+                Lookup::Hit(v, t) => (v, t),
+                Lookup::Miss(_) => panic!("no hit"),
+            })
+            .collect();
+        for (v, _) in &held {
+            assert!(identical(v, &rendered));
+        }
+        for (v, t) in held {
+            assert_eq!(patch_and_recycle(v, &t), expected);
+        }
+        assert_eq!(texts.spare_counts(), [SPARES; 3]);
+    }
+
+    #[test]
+    fn changed_items_are_not_given_back() {
+        let memo = RenderMemo::default();
+        let w = workload("hello");
+        let pod = json!({"spec": {"containers": [{"name": "a"}]}});
+        let key = key(&w, &pod);
+        let rendered = json!({"spec": {
+            "containers": [{"name": "istio-proxy", "env": [{"name": "A", "value": "1"}]}],
+            "volumes": [{"name": "v", "emptyDir": {}}, {"name": "w", "emptyDir": {}}]
+        }});
+        let (mut v, texts) = stored_hit(&memo, &key, &rendered);
+        // As post-processing would: the proxy gets an env entry, a volume its keys reordered.
+        v["spec"]["containers"][0]["env"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "B", "value": "2"}));
+        v["spec"]["volumes"][1] = json!({"emptyDir": {}, "name": "w"});
+        let patch = patch_and_recycle(v, &texts);
+        assert!(patch.contains(r#"{"name":"B","value":"2"}"#), "{patch}");
+        assert_eq!(texts.spare_counts(), [0, 1, 0]);
+        // The next hit still gives the stored render.
+        let Lookup::Hit(next, _) = memo.get(&key) else {
+            panic!("no hit")
+        };
+        assert!(identical(&next, &rendered));
+        assert_eq!(texts.spare_counts(), [0, 0, 0]);
+    }
+
+    #[test]
+    fn spares_count_in_the_weight_or_are_not_kept() {
+        let memo = RenderMemo::default();
+        let w = workload("w");
+        let pod = json!({});
+        let light = json!({"spec": {"containers": [{"name": "c", "image": "i"}]}});
+        let (_, texts) = stored_hit(&memo, &key(&w, &pod), &light);
+        let item_weight = weight(&light["spec"]["containers"][0], 1000).unwrap();
+        let text = r#"{"name":"c","image":"i"}"#.len();
+        let pod_weight = weight(&pod, 1000).unwrap();
+        assert_eq!(
+            texts.0.weight,
+            pod_weight + weight(&light, 1000).unwrap() + text + SPARES * item_weight
+        );
+        assert_eq!(texts.0.spare_cap, SPARES);
+
+        // An entry that fits only without spares is stored without them, and hits still copy.
+        let memo = RenderMemo::default();
+        let heavy = json!({"spec": {"containers": [{"name": "c", "image": "x".repeat(MAX_ENTRY_WEIGHT / 3)}]}});
+        let (v, texts) = stored_hit(&memo, &key(&w, &pod), &heavy);
+        assert_eq!(texts.0.spare_cap, 0);
+        assert!(texts.0.weight <= MAX_ENTRY_WEIGHT);
+        patch_and_recycle(v, &texts);
+        assert_eq!(texts.spare_counts(), [0]);
+        let Lookup::Hit(again, _) = memo.get(&key(&w, &pod)) else {
+            panic!("no hit")
+        };
+        assert!(identical(&again, &heavy));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use serde_json::{Map, Value};
 
 use crate::fields::{same, Fields};
-use crate::json_writer::{self, Known};
+use crate::json_writer::{self, Known, Reuse};
 
 /// The patch (a JSON array of operations) that turns `original` into `result`.
 pub fn create_patch(original: &Value, result: &Value) -> Value {
@@ -24,16 +24,22 @@ pub fn create_patch(original: &Value, result: &Value) -> Value {
 /// [`create_patch`] serialised straight to JSON bytes (what the AdmissionReview carries, before
 /// base64): the values are written from `result` by reference instead of being copied into a `Value`
 /// first, and a value identical to a `known` one as its known text. Same operations, same order.
-pub fn create_patch_json(original: &Value, result: &Value, known: &[Known<'_>]) -> Vec<u8> {
+/// Also returns where a known text was used (the values of `result` it stood for).
+pub fn create_patch_json(
+    original: &Value,
+    result: &Value,
+    known: &[Known<'_>],
+) -> (Vec<u8>, Vec<Reuse>) {
     let mut sink = JsonSink {
         out: Vec::with_capacity(4096),
         known,
+        reused: Vec::new(),
     };
     sink.out.push(b'[');
     let mut path = String::new();
     diff(original, result, &mut path, &mut sink);
     sink.out.push(b']');
-    sink.out
+    (sink.out, sink.reused)
 }
 
 /// Where the diff puts its operations.
@@ -50,6 +56,7 @@ impl Sink for Vec<Value> {
 struct JsonSink<'a> {
     out: Vec<u8>,
     known: &'a [Known<'a>],
+    reused: Vec<Reuse>,
 }
 
 impl Sink for JsonSink<'_> {
@@ -63,7 +70,7 @@ impl Sink for JsonSink<'_> {
         json_writer::write_str(&mut self.out, path);
         if let Some(v) = value {
             self.out.extend_from_slice(b",\"value\":");
-            json_writer::write_value_known(&mut self.out, v, self.known);
+            json_writer::write_value_known(&mut self.out, v, self.known, &mut self.reused);
         }
         self.out.push(b'}');
     }
@@ -204,14 +211,14 @@ mod tests {
     #[test]
     fn json_bytes() {
         let a = json!({"a": 1});
-        assert_eq!(create_patch_json(&a, &a, &[]), b"[]");
+        assert_eq!(create_patch_json(&a, &a, &[]).0, b"[]");
         let b = json!({"a": 1, "x/y": {"s": "\"q\""}, "n": null});
         assert_eq!(
-            String::from_utf8(create_patch_json(&a, &b, &[])).unwrap(),
+            String::from_utf8(create_patch_json(&a, &b, &[]).0).unwrap(),
             r#"[{"op":"add","path":"/x~1y","value":{"s":"\"q\""}},{"op":"add","path":"/n","value":null}]"#
         );
         assert_eq!(
-            String::from_utf8(create_patch_json(&b, &a, &[])).unwrap(),
+            String::from_utf8(create_patch_json(&b, &a, &[]).0).unwrap(),
             r#"[{"op":"remove","path":"/x~1y"},{"op":"remove","path":"/n"}]"#
         );
     }
@@ -331,7 +338,7 @@ mod tests {
         fn patch_applies_arbitrary(a in arb_json(), b in arb_json()) {
             let p = create_patch(&a, &b);
             // the byte form is the same patch
-            let bytes = create_patch_json(&a, &b, &[]);
+            let (bytes, _) = create_patch_json(&a, &b, &[]);
             prop_assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), p.clone());
             prop_assert_eq!(apply(&a, &p), b);
         }
