@@ -38,7 +38,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{Map, Value};
 
-use crate::engine::{Mode, Workload};
+use crate::engine::{Mode, Skeleton, Workload};
 use crate::fields::Fields;
 use crate::json_writer::{self, identical, Known};
 
@@ -106,6 +106,8 @@ struct Entry {
     workload: Workload,
     pod: Value,
     rendered: Value,
+    /// The render's skeleton (the engine's template pod; built once, shared by every hit).
+    skeleton: Arc<Skeleton>,
     /// The JSON text of the rendered containers and volumes (see [`Texts`]).
     texts: Vec<ItemText>,
     /// How many spares of each item in `texts` this entry keeps: [`SPARES`], or 0 when the entry
@@ -154,6 +156,11 @@ impl Texts {
                 ))
             })
             .collect()
+    }
+
+    /// The stored render's skeleton (`engine::Skeleton`).
+    pub fn skeleton(&self) -> Arc<Skeleton> {
+        Arc::clone(&self.0.skeleton)
     }
 
     /// Keeps `items` (item index, value) as spares, up to the entry's cap; the rest is dropped. Every
@@ -384,9 +391,9 @@ impl RenderMemo {
         }
     }
 
-    /// Records a miss of `key` (as [`RenderMemo::get`] reported it) and its render: stored when the same
-    /// key missed recently and the entry is light enough, else only remembered.
-    pub fn store(&self, miss: Miss, key: &Key<'_>, rendered: &Value) {
+    /// Records a miss of `key` (as [`RenderMemo::get`] reported it) and its render with its skeleton:
+    /// stored when the same key missed recently and the entry is light enough, else only remembered.
+    pub fn store(&self, miss: Miss, key: &Key<'_>, rendered: &Value, skeleton: &Arc<Skeleton>) {
         let Miss { hash, pod_weight } = miss;
         let Ok(mut inner) = self.inner.lock() else {
             return;
@@ -405,6 +412,7 @@ impl RenderMemo {
             .checked_sub(pod_weight)
             .and_then(|budget| weight(rendered, budget))
             .map(|w| w + pod_weight)
+            .and_then(|w| Some(w + weight(&skeleton.pod, MAX_ENTRY_WEIGHT.checked_sub(w)?)?))
         else {
             // Too heavy: forget the sighting, so that the next one does not weigh it again.
             inner.seen.retain(|h| *h != hash);
@@ -444,6 +452,7 @@ impl RenderMemo {
             workload: key.workload.clone(),
             pod: key.pod.clone(),
             rendered: rendered.clone(),
+            skeleton: Arc::clone(skeleton),
             spares: Mutex::new(texts.iter().map(|_| Vec::new()).collect()),
             texts,
             spare_cap,
@@ -606,6 +615,10 @@ mod tests {
         }
     }
 
+    fn skeleton(rendered: &Value) -> Arc<Skeleton> {
+        Arc::new(crate::engine::template_skeleton(rendered))
+    }
+
     fn hit(l: Lookup) -> Option<Value> {
         match l {
             Lookup::Hit(v, _) => Some(v),
@@ -627,7 +640,7 @@ mod tests {
     fn offer(memo: &RenderMemo, key: &Key<'_>, rendered: &Value, times: usize) {
         for _ in 0..times {
             if let Lookup::Miss(m) = memo.get(key) {
-                memo.store(m, key, rendered);
+                memo.store(m, key, rendered, &skeleton(rendered));
             }
         }
     }
@@ -676,7 +689,7 @@ mod tests {
             let Lookup::Miss(h) = memo.get(&key) else {
                 panic!("round {round}: hit before a second sighting")
             };
-            memo.store(h, &key, &rendered);
+            memo.store(h, &key, &rendered, &skeleton(&rendered));
         }
         assert_eq!(memo.len(), 1);
         assert_eq!(hit(memo.get(&key)), Some(rendered));
@@ -725,7 +738,7 @@ mod tests {
         }});
         for _ in 0..2 {
             if let Lookup::Miss(m) = memo.get(&key) {
-                memo.store(m, &key, &rendered);
+                memo.store(m, &key, &rendered, &skeleton(&rendered));
             }
         }
         let Lookup::Hit(_, texts) = memo.get(&key) else {
@@ -862,9 +875,14 @@ mod tests {
         let item_weight = weight(&light["spec"]["containers"][0], 1000).unwrap();
         let text = r#"{"name":"c","image":"i"}"#.len();
         let pod_weight = weight(&pod, 1000).unwrap();
+        let skeleton_weight = weight(&texts.skeleton().pod, 1000).unwrap();
         assert_eq!(
             texts.0.weight,
-            pod_weight + weight(&light, 1000).unwrap() + text + SPARES * item_weight
+            pod_weight
+                + weight(&light, 1000).unwrap()
+                + skeleton_weight
+                + text
+                + SPARES * item_weight
         );
         assert_eq!(texts.0.spare_cap, SPARES);
 
