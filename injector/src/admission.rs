@@ -2,7 +2,6 @@
 //! The HTTP layer (`server`) deals with status codes, bodies and content types; everything from the decoded
 //! body on is here, so the webhook and the tests share one entry point.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
@@ -148,7 +147,7 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
     if kind != "AdmissionReview" {
         return undecodable(format!("unsupported kind {kind:?}: want AdmissionReview"));
     }
-    let Some(request) = review.request else {
+    let Some(mut request) = review.request else {
         return undecodable("the AdmissionReview has no request".to_string());
     };
     let mut env = Envelope {
@@ -158,7 +157,7 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         pod: String::new(),
     };
 
-    let original = match &request.object {
+    let original = match &mut request.object {
         Some(o @ Value::Object(_)) => o,
         Some(other) => {
             return env.fail(format!(
@@ -188,8 +187,12 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         }
     }
 
-    // The working pod: managedFields dropped, namespace defaulted from the request (spec §2.4). Copied only
-    // when something changes.
+    // The working pod: managedFields dropped, namespace defaulted from the request (spec §2.4). The
+    // request's object is ours, so a pod with metadata is normalised in place, and the patch is the diff
+    // of that normalised pod and the result: neither side then differs in namespace or managedFields,
+    // so the patch has no operation on them and leaves them as the API server holds them. A pod without
+    // metadata is copied instead, and the result's metadata restored before the diff (its patch must
+    // add `metadata` whole, without the defaulted namespace).
     let orig_meta = original.field("metadata");
     let pod_ns = orig_meta
         .and_then(|m| m.field("namespace"))
@@ -197,27 +200,17 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         .unwrap_or("");
     let default_ns = pod_ns.is_empty() && !env.namespace.is_empty();
     let has_managed = orig_meta.is_some_and(|m| m.has_field("managedFields"));
-    let pod: Cow<'_, Value> = if default_ns || has_managed {
-        let mut p = original.clone();
-        if let Some(obj) = p.as_object_mut() {
-            let meta = obj.entry("metadata").or_insert_with(|| json!({}));
-            if let Some(meta) = meta.as_object_mut() {
-                meta.remove("managedFields");
-                if default_ns {
-                    meta.insert(
-                        "namespace".to_string(),
-                        Value::String(env.namespace.clone()),
-                    );
-                }
-            }
-        }
-        Cow::Owned(p)
-    } else {
-        Cow::Borrowed(original)
-    };
+    let restore = default_ns && orig_meta.is_none();
     if !pod_ns.is_empty() {
         env.namespace = pod_ns.to_string();
     }
+    let mut copy = restore.then(|| original.clone());
+    if default_ns || has_managed {
+        let target = copy.as_mut().unwrap_or(&mut *original);
+        normalise(target, default_ns.then_some(env.namespace.as_str()));
+    }
+    let original: &Value = original;
+    let pod: &Value = copy.as_ref().unwrap_or(original);
     let meta = pod.field("metadata");
     env.pod = meta
         .and_then(|m| m.field("name"))
@@ -230,7 +223,7 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         .unwrap_or("")
         .to_string();
 
-    let decision = engine.decide(&pod, Mode::Webhook);
+    let decision = engine.decide(pod, Mode::Webhook);
     if !decision.inject {
         return env.respond(
             json!({"uid": env.uid, "allowed": true}),
@@ -239,9 +232,9 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         );
     }
 
-    let workload = engine::deploy_meta_from_pod(&pod);
+    let workload = engine::deploy_meta_from_pod(pod);
     let req = InjectRequest {
-        pod: &pod,
+        pod,
         workload: &workload,
         url_env: parse_inject_envs(path),
         mode: Mode::Webhook,
@@ -250,8 +243,10 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         Ok(r) => r,
         Err(e) => return env.fail(e.to_string()),
     };
-    // The patch is against the object the API server holds: put back what we normalised.
-    restore_request_fields(original, &mut result);
+    if restore {
+        // The patch is against the object the API server holds: put back what we normalised.
+        restore_request_fields(original, &mut result);
+    }
     let (patch_bytes, reused) = engine.patch_json(original, &result, &texts);
     // The result's unchanged containers and volumes become the memo's spares for the next hit.
     memo::recycle(result, &texts, &reused);
@@ -266,6 +261,20 @@ fn type_name(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "a list",
         Value::Object(_) => "an object",
+    }
+}
+
+/// Drops `metadata.managedFields` and, given one, sets the namespace (the pod had none).
+fn normalise(pod: &mut Value, namespace: Option<&str>) {
+    let Some(obj) = pod.as_object_mut() else {
+        return;
+    };
+    let meta = obj.entry("metadata").or_insert_with(|| json!({}));
+    if let Some(meta) = meta.as_object_mut() {
+        meta.remove("managedFields");
+        if let Some(ns) = namespace {
+            meta.insert("namespace".to_string(), Value::String(ns.to_string()));
+        }
     }
 }
 
@@ -459,6 +468,54 @@ mod tests {
         assert!(env
             .iter()
             .any(|e| e["name"] == json!("ISTIO_META_CLUSTER_ID") && e["value"] == json!("c1")));
+    }
+
+    /// The namespace the request defaults and the managedFields dropped for the engine are not the
+    /// patch's business: for a pod with metadata (normalised in place, diffed against the normalised
+    /// pod) and without (copied, result restored), the patch applied to the request's object leaves
+    /// both as they were, never names them, and injects.
+    #[test]
+    fn normalised_fields_stay_as_the_api_server_holds_them() {
+        let e = Engine::new(crate::config::Settings::default());
+        let spec = json!({"containers": [{"name": "app", "image": "a"}]});
+        for object in [
+            json!({"metadata": {"generateName": "p-", "managedFields": [{"manager": "m"}],
+                   "labels": {"app": "p"}}, "spec": spec}),
+            json!({"metadata": {"namespace": "", "labels": {"app": "p"}}, "spec": spec}),
+            json!({"metadata": {"namespace": "other", "managedFields": []}, "spec": spec}),
+            json!({"spec": spec}),
+        ] {
+            let review = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+                "request": {"uid": "u", "namespace": "ns", "object": object}});
+            let out = handle(&e, &serde_json::to_vec(&review).unwrap(), "/inject");
+            assert_eq!(out.kind, OutcomeKind::Injected, "{object}");
+            let v: Value = serde_json::from_slice(&out.response).unwrap();
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(v["response"]["patch"].as_str().unwrap())
+                .unwrap();
+            let ops: Value = serde_json::from_slice(&bytes).unwrap();
+            for op in ops.as_array().unwrap() {
+                let path = op["path"].as_str().unwrap();
+                assert!(
+                    !path.starts_with("/metadata/namespace")
+                        && !path.starts_with("/metadata/managedFields"),
+                    "{object}: {op}"
+                );
+            }
+            let patch: json_patch::Patch = serde_json::from_value(ops).unwrap();
+            let mut pod = object.clone();
+            json_patch::patch(&mut pod, &patch).unwrap();
+            for key in ["namespace", "managedFields"] {
+                assert_eq!(
+                    pod["metadata"].get(key),
+                    object.get("metadata").and_then(|m| m.get(key)),
+                    "{object}: {key}"
+                );
+            }
+            assert!(pod["spec"]["initContainers"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["name"] == json!("istio-proxy"))));
+        }
     }
 
     /// The render memo stores a pod's render on its second sighting and answers from the third on, the
