@@ -146,15 +146,37 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
 /// Equality including the order of object keys (what makes two values' JSON texts equal).
 pub fn identical(a: &Value, b: &Value) -> bool {
     match (a, b) {
+        (Value::String(x), Value::String(y)) => bytes_eq(x.as_bytes(), y.as_bytes()),
         (Value::Array(x), Value::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(a, b)| identical(a, b))
         }
         (Value::Object(x), Value::Object(y)) => {
             x.len() == y.len()
-                && x.iter()
-                    .zip(y)
-                    .all(|((ka, va), (kb, vb))| ka == kb && identical(va, vb))
+                && x.iter().zip(y).all(|((ka, va), (kb, vb))| {
+                    bytes_eq(ka.as_bytes(), kb.as_bytes()) && identical(va, vb)
+                })
         }
+        _ => a == b,
+    }
+}
+
+/// `a == b` for byte strings, without a call to `memcmp` up to 16 bytes: most keys and values in a pod
+/// are that short, and the call costs more than the comparison (the identity checks of the memo key
+/// and of the stored texts compare a few hundred such strings per injection).
+fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word = |s: &[u8], at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    match n {
+        // Two overlapping words cover every byte.
+        8..=16 => word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8),
+        0..=7 => a.iter().zip(b).all(|(x, y)| x == y),
         _ => a == b,
     }
 }
@@ -275,6 +297,21 @@ mod tests {
         assert!(reused.iter().all(|r| r.known == 1));
         assert!(std::ptr::eq(reused[0].at, &v[0]));
         assert!(std::ptr::eq(reused[1].at, &v[4][0]));
+    }
+
+    #[test]
+    fn bytes_eq_is_slice_equality() {
+        let base: Vec<u8> = (0u8..40).collect();
+        for n in 0..40 {
+            let a = &base[..n];
+            assert!(bytes_eq(a, &base[..n]));
+            assert!(!bytes_eq(a, &base[..n + 1]));
+            for i in 0..n {
+                let mut b = a.to_vec();
+                b[i] ^= 0x80;
+                assert!(!bytes_eq(a, &b), "length {n}, byte {i}");
+            }
+        }
     }
 
     #[test]
