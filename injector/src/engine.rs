@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::fields::Fields;
 use serde_json::{Map, Value};
@@ -380,6 +380,7 @@ impl Engine {
             },
             revision: &s.revision,
             url_env: &url_env,
+            status: shared.as_ref().and_then(|sk| sk.status(&s.revision)),
         };
         postprocess::post_process(&mut merged, original, template_pod, &params)?;
         Ok((merged, texts))
@@ -448,6 +449,23 @@ pub struct Skeleton {
     /// array of objects, an item without a string name, or a name twice in a list (the merge would
     /// reject, reshape or combine those).
     pub special: bool,
+    /// The status annotation for this skeleton as the template pod, made on first use: (revision, value).
+    status: OnceLock<(String, String)>,
+}
+
+impl Skeleton {
+    /// The status annotation's value when this skeleton is the whole template pod (made once; ~3% of
+    /// a `hello` injection's instructions). `None` for another revision than the first asked for,
+    /// which cannot happen within one engine (one memo per configuration) but is not assumed.
+    pub fn status(&self, revision: &str) -> Option<&str> {
+        let (rev, status) = self.status.get_or_init(|| {
+            (
+                revision.to_string(),
+                postprocess::status_annotation(&self.pod, revision),
+            )
+        });
+        (rev == revision).then_some(status.as_str())
+    }
 }
 
 pub(crate) fn template_skeleton(rendered: &Value) -> Skeleton {
@@ -511,6 +529,7 @@ pub(crate) fn template_skeleton(rendered: &Value) -> Skeleton {
     Skeleton {
         pod: Value::Object(pod),
         special,
+        status: OnceLock::new(),
     }
 }
 
@@ -659,6 +678,7 @@ mod tests {
         let Skeleton {
             pod: skeleton,
             special,
+            ..
         } = template_skeleton(&rendered);
         assert!(!special);
         let mut merged = json!({"metadata": {}, "spec": {}});
@@ -678,6 +698,19 @@ mod tests {
         ] {
             assert!(template_skeleton(&special).special, "{special}");
         }
+    }
+
+    #[test]
+    fn a_skeleton_keeps_the_status_annotation_of_its_first_revision() {
+        let rendered = json!({"spec": {"initContainers": [{"name": "istio-init"}, {"name": "istio-proxy"}],
+                                       "volumes": [{"name": "v1"}], "imagePullSecrets": [{"name": "s"}]}});
+        let sk = template_skeleton(&rendered);
+        let want = postprocess::status_annotation(&sk.pod, "canary");
+        assert!(want.contains("\"revision\":\"canary\""), "{want}");
+        assert!(want.contains("\"istio-init\",\"istio-proxy\""), "{want}");
+        assert_eq!(sk.status("canary"), Some(want.as_str()));
+        assert_eq!(sk.status("canary"), Some(want.as_str()));
+        assert_eq!(sk.status(""), None);
     }
 
     #[test]

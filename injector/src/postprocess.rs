@@ -49,6 +49,9 @@ pub struct PostProcessParams<'a> {
     /// `ISTIO_META_CLUSTER_ID` / `ISTIO_META_NETWORK` when non-empty. Each key is moved to the end of the
     /// proxy env, sorted; `ISTIO_META_NETWORK` also becomes the `topology.istio.io/network` label.
     pub url_env: &'a BTreeMap<String, String>,
+    /// The status annotation's value when the caller already has it for this template pod and
+    /// revision (a memoised skeleton's, see `engine::Skeleton`); otherwise it is made here.
+    pub status: Option<&'a str>,
 }
 
 /// Why post-processing failed.
@@ -500,7 +503,10 @@ fn apply_metadata(pod: &mut Value, template_pod: &Value, params: &PostProcessPar
     set_annotation(
         pod,
         STATUS_ANNOTATION,
-        status_annotation(template_pod, params.revision),
+        params.status.map_or_else(
+            || status_annotation(template_pod, params.revision),
+            str::to_string,
+        ),
     );
     for (k, v) in params.injected_annotations {
         set_annotation(pod, k, v.clone());

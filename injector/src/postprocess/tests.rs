@@ -37,6 +37,7 @@ impl Env {
             injected_annotations: &self.injected,
             revision: &self.revision,
             url_env: &self.url_env,
+            status: None,
         }
     }
 }
