@@ -3,8 +3,10 @@
 //!
 //! Input layout: bytes before the first NUL are a path suffix (`/inject/<suffix>`, percent-decoded as the
 //! server does), the rest is the body; without a NUL, the whole input is the body sent to `/inject`.
-//! Invariants beyond "no panic, no hang": the answer is JSON with a boolean `response.allowed`, and a
-//! patch, when present, is base64 of a JSON array.
+//! Invariants beyond "no panic, no hang": the answer is JSON with a boolean `response.allowed`, a
+//! patch, when present, is base64 of a JSON array, and the same input answered four times gets the same
+//! bytes each time (the render memo stores an injected pod on its second sighting and answers from the
+//! third, and from the fourth on the hit moves in spare items the previous answer handed back).
 #![no_main]
 
 use std::sync::OnceLock;
@@ -35,6 +37,15 @@ fuzz_target!(|data: &[u8]| {
     };
     let path = injector::server::percent_decode(&path);
     let out = injector::admission::handle(engine(), body, &path);
+    for _ in 0..3 {
+        let again = injector::admission::handle(engine(), body, &path);
+        assert!(
+            again.response == out.response,
+            "a repeated review got another answer:\n{}\n{}",
+            String::from_utf8_lossy(&out.response),
+            String::from_utf8_lossy(&again.response)
+        );
+    }
     let v: serde_json::Value = serde_json::from_slice(&out.response).expect("the answer is JSON");
     assert!(
         v["response"]["allowed"].is_boolean(),
