@@ -9,13 +9,13 @@
 //! Groups: `hello` (the same pod again and again, as a workload's replicas arrive: the render memo
 //! answers from the third on), `hello-cold` (4096 distinct pods: never a memo hit) and `large`.
 //!
-//! Measured 2026-11-29 (session 4) on the 2-core development machine, release profile (LTO), mimalloc,
-//! medians of six runs (the last three on the final code); this VM's speed drifts (the floor measured
-//! 6.7-11.2 µs within an hour), so ratios come from the same run: hello floor 6.7-10.0 µs, inject
-//! 27.5-45.1 µs (4.0-4.5×; 3.0-5.3× against the hello-cold floor of the same run); hello-cold inject
-//! 62.6-113 µs (9.8-15×); large floor 200-312 µs, inject 417-645 µs (1.8-2.1×). callgrind (thin LTO),
-//! instructions per injection: hello 277 k (520 k in session 2), floor 66 k; hello-cold 687 k; large
-//! 3.82 M.
+//! Measured 2026-11-29 (session 5) on the 2-core development machine, release profile (LTO), mimalloc,
+//! medians; this VM's speed drifts (the same floor measured 6.7-11.2 µs within an hour in session 4), so
+//! ratios come from the same run: hello floor 7.18 µs, inject 22.5 µs (3.1×; 2.3× against the hello-cold
+//! floor of 9.94 µs); hello-cold inject 86.2 µs; large floor 310 µs, inject 615 µs (2.0×). Session 4 had
+//! hello at 4.0-4.5× its floor. callgrind (thin LTO), instructions per injection: hello 172 k (277 k in
+//! session 4, 520 k in session 2; the memo's spare items, shared skeleton and status annotation, the
+//! in-place normalisation), floor 66 k; hello-cold 687 k; large 3.74 M.
 
 use criterion::{criterion_group, Criterion};
 use injector::config::Settings;
