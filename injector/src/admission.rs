@@ -244,8 +244,8 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         Err(e) => return env.fail(e.to_string()),
     };
     if restore {
-        // The patch is against the object the API server holds: put back what we normalised.
-        restore_request_fields(original, &mut result);
+        // The patch is against the object the API server holds: take out what we normalised.
+        restore_request_fields(&mut result);
     }
     let (patch_bytes, reused) = engine.patch_json(original, &result, &texts);
     // The result's unchanged containers and volumes become the memo's spares for the next hit.
@@ -278,24 +278,13 @@ fn normalise(pod: &mut Value, namespace: Option<&str>) {
     }
 }
 
-/// `metadata.managedFields` and a namespace the request did not carry are not ours to change.
-fn restore_request_fields(original: &Value, result: &mut Value) {
-    let Some(meta) = result.field_mut("metadata").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let orig_meta = original.field("metadata");
-    for key in ["managedFields", "namespace"] {
-        match orig_meta.and_then(|m| m.get(key)) {
-            Some(v) => {
-                meta.insert(key.to_string(), v.clone());
-            }
-            None => {
-                meta.remove(key);
-            }
-        }
-    }
-    if meta.is_empty() && orig_meta.is_none() {
-        // Leave an empty metadata object: harmless, and the patch then adds only what injection added.
+/// Undoes [`normalise`] on the result of a pod that had no metadata: the request carried neither a
+/// namespace nor managedFields, and neither is ours to add. An empty metadata object is left: harmless,
+/// and the patch then adds only what injection added.
+fn restore_request_fields(result: &mut Value) {
+    if let Some(meta) = result.field_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+        meta.remove("namespace");
     }
 }
 
