@@ -140,13 +140,12 @@ pub struct Texts(Arc<Entry>);
 impl Texts {
     /// The items with their text, each with its index among the entry's items (for [`Reused::item`]).
     pub fn known(&self) -> Vec<(usize, Known<'_>)> {
-        let spec = self.0.rendered.field("spec");
         self.0
             .texts
             .iter()
             .enumerate()
             .filter_map(|(i, t)| {
-                let value = spec?.field(t.list)?.as_array()?.get(t.index)?;
+                let value = self.0.item(i)?;
                 Some((
                     i,
                     Known {
