@@ -16,6 +16,7 @@ pub mod apply;
 pub mod cli;
 pub mod config;
 pub mod detect;
+pub mod flags;
 pub mod logging;
 pub mod render;
 pub mod rules;
@@ -85,7 +86,7 @@ pub fn run_with(
             if let Some(clap::error::ContextValue::String(arg)) =
                 e.get(clap::error::ContextKind::InvalidArg)
             {
-                if cli::parse_go_bool(arg).is_ok() {
+                if flags::parse_go_bool(arg).is_ok() {
                     eprintln!(
                         "tip: a boolean flag takes its value after '=', e.g. --dry-run={arg} \
                          (istio-iptables would ignore {arg:?} and leave the flag on)"
