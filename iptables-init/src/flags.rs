@@ -665,3 +665,150 @@ pub static FLAGS: [&Flag; 42] = [
     &LOG_CALLER,
     &LOG_STACKTRACE_LEVEL,
 ];
+
+impl Fallback {
+    /// The default as README.md's flag tables write it.
+    pub fn readme(&self) -> String {
+        match self {
+            Fallback::Empty => "empty".to_string(),
+            Fallback::Off => "false".to_string(),
+            Fallback::Value(v) => format!("`{v}`"),
+            Fallback::Derived { readme, .. } => readme.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One row of README.md's flag tables: the table's position among them, then the cells.
+    struct Row {
+        table: usize,
+        long: String,
+        short: String,
+        default: String,
+        env: String,
+    }
+
+    /// The rows of the flag tables in README.md's "### Flags" section. Cells are split on `|` not
+    /// preceded by `\` (a `\|` stays inside its cell).
+    fn readme_rows() -> Vec<Row> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+        let text = std::fs::read_to_string(path).expect("README.md");
+        let start = text.find("\n### Flags\n").expect("a ### Flags section");
+        let section = &text[start + 1..];
+        let end = section[4..].find("\n#").map_or(section.len(), |e| e + 4);
+        let mut rows = Vec::new();
+        let mut table = 0;
+        let mut in_table = false;
+        for line in section[..end].lines() {
+            if !line.starts_with('|') {
+                in_table = false;
+                continue;
+            }
+            if !in_table {
+                in_table = true;
+                table += 1;
+                assert_eq!(
+                    line, "| Long | Short | Default | Environment | Meaning |",
+                    "the header of flag table {table}"
+                );
+                continue;
+            }
+            if line.starts_with("| ---") {
+                continue;
+            }
+            let mut cells = Vec::new();
+            let mut cell = String::new();
+            let mut chars = line[1..].chars().peekable();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' if chars.peek() == Some(&'|') => {
+                        cell.push('|');
+                        chars.next();
+                    }
+                    '|' => cells.push(std::mem::take(&mut cell).trim().to_string()),
+                    _ => cell.push(c),
+                }
+            }
+            assert_eq!(cells.len(), 5, "{line}");
+            let unquote = |s: &str| s.trim_matches('`').to_string();
+            rows.push(Row {
+                table,
+                long: unquote(&cells[0]),
+                short: unquote(&cells[1]),
+                default: cells[2].clone(),
+                env: cells[3].clone(),
+            });
+        }
+        rows
+    }
+
+    #[test]
+    fn the_readme_flag_tables_are_the_flag_definitions() {
+        let rows = readme_rows();
+        assert_eq!(rows.len(), FLAGS.len(), "one README row per flag");
+        for flag in FLAGS {
+            let long = format!("--{}", flag.long);
+            let matching: Vec<&Row> = rows.iter().filter(|r| r.long == long).collect();
+            let [row] = matching[..] else {
+                panic!("{long}: {} README rows", matching.len())
+            };
+            let table = match flag.group {
+                Group::Istio => 1,
+                Group::Surroundings => 2,
+                Group::Log => 3,
+            };
+            assert_eq!(row.table, table, "{long}: the table it is in");
+            let short = flag.short.map(|s| format!("-{s}")).unwrap_or_default();
+            assert_eq!(row.short, short, "{long}: short name");
+            assert_eq!(row.default, flag.default.readme(), "{long}: default");
+            let env = if flag.env.is_empty() {
+                "(none)".to_string()
+            } else {
+                let names: Vec<String> = flag.env.iter().map(|e| format!("`{e}`")).collect();
+                names.join(", then ")
+            };
+            assert_eq!(row.env, env, "{long}: environment");
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_indexes_are_positions() {
+        for (i, flag) in FLAGS.iter().enumerate() {
+            assert_eq!(flag.index(), i, "--{}", flag.long);
+            assert_eq!(by_long(flag.long).map(Flag::index), Some(i), "--{}", flag.long);
+            if let Some(s) = flag.short {
+                assert_eq!(by_short(s).map(Flag::index), Some(i), "-{s}");
+            }
+            let value_kinds = !matches!(flag.kind, Kind::Bool) || flag.value_name == "BOOL";
+            assert!(value_kinds, "--{}", flag.long);
+        }
+        let envs: Vec<&str> = FLAGS.iter().flat_map(|f| f.env.iter().copied()).collect();
+        let mut unique = envs.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), envs.len(), "an environment variable names one flag");
+    }
+
+    #[test]
+    fn help_lines_carry_the_default_and_the_environment() {
+        assert_eq!(
+            ENVOY_PORT.help_line(),
+            "Outbound listener port: all outbound TCP is redirected to it [default: 15001]"
+        );
+        assert_eq!(
+            REDIRECT_DNS.help_line(),
+            "Capture DNS to the agent on 15053 [env: REDIRECT_DNS, overridden by ISTIO_META_DNS_CAPTURE]"
+        );
+        assert_eq!(
+            DNS_SERVERS.help_line(),
+            "DNS servers for --redirect-dns; empty for none [default: nameservers of /etc/resolv.conf]"
+        );
+        assert_eq!(PROXY_GID.help_line(), "Proxy gid list; empty: the uid list [env: PROXY_GID]");
+        assert_eq!(ENVOY_PORT.origin(), "-p/--envoy-port");
+        assert_eq!(DRY_RUN.origin(), "-n/--dry-run");
+        assert_eq!(REDIRECT_DNS.origin(), "--redirect-dns");
+    }
+}
