@@ -1,5 +1,5 @@
-//! The validated configuration: istio-iptables' flags and environment resolved (spec §2–§4), every
-//! value checked before anything is touched.
+//! The validated configuration: istio-iptables' flags and environment resolved (Istio's `cmd/root.go`
+//! and `tools/common/config`), every value checked before anything is touched.
 //!
 //! Precedence is Istio's: command line, then the environment (for the flags that have a variable; an
 //! "also" variable overrides the primary one; a boolean or number that does not parse is ignored with a
@@ -147,7 +147,7 @@ impl Default for OutboundInclude {
     }
 }
 
-/// Owner-group interception filter (spec §4.2).
+/// Owner-group interception filter (the intercept filter of Istio's `tools/common/config`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OwnerGroups {
     /// Include list `*`: capture every group except these (one RETURN rule each).
@@ -186,7 +186,7 @@ impl Ipv6Mode {
 }
 
 /// Everything a run needs, validated. [`Default`] is Istio's test default configuration
-/// (`constructTestConfig`, spec §8), which the rule tests build on.
+/// (`constructTestConfig` in Istio's `capture/run_test.go`), which the rule tests build on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// `-p`.
@@ -242,7 +242,7 @@ pub struct Config {
     /// `--dry-run`.
     pub dry_run: bool,
     /// `DRY_RUN_FILE_PATH` (env only, non-empty): with `--dry-run`, also write what Istio's recording stub
-    /// records, in its golden-file format (see [`crate::render::dry_run_record`]).
+    /// records, in its golden-file format (see `render::dry_run_record`).
     pub dry_run_file: Option<std::path::PathBuf>,
     /// `--skip-rule-apply`.
     pub skip_rule_apply: bool,
@@ -854,6 +854,27 @@ mod tests {
             OutboundInclude::List(CidrList::default())
         );
         assert_eq!(c.probe_timeout, Duration::from_secs(5));
+    }
+
+    /// The defaults the flag table documents (in `--help` and README.md) are the ones resolution uses:
+    /// giving a flag its documented default changes nothing.
+    #[test]
+    fn the_flag_table_defaults_are_what_resolve_uses() {
+        use crate::flags::{Fallback, Group, FLAGS};
+        let none = ok(&[], &[]);
+        let mut checked = 0;
+        for flag in FLAGS.iter().filter(|f| f.group != Group::Log) {
+            let value = match flag.default {
+                Fallback::Value(v) => v,
+                Fallback::Off => "false",
+                Fallback::Empty => "",
+                Fallback::Derived { .. } => continue,
+            };
+            let arg = format!("--{}={value}", flag.long);
+            assert_eq!(ok(&[&arg], &[]), none, "{arg}");
+            checked += 1;
+        }
+        assert_eq!(checked, 33);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The definition of every flag, once: names, value kind, environment variables and their precedence,
 //! default and help text, in the order `--help` lists them.
 //!
-//! [`FLAGS`] drives everything a flag is used for: [`crate::cli`] parses the command line with it (its
+//! [`FLAGS`] drives everything a flag is used for: `cli` parses the command line with it (its
 //! fast path and clap's command are both built from it), `--help` is generated from it,
 //! `config::resolve` reads each flag's environment variables from it, and a test checks README.md's flag
 //! tables against it. The names and variables are istio-iptables' (Istio's `tools/istio-iptables/pkg/cmd/root.go`
@@ -778,7 +778,12 @@ mod tests {
     fn names_are_unique_and_indexes_are_positions() {
         for (i, flag) in FLAGS.iter().enumerate() {
             assert_eq!(flag.index(), i, "--{}", flag.long);
-            assert_eq!(by_long(flag.long).map(Flag::index), Some(i), "--{}", flag.long);
+            assert_eq!(
+                by_long(flag.long).map(Flag::index),
+                Some(i),
+                "--{}",
+                flag.long
+            );
             if let Some(s) = flag.short {
                 assert_eq!(by_short(s).map(Flag::index), Some(i), "-{s}");
             }
@@ -789,7 +794,11 @@ mod tests {
         let mut unique = envs.clone();
         unique.sort_unstable();
         unique.dedup();
-        assert_eq!(unique.len(), envs.len(), "an environment variable names one flag");
+        assert_eq!(
+            unique.len(),
+            envs.len(),
+            "an environment variable names one flag"
+        );
     }
 
     #[test]
@@ -806,7 +815,10 @@ mod tests {
             DNS_SERVERS.help_line(),
             "DNS servers for --redirect-dns; empty for none [default: nameservers of /etc/resolv.conf]"
         );
-        assert_eq!(PROXY_GID.help_line(), "Proxy gid list; empty: the uid list [env: PROXY_GID]");
+        assert_eq!(
+            PROXY_GID.help_line(),
+            "Proxy gid list; empty: the uid list [env: PROXY_GID]"
+        );
         assert_eq!(ENVOY_PORT.origin(), "-p/--envoy-port");
         assert_eq!(DRY_RUN.origin(), "-n/--dry-run");
         assert_eq!(REDIRECT_DNS.origin(), "--redirect-dns");
