@@ -661,9 +661,9 @@ fn log_final_state(backends: &[Backend]) {
     }
 }
 
-/// Whether the plan's text declares nat `ISTIO_INBOUND`, which Istio's rules always do (spec §5.2 step 4)
-/// and which therefore exists wherever a run of ours left rules: the optimistic restore of such a text
-/// cannot succeed on top of rules of ours.
+/// Whether the plan's text declares nat `ISTIO_INBOUND`, which Istio's rules always do (step 4 of
+/// `rules::build`) and which therefore exists wherever a run of ours left rules: the optimistic restore of
+/// such a text cannot succeed on top of rules of ours.
 fn declares_nat_inbound(text: &str) -> bool {
     let mut in_nat = false;
     for line in text.lines() {

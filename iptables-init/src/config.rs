@@ -1,5 +1,5 @@
-//! The validated configuration: istio-iptables' flags and environment resolved (spec §2–§4), every
-//! value checked before anything is touched.
+//! The validated configuration: istio-iptables' flags and environment resolved (Istio's `cmd/root.go`
+//! and `tools/common/config`), every value checked before anything is touched.
 //!
 //! Precedence is Istio's: command line, then the environment (for the flags that have a variable; an
 //! "also" variable overrides the primary one; a boolean or number that does not parse is ignored with a
@@ -10,8 +10,9 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-use crate::cli::{parse_go_bool, parse_go_duration, Args, Ipv6Mode};
+use crate::cli::Args;
 use crate::detect::{self, System};
+use crate::flags::{self, parse_go_bool, parse_go_duration, Flag};
 
 /// The environment, as a lookup function (the process environment in production, a map in tests).
 pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -146,7 +147,7 @@ impl Default for OutboundInclude {
     }
 }
 
-/// Owner-group interception filter (spec §4.2).
+/// Owner-group interception filter (the intercept filter of Istio's `tools/common/config`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OwnerGroups {
     /// Include list `*`: capture every group except these (one RETURN rule each).
@@ -162,8 +163,30 @@ impl Default for OwnerGroups {
     }
 }
 
+/// `--ipv6`: emit IPv6 rules, or detect as Istio does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ipv6Mode {
+    /// Istio's detection from the namespace's interface addresses (Istio's `EnableIPv6`).
+    Auto,
+    /// Always emit IPv6 rules.
+    True,
+    /// Never emit IPv6 rules.
+    False,
+}
+
+impl Ipv6Mode {
+    /// The mode of `--ipv6`'s word (`auto` when not given).
+    fn of(word: Option<&str>) -> Ipv6Mode {
+        match word {
+            Some("true") => Ipv6Mode::True,
+            Some("false") => Ipv6Mode::False,
+            _ => Ipv6Mode::Auto,
+        }
+    }
+}
+
 /// Everything a run needs, validated. [`Default`] is Istio's test default configuration
-/// (`constructTestConfig`, spec §8), which the rule tests build on.
+/// (`constructTestConfig` in Istio's `capture/run_test.go`), which the rule tests build on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// `-p`.
@@ -219,7 +242,7 @@ pub struct Config {
     /// `--dry-run`.
     pub dry_run: bool,
     /// `DRY_RUN_FILE_PATH` (env only, non-empty): with `--dry-run`, also write what Istio's recording stub
-    /// records, in its golden-file format (see [`crate::render::dry_run_record`]).
+    /// records, in its golden-file format (see `render::dry_run_record`).
     pub dry_run_file: Option<std::path::PathBuf>,
     /// `--skip-rule-apply`.
     pub skip_rule_apply: bool,
@@ -313,19 +336,19 @@ struct Given {
     origin: String,
 }
 
-/// Resolves a string flag: the command line, else the last of `envs` that is set (set-and-empty
+/// Resolves a string flag: the command line, else the last of its variables that is set (set-and-empty
 /// counts), else `None`.
-fn string_input(cli: &Option<String>, flag: &str, envs: &[&str], env: Env) -> Option<Given> {
-    if let Some(v) = cli {
+fn string_input(args: &Args, flag: &'static Flag, env: Env) -> Option<Given> {
+    if let Some(v) = args.string(flag) {
         return Some(Given {
-            value: v.clone(),
-            origin: flag.to_string(),
+            value: v.to_string(),
+            origin: flag.origin(),
         });
     }
-    envs.iter().rev().find_map(|name| {
+    flag.env.iter().rev().find_map(|name| {
         env(name).map(|v| Given {
             value: v,
-            origin: format!("${name} ({flag})"),
+            origin: format!("${name} ({})", flag.origin()),
         })
     })
 }
@@ -334,8 +357,7 @@ fn string_input(cli: &Option<String>, flag: &str, envs: &[&str], env: Env) -> Op
 /// one if it parses; one that does not parse is ignored (with a warning).
 fn typed_input<T>(
     cli: Option<T>,
-    flag: &str,
-    envs: &[&str],
+    flag: &'static Flag,
     env: Env,
     parse: impl Fn(&str) -> Result<T, String>,
 ) -> Option<T> {
@@ -343,12 +365,15 @@ fn typed_input<T>(
         return cli;
     }
     let mut out = None;
-    for name in envs {
+    for name in flag.env {
         if let Some(raw) = env(name) {
             match parse(&raw) {
                 Ok(v) => out = Some(v),
                 Err(e) => {
-                    tracing::warn!("ignoring ${name} for {flag}: {e} (as istio-iptables does)")
+                    tracing::warn!(
+                        "ignoring ${name} for --{}: {e} (as istio-iptables does)",
+                        flag.long
+                    )
                 }
             }
         }
@@ -356,8 +381,8 @@ fn typed_input<T>(
     out
 }
 
-fn boolean(cli: Option<bool>, flag: &str, envs: &[&str], env: Env) -> bool {
-    typed_input(cli, flag, envs, env, parse_go_bool).unwrap_or(false)
+fn boolean(args: &Args, flag: &'static Flag, env: Env) -> bool {
+    typed_input(args.boolean(flag), flag, env, parse_go_bool).unwrap_or(false)
 }
 
 /// Splits an istio-iptables list: on `,`, empty items dropped, items not trimmed.
@@ -482,28 +507,14 @@ fn group_list(origin: &str, s: &str) -> Result<Vec<String>, ConfigError> {
 /// interface addresses through `sys`, and only when the flags leave them undecided.
 pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, ConfigError> {
     let mut c = Config::default();
-    let s = |cli: &Option<String>, flag: &str, envs: &[&str]| string_input(cli, flag, envs, env);
+    let s = |flag: &'static Flag| string_input(args, flag, env);
 
-    c.proxy_port = port_flag(s(&args.envoy_port, "-p/--envoy-port", &[]), 15001)?;
-    c.inbound_capture_port = port_flag(
-        s(
-            &args.inbound_capture_port,
-            "-z/--inbound-capture-port",
-            &["INBOUND_CAPTURE_PORT"],
-        ),
-        15006,
-    )?;
-    c.inbound_tunnel_port = port_flag(
-        s(
-            &args.inbound_tunnel_port,
-            "-e/--inbound-tunnel-port",
-            &["INBOUND_TUNNEL_PORT"],
-        ),
-        15008,
-    )?;
+    c.proxy_port = port_flag(s(&flags::ENVOY_PORT), c.proxy_port)?;
+    c.inbound_capture_port = port_flag(s(&flags::INBOUND_CAPTURE_PORT), c.inbound_capture_port)?;
+    c.inbound_tunnel_port = port_flag(s(&flags::INBOUND_TUNNEL_PORT), c.inbound_tunnel_port)?;
 
     // -u: empty means $ENVOY_USER's uid, else 1337; -g: empty means the -u list.
-    let uid = s(&args.proxy_uid, "-u/--proxy-uid", &["PROXY_UID"]).filter(|g| !g.value.is_empty());
+    let uid = s(&flags::PROXY_UID).filter(|g| !g.value.is_empty());
     c.proxy_uids = match &uid {
         Some(g) => id_list(&g.origin, &g.value, "uid")?,
         None => {
@@ -518,17 +529,13 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
             vec![found.unwrap_or(1337)]
         }
     };
-    let gid = s(&args.proxy_gid, "-g/--proxy-gid", &["PROXY_GID"]).filter(|g| !g.value.is_empty());
+    let gid = s(&flags::PROXY_GID).filter(|g| !g.value.is_empty());
     c.proxy_gids = match &gid {
         Some(g) => id_list(&g.origin, &g.value, "gid")?,
         None => c.proxy_uids.clone(),
     };
 
-    if let Some(g) = s(
-        &args.inbound_interception_mode,
-        "-m/--istio-inbound-interception-mode",
-        &["ISTIO_INBOUND_INTERCEPTION_MODE"],
-    ) {
+    if let Some(g) = s(&flags::INBOUND_INTERCEPTION_MODE) {
         c.mode = match g.value.as_str() {
             "" | "REDIRECT" => InterceptionMode::Redirect,
             "TPROXY" => InterceptionMode::Tproxy,
@@ -542,49 +549,25 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
         };
     }
 
-    if let Some(g) = s(
-        &args.inbound_ports,
-        "-b/--istio-inbound-ports",
-        &["ISTIO_INBOUND_PORTS"],
-    ) {
+    if let Some(g) = s(&flags::INBOUND_PORTS) {
         c.inbound_ports = match g.value.as_str() {
             "" => InboundPorts::None,
             "*" => InboundPorts::All,
             _ => InboundPorts::List(port_list(&Some(g))?),
         };
     }
-    c.inbound_exclude_ports = port_list(&s(
-        &args.local_exclude_ports,
-        "-d/--istio-local-exclude-ports",
-        &["ISTIO_LOCAL_EXCLUDE_PORTS"],
-    ))?;
-    c.exclude_interfaces = ifname_list(&s(
-        &args.exclude_interfaces,
-        "-c/--istio-exclude-interfaces",
-        &["ISTIO_EXCLUDE_INTERFACES"],
-    ))?;
-    c.kube_virt_interfaces = ifname_list(&s(
-        &args.kube_virt_interfaces,
-        "-k/--kube-virt-interfaces",
-        &["KUBE_VIRT_INTERFACES"],
-    ))?;
+    c.inbound_exclude_ports = port_list(&s(&flags::LOCAL_EXCLUDE_PORTS))?;
+    c.exclude_interfaces = ifname_list(&s(&flags::EXCLUDE_INTERFACES))?;
+    c.kube_virt_interfaces = ifname_list(&s(&flags::KUBE_VIRT_INTERFACES))?;
 
-    if let Some(g) = s(
-        &args.service_cidr,
-        "-i/--istio-service-cidr",
-        &["ISTIO_SERVICE_CIDR"],
-    ) {
+    if let Some(g) = s(&flags::SERVICE_CIDR) {
         c.outbound_include = if g.value == "*" {
             OutboundInclude::All
         } else {
             OutboundInclude::List(cidr_list(&g.origin, &g.value)?)
         };
     }
-    if let Some(g) = s(
-        &args.service_exclude_cidr,
-        "-x/--istio-service-exclude-cidr",
-        &["ISTIO_SERVICE_EXCLUDE_CIDR"],
-    ) {
+    if let Some(g) = s(&flags::SERVICE_EXCLUDE_CIDR) {
         if g.value == "*" {
             return Err(invalid(
                 &g.origin,
@@ -594,22 +577,10 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
         }
         c.outbound_exclude = cidr_list(&g.origin, &g.value)?;
     }
-    c.outbound_ports = port_list(&s(
-        &args.outbound_ports,
-        "-q/--istio-outbound-ports",
-        &["ISTIO_OUTBOUND_PORTS"],
-    ))?;
-    c.outbound_exclude_ports = port_list(&s(
-        &args.local_outbound_ports_exclude,
-        "-o/--istio-local-outbound-ports-exclude",
-        &["ISTIO_LOCAL_OUTBOUND_PORTS_EXCLUDE"],
-    ))?;
+    c.outbound_ports = port_list(&s(&flags::OUTBOUND_PORTS))?;
+    c.outbound_exclude_ports = port_list(&s(&flags::LOCAL_OUTBOUND_PORTS_EXCLUDE))?;
 
-    if let Some(g) = s(
-        &args.tproxy_mark,
-        "-t/--istio-inbound-tproxy-mark",
-        &["ISTIO_INBOUND_TPROXY_MARK"],
-    ) {
+    if let Some(g) = s(&flags::TPROXY_MARK) {
         let mark = parse_u32(&g.origin, &g.value, "mark")?;
         if mark == 0 || mark == 1338 {
             return Err(invalid(
@@ -620,11 +591,7 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
         }
         c.tproxy_mark = mark;
     }
-    if let Some(g) = s(
-        &args.tproxy_route_table,
-        "-r/--istio-inbound-tproxy-route-table",
-        &["ISTIO_INBOUND_TPROXY_ROUTE_TABLE"],
-    ) {
+    if let Some(g) = s(&flags::TPROXY_ROUTE_TABLE) {
         let table = parse_u32(&g.origin, &g.value, "route table")?;
         if matches!(table, 0 | 253..=255) {
             return Err(invalid(
@@ -636,68 +603,32 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
         c.tproxy_route_table = table;
     }
 
-    c.dry_run = boolean(args.dry_run, "--dry-run", &["DRY_RUN"], env);
+    c.dry_run = boolean(args, &flags::DRY_RUN, env);
     c.dry_run_file = env("DRY_RUN_FILE_PATH")
         .filter(|p| !p.is_empty())
         .map(std::path::PathBuf::from);
-    c.skip_rule_apply = boolean(
-        args.skip_rule_apply,
-        "--skip-rule-apply",
-        &["SKIP_RULE_APPLY"],
-        env,
-    );
-    c.run_validation = boolean(
-        args.run_validation,
-        "--run-validation",
-        &["RUN_VALIDATION"],
-        env,
-    );
-    c.redirect_dns = boolean(
-        args.redirect_dns,
-        "--redirect-dns",
-        &["REDIRECT_DNS", "ISTIO_META_DNS_CAPTURE"],
-        env,
-    );
-    c.drop_invalid = boolean(
-        args.drop_invalid,
-        "--drop-invalid",
-        &["DROP_INVALID", "INVALID_DROP"],
-        env,
-    );
-    c.dual_stack = boolean(
-        args.dual_stack,
-        "--dual-stack",
-        &["DUAL_STACK", "ISTIO_DUAL_STACK"],
-        env,
-    );
-    c.capture_all_dns = boolean(
-        args.capture_all_dns,
-        "--capture-all-dns",
-        &["CAPTURE_ALL_DNS"],
-        env,
-    );
-    c.cni_mode = boolean(args.cni_mode, "--cni-mode", &["CNI_MODE"], env);
-    c.reconcile = boolean(args.reconcile, "--reconcile", &["RECONCILE"], env);
-    c.cleanup_only = boolean(args.cleanup_only, "--cleanup-only", &["CLEANUP_ONLY"], env);
-    c.force_apply = boolean(args.force_apply, "--force-apply", &["FORCE_APPLY"], env);
-    c.native_nftables = boolean(
-        args.native_nftables,
-        "--native-nftables",
-        &["NATIVE_NFTABLES"],
-        env,
-    );
+    c.skip_rule_apply = boolean(args, &flags::SKIP_RULE_APPLY, env);
+    c.run_validation = boolean(args, &flags::RUN_VALIDATION, env);
+    c.redirect_dns = boolean(args, &flags::REDIRECT_DNS, env);
+    c.drop_invalid = boolean(args, &flags::DROP_INVALID, env);
+    c.dual_stack = boolean(args, &flags::DUAL_STACK, env);
+    c.capture_all_dns = boolean(args, &flags::CAPTURE_ALL_DNS, env);
+    c.cni_mode = boolean(args, &flags::CNI_MODE, env);
+    c.reconcile = boolean(args, &flags::RECONCILE, env);
+    c.cleanup_only = boolean(args, &flags::CLEANUP_ONLY, env);
+    c.force_apply = boolean(args, &flags::FORCE_APPLY, env);
+    c.native_nftables = boolean(args, &flags::NATIVE_NFTABLES, env);
 
     let probe_port = typed_input(
-        args.iptables_probe_port,
-        "--iptables-probe-port",
-        &["IPTABLES_PROBE_PORT"],
+        args.port(&flags::IPTABLES_PROBE_PORT),
+        &flags::IPTABLES_PROBE_PORT,
         env,
         |v| v.parse::<u16>().map_err(|e| format!("{v:?}: {e}")),
     );
     if let Some(p) = probe_port {
         if p == 0 {
             return Err(invalid(
-                "--iptables-probe-port",
+                &flags::IPTABLES_PROBE_PORT.origin(),
                 "0",
                 "port out of range (1-65535)",
             ));
@@ -705,27 +636,18 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
         c.probe_port = p;
     }
     if let Some(t) = typed_input(
-        args.probe_timeout,
-        "--probe-timeout",
-        &["PROBE_TIMEOUT"],
+        args.duration(&flags::PROBE_TIMEOUT),
+        &flags::PROBE_TIMEOUT,
         env,
         parse_go_duration,
     ) {
         c.probe_timeout = t;
     }
-    c.network_namespace = s(
-        &args.network_namespace,
-        "--network-namespace",
-        &["NETWORK_NAMESPACE"],
-    )
-    .map(|g| g.value)
-    .filter(|v| !v.is_empty());
+    c.network_namespace = s(&flags::NETWORK_NAMESPACE)
+        .map(|g| g.value)
+        .filter(|v| !v.is_empty());
 
-    if let Some(g) = s(
-        &args.force_iptables_binary,
-        "--force-iptables-binary",
-        &["FORCE_IPTABLES_BINARY"],
-    ) {
+    if let Some(g) = s(&flags::FORCE_IPTABLES_BINARY) {
         c.force_binary = match g.value.as_str() {
             "" => None,
             "legacy" | "nft" => Some(g.value.clone()),
@@ -741,16 +663,8 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
 
     // Owner groups: include `*` (default) means all-except the exclude list; otherwise the include
     // list alone, the exclude list ignored.
-    let include = s(
-        &args.outbound_owner_groups,
-        "--outbound-owner-groups",
-        &["ISTIO_OUTBOUND_OWNER_GROUPS"],
-    );
-    let exclude = s(
-        &args.outbound_owner_groups_exclude,
-        "--outbound-owner-groups-exclude",
-        &["ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE"],
-    );
+    let include = s(&flags::OUTBOUND_OWNER_GROUPS);
+    let exclude = s(&flags::OUTBOUND_OWNER_GROUPS_EXCLUDE);
     c.owner_groups = match include {
         Some(g) if g.value != "*" => {
             let groups = group_list(&g.origin, &g.value)?;
@@ -779,11 +693,7 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
         }),
     };
 
-    if let Some(g) = s(
-        &args.host_ipv4_loopback_cidr,
-        "--host-ipv4-loopback-cidr",
-        &["ISTIO_OUTBOUND_IPV4_LOOPBACK_CIDR"],
-    ) {
+    if let Some(g) = s(&flags::HOST_IPV4_LOOPBACK_CIDR) {
         let cidr = Cidr::parse(&g.value).map_err(|r| invalid(&g.origin, &g.value, r))?;
         match cidr.addr {
             IpAddr::V4(a) if a.is_loopback() && (8..=32).contains(&cidr.len) => {
@@ -800,11 +710,11 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
     }
 
     // DNS servers: the explicit list, else resolv.conf, read only when DNS capture needs the servers.
-    let servers: Vec<IpAddr> = match &args.dns_servers {
+    let servers: Vec<IpAddr> = match args.string(&flags::DNS_SERVERS) {
         Some(list) => split_list(list)
             .map(|item| {
                 item.parse::<IpAddr>()
-                    .map_err(|_| invalid("--dns-servers", item, "not an IP address"))
+                    .map_err(|_| invalid(&flags::DNS_SERVERS.origin(), item, "not an IP address"))
             })
             .collect::<Result<_, _>>()?,
         None if c.redirect_dns && !c.capture_all_dns => {
@@ -835,7 +745,7 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
     }
 
     // IPv6: explicit, or Istio's detection. The host IP also picks the validation probe's family.
-    let ipv6_mode = args.ipv6.unwrap_or(Ipv6Mode::Auto);
+    let ipv6_mode = Ipv6Mode::of(args.choice(&flags::IPV6));
     if ipv6_mode == Ipv6Mode::Auto || c.run_validation {
         let detected = sys
             .interface_addrs()
@@ -944,6 +854,27 @@ mod tests {
             OutboundInclude::List(CidrList::default())
         );
         assert_eq!(c.probe_timeout, Duration::from_secs(5));
+    }
+
+    /// The defaults the flag table documents (in `--help` and README.md) are the ones resolution uses:
+    /// giving a flag its documented default changes nothing.
+    #[test]
+    fn the_flag_table_defaults_are_what_resolve_uses() {
+        use crate::flags::{Fallback, Group, FLAGS};
+        let none = ok(&[], &[]);
+        let mut checked = 0;
+        for flag in FLAGS.iter().filter(|f| f.group != Group::Log) {
+            let value = match flag.default {
+                Fallback::Value(v) => v,
+                Fallback::Off => "false",
+                Fallback::Empty => "",
+                Fallback::Derived { .. } => continue,
+            };
+            let arg = format!("--{}={value}", flag.long);
+            assert_eq!(ok(&[&arg], &[]), none, "{arg}");
+            checked += 1;
+        }
+        assert_eq!(checked, 33);
     }
 
     #[test]

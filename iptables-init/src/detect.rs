@@ -87,7 +87,7 @@ fn skipped(ip: IpAddr) -> bool {
     }
 }
 
-/// Istio's IPv6 detection (spec §4.3) over `addrs` in dump order. `None` when no usable address exists
+/// Istio's IPv6 detection (`EnableIPv6`) over `addrs` in dump order. `None` when no usable address exists
 /// (Istio then fails with "no valid local IP address found").
 pub fn detect_ipv6(addrs: &[IpAddr], dual_stack: bool) -> Option<Detected> {
     let mut usable = addrs.iter().map(|a| unmap(*a)).filter(|a| !skipped(*a));

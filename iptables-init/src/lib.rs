@@ -3,7 +3,8 @@
 //! The pipeline is deliberately split so that `--dry-run` prints exactly what would be applied:
 //!
 //! 1. [`cli`] reads istio-iptables' command line, and [`config`] resolves it with the environment and
-//!    the surroundings ([`detect`]) into a validated [`config::Config`];
+//!    the surroundings ([`detect`]) into a validated [`config::Config`]; both read each flag's names,
+//!    variables and default from its one definition in [`flags`], and [`logging`] its log flags;
 //! 2. [`rules`] turns the configuration into a rule model ([`rules::Plan`]) in Istio's order;
 //! 3. [`render`] renders the model as `iptables-restore` input (and route actions as comments);
 //! 4. [`apply`] detects the backend, checks the current state and applies the rendered text atomically
@@ -16,6 +17,7 @@ pub mod apply;
 pub mod cli;
 pub mod config;
 pub mod detect;
+pub mod flags;
 pub mod logging;
 pub mod render;
 pub mod rules;
@@ -85,7 +87,7 @@ pub fn run_with(
             if let Some(clap::error::ContextValue::String(arg)) =
                 e.get(clap::error::ContextKind::InvalidArg)
             {
-                if cli::parse_go_bool(arg).is_ok() {
+                if flags::parse_go_bool(arg).is_ok() {
                     eprintln!(
                         "tip: a boolean flag takes its value after '=', e.g. --dry-run={arg} \
                          (istio-iptables would ignore {arg:?} and leave the flag on)"

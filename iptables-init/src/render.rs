@@ -1,4 +1,5 @@
-//! Rendering the rule model as `iptables-restore` input, exactly as Istio's builder does (spec §6).
+//! Rendering the rule model as `iptables-restore` input, exactly as Istio's
+//! `builder` package does.
 
 use std::fmt::Write as _;
 
@@ -117,8 +118,8 @@ pub fn dry_run(plan: &Plan) -> String {
     out
 }
 
-/// What Istio's recording stub records for a `--dry-run` apply (spec §8), which is also the format of
-/// Istio's golden files: the state checks `iptables-save` and `ip6tables-save`, the IPv4 restore input,
+/// What Istio's recording stub (`dependencies/stub.go`) records for a `--dry-run` apply, which is also
+/// the format of Istio's golden files: the state checks `iptables-save` and `ip6tables-save`, the IPv4 restore input,
 /// the IPv6 restore input when IPv6 is on, then the final-state dumps (`ip6tables-save` only with IPv6).
 /// Written to `DRY_RUN_FILE_PATH`, so a run can be diffed against Istio's goldens or against a
 /// `pilot-agent istio-iptables --dry-run` of the same configuration. Route actions are not commands the

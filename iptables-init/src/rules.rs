@@ -173,7 +173,7 @@ impl Builder {
         }
     }
 
-    /// A rule for both families ("both" in the spec).
+    /// A rule for both families ("both" in Istio's rule list).
     fn both(&mut self, table: Table, text: &str) {
         self.one(Family::V4, table, text);
         self.one(Family::V6, table, text);
@@ -186,23 +186,34 @@ impl Builder {
     }
 }
 
-/// Builds the rule model for `cfg`, reproducing istio-iptables' rules in its order (spec §5.2), and the
-/// route actions of §5.4.
+/// Builds the rule model for `cfg`, reproducing the rules of Istio's `capture/run.go` in its order (the
+/// numbered steps below), and the route actions.
 pub fn build(cfg: &Config) -> Plan {
     let mut b = Builder {
         v4: Vec::new(),
         v6: cfg.ipv6.then(Vec::new),
     };
-    let tproxy = cfg.mode == InterceptionMode::Tproxy;
-    let (p, z, t, m) = (
-        cfg.proxy_port,
-        cfg.inbound_capture_port,
-        cfg.inbound_tunnel_port,
-        cfg.tproxy_mark,
-    );
-    let dns = cfg.dns_capture();
-    let all_dns = cfg.capture_all_dns;
+    excluded_interfaces(&mut b, cfg);
+    drop_invalid(&mut b, cfg);
+    shared_chains(&mut b, cfg);
+    inbound_capture(&mut b, cfg);
+    outbound_entry(&mut b, cfg);
+    proxy_owners(&mut b, cfg);
+    owner_groups(&mut b, cfg);
+    dns_capture(&mut b, cfg);
+    outbound_destinations(&mut b, cfg);
+    tproxy_marks(&mut b, cfg);
+    Plan {
+        v4: b.v4,
+        v6: b.v6,
+        routes: routes(cfg),
+    }
+}
 
+/// Steps 1 and 2: interfaces left alone (nat, then mangle under TPROXY), and kube-virt interfaces
+/// never captured inbound.
+fn excluded_interfaces(b: &mut Builder, cfg: &Config) {
+    let tproxy = cfg.mode == InterceptionMode::Tproxy;
     // 1. Excluded interfaces: nat, then (TPROXY) mangle.
     for i in &cfg.exclude_interfaces {
         b.both(Table::Nat, &format!("-A PREROUTING -i {i} -j RETURN"));
@@ -218,6 +229,10 @@ pub fn build(cfg: &Config) -> Plan {
     for i in &cfg.kube_virt_interfaces {
         b.both(Table::Nat, &format!("-I PREROUTING 1 -i {i} -j RETURN"));
     }
+}
+
+/// Step 3: packets in conntrack state INVALID are dropped (`--drop-invalid`).
+fn drop_invalid(b: &mut Builder, cfg: &Config) {
     // 3. Drop invalid.
     if cfg.drop_invalid {
         b.both(
@@ -226,6 +241,13 @@ pub fn build(cfg: &Config) -> Plan {
         );
         b.both(Table::Mangle, "-A ISTIO_DROP -j DROP");
     }
+}
+
+/// Steps 4 to 6: the tunnel port is never captured, and the redirect chains every capture jumps to.
+fn shared_chains(b: &mut Builder, cfg: &Config) {
+    let p = cfg.proxy_port;
+    let z = cfg.inbound_capture_port;
+    let t = cfg.inbound_tunnel_port;
     // 4.-6. The tunnel port and the shared redirect chains.
     b.both(
         Table::Nat,
@@ -239,7 +261,13 @@ pub fn build(cfg: &Config) -> Plan {
         Table::Nat,
         &format!("-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports {z}"),
     );
+}
 
+/// Step 7: inbound capture, through nat REDIRECT or mangle TPROXY.
+fn inbound_capture(b: &mut Builder, cfg: &Config) {
+    let tproxy = cfg.mode == InterceptionMode::Tproxy;
+    let z = cfg.inbound_capture_port;
+    let m = cfg.tproxy_mark;
     // 7. Inbound capture.
     if cfg.inbound_ports != InboundPorts::None {
         let table = if tproxy { Table::Mangle } else { Table::Nat };
@@ -299,7 +327,11 @@ pub fn build(cfg: &Config) -> Plan {
             InboundPorts::None => {}
         }
     }
+}
 
+/// Steps 8 to 10: everything leaving goes through ISTIO_OUTPUT, minus the excluded ports and Envoy's
+/// inbound passthrough.
+fn outbound_entry(b: &mut Builder, cfg: &Config) {
     // 8. Every protocol goes through ISTIO_OUTPUT (UDP must reach the DNS rules).
     b.both(Table::Nat, "-A OUTPUT -j ISTIO_OUTPUT");
     // 9. Outbound port excludes.
@@ -320,7 +352,13 @@ pub fn build(cfg: &Config) -> Plan {
             f.passthrough_source()
         )
     });
+}
 
+/// Steps 11 and 12: the proxy's own traffic (by uid, then gid) is not captured, except to itself over
+/// loopback.
+fn proxy_owners(b: &mut Builder, cfg: &Config) {
+    let t = cfg.inbound_tunnel_port;
+    let dns = cfg.dns_capture();
     // 11./12. Proxy uids, then gids.
     let include_loopback = match &cfg.outbound_include {
         OutboundInclude::All => false,
@@ -366,7 +404,10 @@ pub fn build(cfg: &Config) -> Plan {
             &format!("-A ISTIO_OUTPUT -m owner --gid-owner {g} -j RETURN"),
         );
     }
+}
 
+/// Step 13: the owner-group filter.
+fn owner_groups(b: &mut Builder, cfg: &Config) {
     // 13. Owner groups.
     match &cfg.owner_groups {
         OwnerGroups::AllExcept(groups) => {
@@ -386,7 +427,12 @@ pub fn build(cfg: &Config) -> Plan {
             b.both(Table::Nat, &text);
         }
     }
+}
 
+/// Step 14: DNS capture to the agent, with conntrack zones.
+fn dns_capture(b: &mut Builder, cfg: &Config) {
+    let dns = cfg.dns_capture();
+    let all_dns = cfg.capture_all_dns;
     // 14. DNS capture.
     if dns {
         let s4 = &cfg.dns_servers_v4;
@@ -475,7 +521,10 @@ pub fn build(cfg: &Config) -> Plan {
             }
         }
     }
+}
 
+/// Steps 15 to 18: which destinations outbound capture sends to Envoy.
+fn outbound_destinations(b: &mut Builder, cfg: &Config) {
     // 15. Localhost is never captured.
     b.versioned(Table::Nat, |f| {
         format!("-A ISTIO_OUTPUT -d {} -j RETURN", f.loopback(cfg))
@@ -537,6 +586,12 @@ pub fn build(cfg: &Config) -> Plan {
             }
         }
     }
+}
+
+/// Step 19: TPROXY marks, even with no inbound ports.
+fn tproxy_marks(b: &mut Builder, cfg: &Config) {
+    let tproxy = cfg.mode == InterceptionMode::Tproxy;
+    let m = cfg.tproxy_mark;
     // 19. TPROXY marks, even with no inbound ports.
     if tproxy {
         b.both(
@@ -576,15 +631,10 @@ pub fn build(cfg: &Config) -> Plan {
             &format!("-I ISTIO_INBOUND 3 -p tcp -i lo -m mark ! --mark {OUTBOUND_MARK} -j RETURN"),
         );
     }
-
-    Plan {
-        v4: b.v4,
-        v6: b.v6,
-        routes: routes(cfg),
-    }
 }
 
-/// The routes and addresses of spec §5.4.
+/// The routes and addresses Istio configures through netlink after the iptables apply (its
+/// `tools/common/tproxy/run_linux.go`).
 fn routes(cfg: &Config) -> Vec<RouteAction> {
     let mut routes = Vec::new();
     if cfg.ipv6 {
@@ -636,7 +686,8 @@ mod tests {
         Cidr::parse(s).expect("cidr")
     }
 
-    /// The typical injected configuration of spec §5.5, compared as text with the spec's output.
+    /// The configuration Istio's injection template gives `istio-init`, compared as text with the
+    /// restore input Istio's rules make of it.
     #[test]
     fn injected_default_matches_the_worked_example() {
         let cfg = Config {

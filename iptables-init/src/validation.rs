@@ -1,4 +1,5 @@
-//! `--run-validation`: prove interception with a real connection (spec §9).
+//! `--run-validation`: prove interception with a real connection (Istio's
+//! `tools/istio-iptables/pkg/validation`).
 //!
 //! Listeners on `127.0.0.1:P` and `127.0.0.1:Z` (`[::1]` for IPv6) record the original destination
 //! (`SO_ORIGINAL_DST`) of every accepted connection; once a second a client connects from `127.0.0.1:0`

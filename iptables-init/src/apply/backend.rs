@@ -1,10 +1,10 @@
 //! Which iptables does this network namespace use — legacy (x_tables) or nft — and running its binaries.
 //!
-//! Istio's detection (spec §7.1) probes each candidate with `B-save`, `B-save --version` and a write probe
-//! (`B -t nat -A INPUT -p 255 -j RETURN` and its delete): up to eight processes per family. The write probe
-//! on legacy has a side effect: it instantiates an empty legacy `nat` table, after which a second run sees
-//! "legacy has existing rules" (its save prints the empty table) and switches backend, although the first
-//! run installed its rules with nft.
+//! Istio's detection (its `dependencies` package) probes each candidate with `B-save`, `B-save --version` and
+//! a write probe (`B -t nat -A INPUT -p 255 -j RETURN` and its delete): up to eight processes per family. The
+//! write probe on legacy has a side effect: it instantiates an empty legacy `nat` table, after which a second
+//! run sees "legacy has existing rules" (its save prints the empty table) and switches backend, although the
+//! first run installed its rules with nft.
 //!
 //! We decide the same question (prefer legacy only when legacy is already in use, else nft, else plain
 //! `iptables`) without writing anything and with fewer processes:

@@ -60,7 +60,8 @@ fn rules(lines: &[(Table, &str)]) -> Vec<Rule> {
         .collect()
 }
 
-/// The default injected configuration (spec §5.5), optionally with an excluded inbound port list.
+/// The default injected configuration (what Istio's injection template gives `istio-init`), optionally
+/// with an excluded inbound port list.
 pub(super) fn default_rules(exclude: &[&str]) -> Vec<Rule> {
     let mut v = vec![
         (

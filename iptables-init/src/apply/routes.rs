@@ -1,7 +1,7 @@
-//! The TPROXY / IPv6 route actions (spec §5.4) through iproute2's `ip`, idempotent: a rerun neither fails
-//! nor duplicates anything. `ip rule add` does not refuse a duplicate (it would add a second identical
-//! rule), so rules are looked up with `ip rule show` first; addresses and routes report "File exists" /
-//! "already assigned", which counts as done.
+//! The TPROXY / IPv6 route actions (Istio's `tools/common/tproxy/run_linux.go`) through iproute2's `ip`,
+//! idempotent: a rerun neither fails nor duplicates anything. `ip rule add` does not refuse a duplicate (it
+//! would add a second identical rule), so rules are looked up with `ip rule show` first; addresses and routes
+//! report "File exists" / "already assigned", which counts as done.
 
 use crate::rules::RouteAction;
 

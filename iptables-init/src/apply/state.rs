@@ -82,7 +82,7 @@ pub fn jump_target(line: &str) -> Option<&str> {
 }
 
 /// Whether a save-format rule in a built-in chain is one of the TPROXY rules Istio's generator writes
-/// there without jumping to a chain of ours (spec §5.2 step 19), whatever mark and uid it was made with:
+/// there without jumping to a chain of ours (step 19 of `rules::build`), whatever mark and uid it was made with:
 /// `CONNMARK --save-mark`/`--restore-mark` guarded by a mark match, the `-o lo` mark `RETURN`, and the
 /// `MARK` to the fixed outbound mark 1338 (0x53a) for proxy-owned loopback traffic. Recognising them by
 /// shape lets `--reconcile` and `--cleanup-only` remove them even when the configuration that wrote them
