@@ -10,13 +10,14 @@ use std::io::{BufRead as _, BufReader};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use e2e::netns::{require_root, Family, NetNs};
+use e2e::netns::{Family, NetNs};
+use test_support::require_root;
 
 const APP_UID: u32 = 1000;
 const PROXY_UID: u32 = 1337;
 
 /// The arguments Istio's injector writes (hello.yaml).
-const DEFAULT_ARGS: &[&str] = e2e::ISTIO_INJECTED_ARGS;
+const DEFAULT_ARGS: &[&str] = test_support::ISTIO_INJECTED_ARGS;
 
 struct Pair {
     pod: NetNs,
