@@ -1,4 +1,4 @@
-//! Golden-file tests of the `sidecar` template: each case of `istio-testdata/inject/cases.json` is rendered
+//! Golden-file tests of the `sidecar` template: each case of `testdata/istio/inject/cases.json` is rendered
 //! from the test environment (base values, base mesh `defaultConfig` as ProxyConfig, the case's overrides and
 //! its input pod) and what the template owns — the init container, the `istio-proxy` container, the volumes,
 //! pull secrets, labels and annotations — is compared with the golden, leaving out what post-processing and
@@ -7,78 +7,22 @@
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
+use test_support::corpus::{merge, read_inject};
+use test_support::pods::{documents, injectable};
 
 use super::*;
 
-fn testdata() -> PathBuf {
-    // CI lays `shared/` beside the clone; developers' worktrees sit one level deeper.
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    for up in ["../../shared", "../../../shared"] {
-        let p = manifest.join(up).join("istio-testdata/inject");
-        if p.is_dir() {
-            return p;
-        }
-    }
-    panic!("istio-testdata not found beside the repository ({manifest:?}/../../shared)");
-}
-
 fn read(name: &str) -> String {
-    std::fs::read_to_string(testdata().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    read_inject(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn yaml_docs(text: &str) -> Vec<Value> {
-    serde_saphyr::from_multiple::<Value>(text)
-        .expect("yaml")
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
-}
-
-/// Maps merge recursively, `null` deletes, anything else replaces.
-fn merge(base: &mut Value, over: &Value) {
-    match (base, over) {
-        (Value::Object(b), Value::Object(o)) => {
-            for (k, v) in o {
-                if v.is_null() {
-                    b.remove(k);
-                } else if let Some(bv) = b.get_mut(k) {
-                    if bv.is_object() && v.is_object() {
-                        merge(bv, v);
-                    } else {
-                        *bv = v.clone();
-                    }
-                } else {
-                    b.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        (b, o) => *b = o.clone(),
-    }
+    documents(text).expect("yaml")
 }
 
 /// Injectable documents (a `List` is replaced by its items).
 fn workloads(docs: Vec<Value>) -> Vec<Value> {
-    let mut out = Vec::new();
-    for d in docs {
-        match d["kind"].as_str() {
-            Some("List") => out.extend(workloads(
-                d["items"].as_array().cloned().unwrap_or_default(),
-            )),
-            Some(
-                "Deployment"
-                | "DeploymentConfig"
-                | "DaemonSet"
-                | "StatefulSet"
-                | "Job"
-                | "ReplicaSet"
-                | "ReplicationController"
-                | "CronJob"
-                | "Pod",
-            ) => out.push(d),
-            _ => {}
-        }
-    }
-    out
+    injectable(&docs)
 }
 
 fn pod_of(doc: &Value) -> Value {
