@@ -1,10 +1,9 @@
 //! Semantic equality of Kubernetes objects, the comparison rule of `testdata/istio/inject/README.md`
 //! ("How results are compared"): both sides are normalised, then compared exactly.
 //!
-//! Where the two earlier copies of this rule differed, the stricter reading is kept: resource quantities are
-//! compared as exact integers of nano-units (not floating point), numbers are not loosened (`1.0` is not `1`),
-//! and inside a JSON string only null members are dropped (nothing else is ignored there and nested strings
-//! stay text).
+//! The rule is read strictly: resource quantities are compared as exact integers of nano-units (not
+//! floating point), numbers are not loosened (`1.0` is not `1`), and inside a JSON string only null members
+//! are dropped (nothing else is ignored there, and nested strings stay text).
 
 use serde_json::{Map, Value};
 

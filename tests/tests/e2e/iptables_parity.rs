@@ -292,7 +292,8 @@ fn run_case(dir: &std::path::Path, case: &Case) -> Result<()> {
 
 /// The `DRY_RUN_FILE_PATH` record equals Istio's golden text (trailing whitespace trimmed, as Istio's
 /// test compares), line for line; a word may differ only in the spelling of the same address
-/// (`::127.0.0.53/128` is `::7f00:35/128`: the CLI cannot reproduce the test's spelling, spec §8).
+/// (`::127.0.0.53/128` is `::7f00:35/128`: the CLI cannot reproduce the spelling Istio's `TestIptables` in
+/// `tools/istio-iptables/pkg/capture/run_test.go` sets directly in its config).
 fn same_record(ours: &str, golden: &str) -> Result<()> {
     let (ours, golden) = (ours.trim_end(), golden.trim_end());
     let (a, b): (Vec<&str>, Vec<&str>) = (ours.lines().collect(), golden.lines().collect());
@@ -441,8 +442,8 @@ mod cli {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Configurations that no golden covers (spec §8) and other option mixes: the kernel accepts
-    /// every part of the dry-run output.
+    /// Configurations that no golden of Istio's `TestIptables` (`run_test.go`) covers, and other option
+    /// mixes: the kernel accepts every part of the dry-run output.
     #[test]
     fn uncovered_configurations_are_accepted_by_the_kernel() {
         test_support::require_root();

@@ -297,7 +297,7 @@ async fn assert_still_injects(f: &Fixture, tag: &str) {
     );
 }
 
-/// Bad input is answered as documented (spec §2.2) and the server keeps serving.
+/// Bad input is answered as Istio's `serveInject` in `webhook.go` answers it, and the server keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_answered_and_the_server_keeps_serving() {
     let f = fixture(
@@ -831,8 +831,9 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The classic 8-row table (spec §1.4): the namespace-selector column through the selectors `injector
-/// certs` generates, evaluated as the API server does, and the pod column through the engine over HTTP.
+/// The classic 8-row table of istio.io's "Automatic Sidecar Injection" page: the namespace-selector
+/// column through the selectors `injector certs` generates, evaluated as the API server does, and the pod
+/// column through the engine over HTTP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_row_table_and_decisions_through_http() {
     let enabled = fixture(Value::Null, Value::Null, &[]);
@@ -1054,7 +1055,7 @@ fn generated_webhook_configuration() {
     ));
 }
 
-/// URL path parameters (spec §2.5) reach the injected proxy's environment.
+/// URL path parameters (`parseInjectEnvs` in Istio's `webhook.go`) reach the injected proxy's environment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_parameters() {
     let f = fixture(Value::Null, Value::Null, &[]);
