@@ -23,6 +23,24 @@ pub const ISTIO_INJECTED_ARGS: &[&str] = &[
     "15090,15021,15020",
 ];
 
+/// The flag Istio's injector appends after [`ISTIO_INJECTED_ARGS`] for the default proxy log level.
+pub const DEFAULT_LOG_LEVEL_ARG: &str = "--log_output_level=default:info";
+
+/// [`ISTIO_INJECTED_ARGS`] with the value after each `(flag, value)` flag replaced, then `extra` appended:
+/// the variations tests make of the injected configuration. Panics on a flag the list does not hold.
+pub fn injected_args_with<'a>(replace: &[(&str, &'a str)], extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args: Vec<&'a str> = ISTIO_INJECTED_ARGS.to_vec();
+    for (flag, value) in replace {
+        let at = args
+            .iter()
+            .position(|a| a == flag)
+            .unwrap_or_else(|| panic!("{flag} is not among Istio's injected arguments"));
+        args[at + 1] = value;
+    }
+    args.extend_from_slice(extra);
+    args
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,7 +64,23 @@ mod tests {
             .collect();
         assert_eq!(
             args,
-            [ISTIO_INJECTED_ARGS, &["--log_output_level=default:info"]].concat()
+            [ISTIO_INJECTED_ARGS, &[DEFAULT_LOG_LEVEL_ARG]].concat()
         );
+    }
+
+    #[test]
+    fn variations_replace_values_and_append() {
+        let v = injected_args_with(&[("-m", "TPROXY"), ("-d", "15090")], &["--ipv6", "false"]);
+        assert_eq!(v.len(), ISTIO_INJECTED_ARGS.len() + 2);
+        assert_eq!(v[8], "TPROXY");
+        assert_eq!(v[16], "15090");
+        assert_eq!(&v[17..], ["--ipv6", "false"]);
+        assert_eq!(&v[..8], &ISTIO_INJECTED_ARGS[..8]);
+    }
+
+    #[test]
+    #[should_panic(expected = "-t is not among")]
+    fn an_unknown_flag_is_refused() {
+        injected_args_with(&[("-t", "9")], &[]);
     }
 }

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 use test_support::corpus::{merge, read_inject};
+use test_support::istio_init::injected_args_with;
 use test_support::pods::{documents, injectable};
 
 use super::*;
@@ -520,36 +521,23 @@ fn traffic_annotations_build_iptables_args() {
     );
     let r = case.render(&doc).unwrap();
     let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    // Istio's default list with status port 0 dropped from the inbound excludes, then the annotations' flags.
     assert_eq!(
         init["args"],
-        json!([
-            "istio-iptables",
-            "-p",
-            "15001",
-            "-z",
-            "15006",
-            "-u",
-            "1337",
-            "-m",
-            "REDIRECT",
-            "-i",
-            "*",
-            "-x",
-            "",
-            "-b",
-            "*",
-            "-d",
-            "15090,15021",
-            "-q",
-            "80,443",
-            "-o",
-            "9000",
-            "-k",
-            "net1,net2",
-            "-c",
-            "eth1",
-            "--log_output_level=default:debug"
-        ])
+        json!(injected_args_with(
+            &[("-d", "15090,15021")],
+            &[
+                "-q",
+                "80,443",
+                "-o",
+                "9000",
+                "-k",
+                "net1,net2",
+                "-c",
+                "eth1",
+                "--log_output_level=default:debug"
+            ]
+        ))
     );
     // Status port 0: no proxy probes, drain on port 0.
     let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();

@@ -13,6 +13,7 @@ use std::process::Command;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use e2e::netns::{Family, NetNs};
+use test_support::istio_init::{self, injected_args_with};
 
 /// One row of cases.tsv.
 #[derive(Debug)]
@@ -574,11 +575,7 @@ mod cli {
     #[test]
     fn dry_run_works_as_an_ordinary_user() {
         test_support::require_root();
-        let injected: Vec<&str> = test_support::ISTIO_INJECTED_ARGS
-            .iter()
-            .copied()
-            .chain(["--log_output_level=default:info", "--dry-run"])
-            .collect();
+        let injected = injected_args_with(&[], &[istio_init::DEFAULT_LOG_LEVEL_ARG, "--dry-run"]);
         for (ipv6, marker) in [("false", false), ("true", true)] {
             let out = Command::new(e2e::bin("iptables-init"))
                 .args(&injected)
