@@ -273,14 +273,15 @@ mod tests {
 
     #[test]
     fn merge_deletes_on_null_and_replaces_lists() {
-        let mut b = json!({"a": {"x": 1, "y": 2}, "l": [1, 2]});
-        merge(
-            &mut b,
-            &json!({"a": {"x": null, "z": {"n": null, "m": 1}}, "l": [3]}),
-        );
-        assert_eq!(b, json!({"a": {"y": 2, "z": {"m": 1}}, "l": [3]}));
-        merge(&mut b, &Value::Null);
-        assert_eq!(b, json!({"a": {"y": 2, "z": {"m": 1}}, "l": [3]}));
+        let mut doc = json!({"keep": {"cpu": "1", "memory": "2"}, "list": [1, 2], "scalar": 1});
+        let over = json!({"keep": {"cpu": null, "new": {"gone": null, "kept": 1}}, "list": [3],
+            "scalar": {"now": "a map"}});
+        merge(&mut doc, &over);
+        let want = json!({"keep": {"memory": "2", "new": {"kept": 1}}, "list": [3],
+            "scalar": {"now": "a map"}});
+        assert_eq!(doc, want);
+        merge(&mut doc, &Value::Null);
+        assert_eq!(doc, want, "a null override changes nothing");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 /// `metadata` and `apiVersion` in `fieldRef` dropped, strings holding JSON replaced by their parsed value,
 /// quantities under `resources.limits`/`resources.requests` replaced by their exact value.
 pub fn normalize(v: &Value) -> Value {
-    norm(v, &[])
+    norm(v, &[], false)
 }
 
 /// True when `a` and `b` are equal after [`normalize`].
@@ -116,17 +116,18 @@ fn sorted(m: &Map<String, Value>) -> Vec<(&String, &Value)> {
     entries
 }
 
-/// `path` holds the map keys leading here (list indices are not recorded).
-fn norm(v: &Value, path: &[&str]) -> Value {
+/// `path` holds the map keys leading here (list indices are not recorded); `in_json` is true inside a
+/// JSON string, where only null members are dropped (empty objects and lists carry meaning there) and
+/// nothing else is ignored or parsed.
+fn norm(v: &Value, path: &[&str], in_json: bool) -> Value {
     match v {
         Value::Object(m) => {
             let parent = path.last().copied();
             let mut out = Map::new();
             for (k, val) in sorted(m) {
-                if parent == Some("metadata") && k == "creationTimestamp" {
-                    continue;
-                }
-                if parent == Some("fieldRef") && k == "apiVersion" {
+                let ignored = (parent == Some("metadata") && k == "creationTimestamp")
+                    || (parent == Some("fieldRef") && k == "apiVersion");
+                if ignored && !in_json {
                     continue;
                 }
                 let n = match quantity_of(path, val) {
@@ -134,46 +135,21 @@ fn norm(v: &Value, path: &[&str]) -> Value {
                     None => {
                         let mut p = path.to_vec();
                         p.push(k);
-                        norm(val, &p)
+                        norm(val, &p, in_json)
                     }
                 };
-                if !is_empty(&n) {
+                let dropped = if in_json { n.is_null() } else { is_empty(&n) };
+                if !dropped {
                     out.insert(k.clone(), n);
                 }
             }
             Value::Object(out)
         }
-        Value::Array(a) => Value::Array(a.iter().map(|x| norm(x, path)).collect()),
-        Value::String(s) => match json_in(s) {
-            Some(parsed) => json_marker(norm_json(&parsed, &[])),
+        Value::Array(a) => Value::Array(a.iter().map(|x| norm(x, path, in_json)).collect()),
+        Value::String(s) if !in_json => match json_in(s) {
+            Some(parsed) => json_marker(norm(&parsed, &[], true)),
             None => v.clone(),
         },
-        _ => v.clone(),
-    }
-}
-
-/// Inside a JSON string only null members are dropped (empty objects and lists carry meaning there).
-fn norm_json(v: &Value, path: &[&str]) -> Value {
-    match v {
-        Value::Object(m) => {
-            let mut out = Map::new();
-            for (k, val) in sorted(m) {
-                if val.is_null() {
-                    continue;
-                }
-                let n = match quantity_of(path, val) {
-                    Some(q) => q,
-                    None => {
-                        let mut p = path.to_vec();
-                        p.push(k);
-                        norm_json(val, &p)
-                    }
-                };
-                out.insert(k.clone(), n);
-            }
-            Value::Object(out)
-        }
-        Value::Array(a) => Value::Array(a.iter().map(|x| norm_json(x, path)).collect()),
         _ => v.clone(),
     }
 }

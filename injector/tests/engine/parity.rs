@@ -179,48 +179,43 @@ pub fn run_webhook(case: &Case) -> Result<(), String> {
     Ok(())
 }
 
-fn summarise(mode: &str, results: &[(String, Result<(), String>)]) -> usize {
+/// Runs every case of `mode` through `run`, prints a summary, and fails unless all `expected` cases pass.
+fn run_mode(mode: &str, expected: usize, run: fn(&Case) -> Result<(), String>) {
+    let results: Vec<_> = cases()
+        .iter()
+        .filter(|c| c.runs_in(mode))
+        .map(|c| (c.name.clone(), run(c)))
+        .collect();
+    assert_eq!(
+        results.len(),
+        expected,
+        "cases.json has {expected} {mode} cases"
+    );
     let failed: Vec<_> = results.iter().filter(|(_, r)| r.is_err()).collect();
     println!(
         "== parity {mode}: {}/{} passed",
         results.len() - failed.len(),
         results.len()
     );
-    for (name, r) in results {
+    for (name, r) in &results {
         match r {
             Ok(()) => println!("  PASS {name}"),
             Err(e) => println!("  FAIL {name}: {e}"),
         }
     }
-    failed.len()
+    assert!(
+        failed.is_empty(),
+        "{} {mode} parity cases failed (see the summary above)",
+        failed.len()
+    );
 }
 
 #[test]
 fn parity_kube_inject() {
-    let results: Vec<_> = cases()
-        .iter()
-        .filter(|c| c.runs_in("kube-inject"))
-        .map(|c| (c.name.clone(), run_kube_inject(c)))
-        .collect();
-    assert_eq!(results.len(), 74, "cases.json has 74 kube-inject cases");
-    let failed = summarise("kube-inject", &results);
-    assert_eq!(
-        failed, 0,
-        "{failed} kube-inject parity cases failed (see the summary above)"
-    );
+    run_mode("kube-inject", 74, run_kube_inject);
 }
 
 #[test]
 fn parity_webhook() {
-    let results: Vec<_> = cases()
-        .iter()
-        .filter(|c| c.runs_in("webhook"))
-        .map(|c| (c.name.clone(), run_webhook(c)))
-        .collect();
-    assert_eq!(results.len(), 69, "cases.json has 69 webhook cases");
-    let failed = summarise("webhook", &results);
-    assert_eq!(
-        failed, 0,
-        "{failed} webhook parity cases failed (see the summary above)"
-    );
+    run_mode("webhook", 69, run_webhook);
 }
