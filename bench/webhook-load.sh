@@ -22,9 +22,9 @@ CONNS=${2:-8}
 ROUNDS=${ROUNDS:-15}
 FIXED_SECONDS=${FIXED_SECONDS:-10}
 
-shared=""
-for d in ../shared ../../shared; do [ -d "$d/istio-testdata/inject" ] && shared="$d/istio-testdata/inject" && break; done
-[ -n "$shared" ] || { echo "shared/istio-testdata not found beside the repository" >&2; exit 1; }
+# Istio's injection test data, found from this script's own place in the repository (the `cd` above).
+corpus="$(pwd)/testdata/istio/inject"
+[ -f "$corpus/base-values.json" ] || { echo "$corpus/base-values.json not found" >&2; exit 1; }
 
 # BENCH_NO_BUILD=1 uses the release binaries already built.
 [ -n "${BENCH_NO_BUILD:-}" ] || cargo build --release --locked -q -p injector --bin injector -p e2e --bin webhook-load
@@ -36,9 +36,9 @@ cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$wor
 trap cleanup EXIT
 
 "$bin/injector" certs --out-dir "$work/certs" --san localhost --san 127.0.0.1 2>/dev/null
-cp "$shared/base-values.json" "$work/values.json"
-cp "$shared/base-mesh.yaml" "$work/mesh.yaml"
-cp "$shared/base-injector-config.yaml" "$work/config.yaml"
+cp "$corpus/base-values.json" "$work/values.json"
+cp "$corpus/base-mesh.yaml" "$work/mesh.yaml"
+cp "$corpus/base-injector-config.yaml" "$work/config.yaml"
 
 # Request logs at info cost a formatted line per request; production runs at info, so the bench does too,
 # writing to a file.
@@ -63,8 +63,8 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[
 # load on this shared machine hits both about equally; the ratio is taken per round, then the median.
 inj_rates=(); skip_rates=(); ratios=()
 for r in $(seq 1 "$ROUNDS"); do
-  inject=$(load --pod "$shared/hello.yaml" --duration "$DURATION" --connections "$CONNS")
-  skip=$(load --pod "$shared/hello-host-network.yaml" --duration "$DURATION" --connections "$CONNS")
+  inject=$(load --pod "$corpus/hello.yaml" --duration "$DURATION" --connections "$CONNS")
+  skip=$(load --pod "$corpus/hello-host-network.yaml" --duration "$DURATION" --connections "$CONNS")
   ri=$(rps "$inject"); rs=$(rps "$skip")
   inj_rates+=("$ri"); skip_rates+=("$rs")
   ratios+=("$(awk -v a="$ri" -v b="$rs" 'BEGIN{printf "%.3f", a/b}')")
@@ -72,7 +72,7 @@ for r in $(seq 1 "$ROUNDS"); do
     "$(sed 's/.*"p99_ms":\([0-9.]*\).*/\1/' <<<"$inject")" "$(sed 's/.*"p99_ms":\([0-9.]*\).*/\1/' <<<"$skip")"
 done
 echo "RSS after max rate:  $(rss)"
-fixed=$(load --pod "$shared/hello.yaml" --duration "$FIXED_SECONDS" --connections "$CONNS" --rate 1000)
+fixed=$(load --pod "$corpus/hello.yaml" --duration "$FIXED_SECONDS" --connections "$CONNS" --rate 1000)
 echo "inject @1000 req/s:  $fixed"
 echo "RSS after all:       $(rss)"
 echo "inject max rate:     median $(median "${inj_rates[@]}")/s  (rounds: ${inj_rates[*]})"

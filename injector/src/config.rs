@@ -747,20 +747,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// `shared/` lies beside the clone (CI) or beside the worktrees' parent (developers' machines).
-    fn shared(name: &str) -> PathBuf {
-        let base = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        ["../../shared", "../../../shared"]
-            .iter()
-            .map(|rel| base.join(rel).join("istio-testdata/inject"))
-            .find(|p| p.exists())
-            .unwrap_or_else(|| base.join("../../shared/istio-testdata/inject"))
-            .join(name)
+    /// A file of Istio's injection test data (`testdata/istio/inject`).
+    fn testdata(name: &str) -> PathBuf {
+        test_support::corpus::inject_dir().join(name)
     }
 
     #[test]
     fn base_documents_only_spell_out_the_defaults() {
-        let base_values = read_doc(&shared("base-values.json")).unwrap();
+        let base_values = read_doc(&testdata("base-values.json")).unwrap();
         let mut merged = builtin_values().clone();
         deep_merge(&mut merged, &base_values);
         // Only hub and tag (the test registry) differ from the chart defaults.
@@ -768,7 +762,7 @@ mod tests {
         expect["global"]["hub"] = json!("registry.istio.io/testing");
         expect["global"]["tag"] = json!("latest");
         assert_eq!(merged, expect);
-        let base_mesh = read_doc(&shared("base-mesh.yaml")).unwrap();
+        let base_mesh = read_doc(&testdata("base-mesh.yaml")).unwrap();
         let mut merged = builtin_mesh().clone();
         deep_merge(&mut merged, &base_mesh);
         assert_eq!(&merged, builtin_mesh());

@@ -261,25 +261,13 @@ mod tests {
     use crate::flags::*;
 
     /// The arguments Istio's injector writes for the default `istio-init`, after the subcommand word.
-    const INJECTED: [&str; 17] = [
-        "-p",
-        "15001",
-        "-z",
-        "15006",
-        "-u",
-        "1337",
-        "-m",
-        "REDIRECT",
-        "-i",
-        "*",
-        "-x",
-        "",
-        "-b",
-        "*",
-        "-d",
-        "15090,15021,15020",
-        "--log_output_level=default:info",
-    ];
+    fn injected() -> Vec<&'static str> {
+        let args = test_support::istio_init::injected_args_with(
+            &[],
+            &[test_support::istio_init::DEFAULT_LOG_LEVEL_ARG],
+        );
+        args[1..].to_vec()
+    }
     use std::time::Duration;
 
     fn parse(args: &[&str]) -> Args {
@@ -297,7 +285,7 @@ mod tests {
     #[test]
     fn istio_injected_arguments_parse_unchanged() {
         let mut argv = vec!["istio-iptables"];
-        argv.extend_from_slice(&INJECTED);
+        argv.extend(injected());
         let a = parse(&argv);
         assert_eq!(a.string(&ENVOY_PORT), Some("15001"));
         assert_eq!(a.string(&INBOUND_CAPTURE_PORT), Some("15006"));
@@ -476,7 +464,7 @@ mod tests {
 
     #[test]
     fn the_injected_arguments_take_the_fast_path() {
-        let mut argv = INJECTED.to_vec();
+        let mut argv = injected();
         argv.extend_from_slice(&["--ipv6", "false"]);
         assert!(plain(&argv).is_some());
         assert_same_as_clap(&argv);

@@ -1,5 +1,6 @@
 //! Helpers for the end-to-end tests: locating the built binaries, network namespaces, TLS clients.
-//! The tests themselves live in `tests/e2e/`.
+//! The tests themselves live in `tests/e2e/`; Istio's test data and the helpers shared with the injector's
+//! tests are in the `test-support` crate.
 
 use std::path::PathBuf;
 
@@ -32,29 +33,5 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
-/// The `istio-init` arguments Istio's injector writes for a default pod (hello.yaml.injected), shared by
-/// the netfilter tests so that they exercise exactly what injected pods run.
-pub const ISTIO_INJECTED_ARGS: &[&str] = &[
-    "istio-iptables",
-    "-p",
-    "15001",
-    "-z",
-    "15006",
-    "-u",
-    "1337",
-    "-m",
-    "REDIRECT",
-    "-i",
-    "*",
-    "-x",
-    "",
-    "-b",
-    "*",
-    "-d",
-    "15090,15021,15020",
-];
-
 pub mod apiserver;
-pub mod cases;
 pub mod netns;
-pub mod semantic;

@@ -5,47 +5,14 @@
 //! that namespace's netfilter state. Dropping the value deletes the namespace, so a failing test does not
 //! leave rules behind on the host.
 //!
-//! Root is required; [`require_root`] panics with a clear message instead of letting a test pass by
-//! skipping.
+//! Root is required; `test_support::require_root` panics with a clear message instead of letting a test
+//! pass by skipping.
 
 use std::io::Write as _;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{bail, Context as _, Result};
-
-/// Panics unless the process runs as root and the tools a namespace test needs are installed.
-/// Namespace tests never skip: a test that cannot run must fail loudly.
-pub fn require_root() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "this test needs root (network namespaces and netfilter); run it as root, it never skips"
-    );
-    for tool in [
-        "ip",
-        "iptables-save",
-        "iptables-restore",
-        "ip6tables-save",
-        "ip6tables-restore",
-    ] {
-        assert!(
-            which(tool),
-            "this test needs `{tool}` on PATH (install iptables and iproute2); it never skips"
-        );
-    }
-}
-
-/// Whether `tool` is an executable file in one of the `PATH` directories (or the sbin directories,
-/// which a non-login root shell may lack).
-pub fn which(tool: &str) -> bool {
-    let path = std::env::var("PATH").unwrap_or_default();
-    let found = path
-        .split(':')
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
-        .filter(|d| !d.is_empty())
-        .any(|d| std::path::Path::new(d).join(tool).is_file());
-    found
-}
 
 /// Which `*-save` to dump.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Golden-file tests of the `sidecar` template: each case of `istio-testdata/inject/cases.json` is rendered
+//! Golden-file tests of the `sidecar` template: each case of `testdata/istio/inject/cases.json` is rendered
 //! from the test environment (base values, base mesh `defaultConfig` as ProxyConfig, the case's overrides and
 //! its input pod) and what the template owns — the init container, the `istio-proxy` container, the volumes,
 //! pull secrets, labels and annotations — is compared with the golden, leaving out what post-processing and
@@ -7,78 +7,23 @@
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
+use test_support::corpus::{merge, read_inject};
+use test_support::istio_init::injected_args_with;
+use test_support::pods::{documents, injectable};
 
 use super::*;
 
-fn testdata() -> PathBuf {
-    // CI lays `shared/` beside the clone; developers' worktrees sit one level deeper.
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    for up in ["../../shared", "../../../shared"] {
-        let p = manifest.join(up).join("istio-testdata/inject");
-        if p.is_dir() {
-            return p;
-        }
-    }
-    panic!("istio-testdata not found beside the repository ({manifest:?}/../../shared)");
-}
-
 fn read(name: &str) -> String {
-    std::fs::read_to_string(testdata().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    read_inject(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn yaml_docs(text: &str) -> Vec<Value> {
-    serde_saphyr::from_multiple::<Value>(text)
-        .expect("yaml")
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
-}
-
-/// Maps merge recursively, `null` deletes, anything else replaces.
-fn merge(base: &mut Value, over: &Value) {
-    match (base, over) {
-        (Value::Object(b), Value::Object(o)) => {
-            for (k, v) in o {
-                if v.is_null() {
-                    b.remove(k);
-                } else if let Some(bv) = b.get_mut(k) {
-                    if bv.is_object() && v.is_object() {
-                        merge(bv, v);
-                    } else {
-                        *bv = v.clone();
-                    }
-                } else {
-                    b.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        (b, o) => *b = o.clone(),
-    }
+    documents(text).expect("yaml")
 }
 
 /// Injectable documents (a `List` is replaced by its items).
 fn workloads(docs: Vec<Value>) -> Vec<Value> {
-    let mut out = Vec::new();
-    for d in docs {
-        match d["kind"].as_str() {
-            Some("List") => out.extend(workloads(
-                d["items"].as_array().cloned().unwrap_or_default(),
-            )),
-            Some(
-                "Deployment"
-                | "DeploymentConfig"
-                | "DaemonSet"
-                | "StatefulSet"
-                | "Job"
-                | "ReplicaSet"
-                | "ReplicationController"
-                | "CronJob"
-                | "Pod",
-            ) => out.push(d),
-            _ => {}
-        }
-    }
-    out
+    injectable(&docs)
 }
 
 fn pod_of(doc: &Value) -> Value {
@@ -576,36 +521,23 @@ fn traffic_annotations_build_iptables_args() {
     );
     let r = case.render(&doc).unwrap();
     let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    // Istio's default list with status port 0 dropped from the inbound excludes, then the annotations' flags.
     assert_eq!(
         init["args"],
-        json!([
-            "istio-iptables",
-            "-p",
-            "15001",
-            "-z",
-            "15006",
-            "-u",
-            "1337",
-            "-m",
-            "REDIRECT",
-            "-i",
-            "*",
-            "-x",
-            "",
-            "-b",
-            "*",
-            "-d",
-            "15090,15021",
-            "-q",
-            "80,443",
-            "-o",
-            "9000",
-            "-k",
-            "net1,net2",
-            "-c",
-            "eth1",
-            "--log_output_level=default:debug"
-        ])
+        json!(injected_args_with(
+            &[("-d", "15090,15021")],
+            &[
+                "-q",
+                "80,443",
+                "-o",
+                "9000",
+                "-k",
+                "net1,net2",
+                "-c",
+                "eth1",
+                "--log_output_level=default:debug"
+            ]
+        ))
     );
     // Status port 0: no proxy probes, drain on port 0.
     let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();

@@ -10,7 +10,7 @@ fn kube_inject_cmd(case_name: &str, dir: &TempDir) -> Command {
         .into_iter()
         .find(|c| c.name == case_name)
         .expect("case");
-    let args = case_args(&case, &dir.0).expect("args");
+    let args = case_args(&case, dir.path()).expect("args");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_injector"));
     cmd.arg("kube-inject")
         .arg("--valuesFile")
@@ -43,7 +43,7 @@ fn binary_injects_from_file_and_stdin() {
     compare_streams(&String::from_utf8_lossy(&out.stdout), &golden)
         .expect("file → stdout matches the golden");
 
-    let out_file = dir.0.join("out.yaml");
+    let out_file = dir.path().join("out.yaml");
     let mut child = kube_inject_cmd("hello", &dir)
         .args(["--filename", "-", "--output"])
         .arg(&out_file)
@@ -86,7 +86,7 @@ fn binary_fails_on_bad_annotation_naming_the_document() {
 #[test]
 fn binary_rejects_invalid_config_naming_file_and_key() {
     let dir = TempDir::new("cli-cfg");
-    let values = dir.0.join("values.yaml");
+    let values = dir.path().join("values.yaml");
     std::fs::write(&values, "global:\n  proxy:\n    statusPort: notaport\n").expect("write");
     let out = Command::new(env!("CARGO_BIN_EXE_injector"))
         .args(["kube-inject", "-f"])
@@ -114,8 +114,8 @@ fn binary_reads_istiod_environment_and_config_dir() {
         .into_iter()
         .find(|c| c.name == "hello")
         .expect("case");
-    let args = case_args(&case, &dir.0).expect("args");
-    let cm = dir.0.join("inject");
+    let args = case_args(&case, dir.path()).expect("args");
+    let cm = dir.path().join("inject");
     std::fs::create_dir_all(&cm).expect("mkdir");
     std::fs::copy(args.values.expect("values"), cm.join("values")).expect("copy");
     std::fs::copy(args.mesh_config.expect("mesh"), cm.join("mesh")).expect("copy");

@@ -2,7 +2,6 @@
 //! binary, and property tests of the engine.
 
 mod cli;
-mod compare;
 mod kube;
 mod parity;
 mod props;

@@ -8,7 +8,7 @@ use injector::engine::{deploy_meta_from_pod, Engine, InjectRequest, Mode};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
-use crate::compare::{first_difference, normalize};
+use test_support::semantic::{diff, normalize};
 
 fn odd_key() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -118,7 +118,7 @@ proptest! {
         let mut got = p.clone();
         json_patch::patch(&mut got, &patch).expect("patch applies");
         let want = inject(&p);
-        prop_assert!(got == want, "{:?}", first_difference(&got, &want, ""));
+        prop_assert!(got == want, "{}", diff(&got, &want, 1));
     }
 
     #[test]
@@ -126,7 +126,7 @@ proptest! {
         let once = inject(&p);
         let twice = inject(&once);
         let (a, b) = (normalize(&once), normalize(&twice));
-        prop_assert!(a == b, "{:?}", first_difference(&b, &a, ""));
+        prop_assert!(a == b, "{}", diff(&twice, &once, 1));
         // Unknown fields and odd keys survive untouched.
         if let Some(f) = p["spec"].get("futureField") {
             prop_assert_eq!(&once["spec"]["futureField"], f);

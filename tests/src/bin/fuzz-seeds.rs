@@ -4,14 +4,14 @@
 //! Usage: fuzz-seeds <out-dir>
 
 use anyhow::{anyhow, Context};
-use e2e::cases;
+use test_support::pods;
 
 fn main() -> anyhow::Result<()> {
     let out = std::env::args()
         .nth(1)
         .ok_or_else(|| anyhow!("usage: fuzz-seeds <out-dir>"))?;
     std::fs::create_dir_all(&out)?;
-    let dir = cases::corpus_dir();
+    let dir = test_support::corpus::inject_dir();
     let mut n = 0;
     let mut names: Vec<_> = std::fs::read_dir(&dir)?
         .filter_map(|e| e.ok())
@@ -21,17 +21,17 @@ fn main() -> anyhow::Result<()> {
     names.sort();
     for name in names {
         let text = std::fs::read_to_string(dir.join(&name)).with_context(|| name.clone())?;
-        let Ok(docs) = cases::injectable_documents(&text) else {
+        let Ok(docs) = pods::injectable_documents(&text) else {
             continue;
         };
         for doc in docs {
-            let Ok(pod) = cases::to_pod(&doc) else {
+            let Ok(pod) = pods::to_pod(&doc) else {
                 continue;
             };
-            let pod = cases::as_typed_pod(pod);
+            let pod = pods::as_typed_pod(pod);
             for version in ["v1", "v1beta1"] {
                 n += 1;
-                let review = cases::review(version, &format!("seed-{n}"), "default", &pod);
+                let review = pods::review(version, &format!("seed-{n}"), "default", &pod);
                 let mut body = serde_json::to_vec(&review)?;
                 if n % 5 == 0 {
                     let mut with_path = b"cluster/c1/net/n--slash--1\0".to_vec();

@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
-use e2e::cases;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
+use test_support::pods;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
@@ -121,12 +121,12 @@ async fn main() -> anyhow::Result<()> {
     let tls = TlsConnector::from(Arc::new(cfg));
 
     let text = std::fs::read_to_string(&o.pod).with_context(|| format!("reading {}", o.pod))?;
-    let doc = cases::injectable_documents(&text)?
+    let doc = pods::injectable_documents(&text)?
         .into_iter()
         .next()
         .ok_or_else(|| anyhow!("no pod in {}", o.pod))?;
-    let pod = cases::as_typed_pod(cases::to_pod(&doc)?);
-    let review = cases::review("v1", "load", "default", &pod);
+    let pod = pods::as_typed_pod(pods::to_pod(&doc)?);
+    let review = pods::review("v1", "load", "default", &pod);
     let body = Bytes::from(serde_json::to_vec(&review)?);
 
     // Warm-up on one connection (first handshake, lazy initialisation in the server).

@@ -10,13 +10,12 @@ use std::io::{BufRead as _, BufReader};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use e2e::netns::{require_root, Family, NetNs};
+use e2e::netns::{Family, NetNs};
+use test_support::istio_init::injected_args_with;
+use test_support::require_root;
 
 const APP_UID: u32 = 1000;
 const PROXY_UID: u32 = 1337;
-
-/// The arguments Istio's injector writes (hello.yaml).
-const DEFAULT_ARGS: &[&str] = e2e::ISTIO_INJECTED_ARGS;
 
 struct Pair {
     pod: NetNs,
@@ -107,20 +106,14 @@ fn init_ok(ns: &NetNs, args: &[&str]) {
     );
 }
 
+/// The arguments Istio's injector writes (hello.yaml), then `extra`.
 fn with(extra: &[&'static str]) -> Vec<&'static str> {
-    let mut v = DEFAULT_ARGS.to_vec();
-    v.extend_from_slice(extra);
-    v
+    injected_args_with(&[], extra)
 }
 
 /// The injected arguments with TPROXY inbound interception, and `--ipv6 <ipv6>`.
 fn tproxy(ipv6: &'static str) -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = DEFAULT_ARGS
-        .iter()
-        .map(|a| if *a == "REDIRECT" { "TPROXY" } else { *a })
-        .collect();
-    v.extend(["--ipv6", ipv6]);
-    v
+    injected_args_with(&[("-m", "TPROXY")], &["--ipv6", ipv6])
 }
 
 /// A command running `nettool` inside `ns`, as `uid` (through setpriv) or as root.
@@ -290,26 +283,10 @@ fn c_excluded_outbound_cidr_and_port_bypass_the_proxy() {
     let p = Pair::new("ipt-c");
     init_ok(
         &p.pod,
-        &[
-            "-p",
-            "15001",
-            "-z",
-            "15006",
-            "-u",
-            "1337",
-            "-m",
-            "REDIRECT",
-            "-i",
-            "*",
-            "-x",
-            "10.10.0.3/32",
-            "-b",
-            "*",
-            "-o",
-            "9090",
-            "--ipv6",
-            "false",
-        ],
+        &injected_args_with(
+            &[("-x", "10.10.0.3/32")],
+            &["-o", "9090", "--ipv6", "false"],
+        ),
     );
     for (target, listen) in [
         ("10.10.0.3:8080", "10.10.0.3:8080"),
@@ -451,26 +428,10 @@ fn g_rerun_is_a_noop_reconcile_replaces_exactly_and_cleanup_restores_the_origina
     assert_eq!(saved(&p.pod, Family::V6), s6, "second run changed IPv6");
 
     // A changed configuration without --reconcile is refused and changes nothing.
-    let changed = [
-        "-p",
-        "15001",
-        "-z",
-        "15006",
-        "-u",
-        "1337",
-        "-m",
-        "REDIRECT",
-        "-i",
-        "*",
-        "-x",
-        "10.10.0.3/32",
-        "-b",
-        "8080,9090",
-        "-o",
-        "7070",
-        "--ipv6",
-        "true",
-    ];
+    let changed = injected_args_with(
+        &[("-x", "10.10.0.3/32"), ("-b", "8080,9090")],
+        &["-o", "7070", "--ipv6", "true"],
+    );
     let out = init(&p.pod, &changed);
     assert!(
         !out.status.success(),
@@ -697,10 +658,7 @@ fn k_backend_choice_is_stable_and_legacy_works_when_forced_or_in_use() {
 
 #[test]
 fn l_reconcile_from_tproxy_to_redirect_and_cleanup_with_another_configuration() {
-    let tproxy = [
-        "-p", "15001", "-z", "15006", "-u", "1337", "-m", "TPROXY", "-i", "*", "-x", "", "-b", "*",
-        "-d", "15090", "--ipv6", "false",
-    ];
+    let tproxy = injected_args_with(&[("-m", "TPROXY"), ("-d", "15090")], &["--ipv6", "false"]);
     let p = Pair::new("ipt-l");
     let original = saved(&p.pod, Family::V4);
     init_ok(&p.pod, &tproxy);

@@ -1,6 +1,6 @@
 //! Parity with Istio golden files: the kernel state from our --dry-run equals that from the goldens.
 //!
-//! For every row of `shared/istio-testdata/iptables/cases.tsv`: run `iptables-init <args> --dry-run`
+//! For every row of `testdata/istio/iptables/cases.tsv`: run `iptables-init <args> --dry-run`
 //! with the row's environment, apply its IPv4 and IPv6 parts with `iptables-restore --noflush` /
 //! `ip6tables-restore --noflush` in a fresh network namespace; apply Istio's golden (converted as the
 //! README says) in a second namespace; compare the two namespaces' `iptables-save` / `ip6tables-save`
@@ -9,33 +9,11 @@
 //! Each run also sets `DRY_RUN_FILE_PATH`, whose record must be the golden file's text itself.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, ensure, Context as _, Result};
-use e2e::netns::{self, Family, NetNs};
-
-/// The shared test data: `../shared` beside the checkout (CI), or beside the worktrees' parent
-/// (`/work/wt/<name>` with `/work/shared`); `SHARED_DIR` overrides both.
-fn shared_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("SHARED_DIR") {
-        return PathBuf::from(dir);
-    }
-    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let candidates = [
-        crate_dir.join("../../shared"),
-        crate_dir.join("../../../shared"),
-    ];
-    for c in &candidates {
-        if c.join("istio-testdata").is_dir() {
-            return c.clone();
-        }
-    }
-    panic!(
-        "shared test data not found (looked in {:?}); set SHARED_DIR",
-        candidates
-    );
-}
+use e2e::netns::{Family, NetNs};
+use test_support::istio_init::{self, injected_args_with};
 
 /// One row of cases.tsv.
 #[derive(Debug)]
@@ -315,7 +293,8 @@ fn run_case(dir: &std::path::Path, case: &Case) -> Result<()> {
 
 /// The `DRY_RUN_FILE_PATH` record equals Istio's golden text (trailing whitespace trimmed, as Istio's
 /// test compares), line for line; a word may differ only in the spelling of the same address
-/// (`::127.0.0.53/128` is `::7f00:35/128`: the CLI cannot reproduce the test's spelling, spec §8).
+/// (`::127.0.0.53/128` is `::7f00:35/128`: the CLI cannot reproduce the spelling Istio's `TestIptables` in
+/// `tools/istio-iptables/pkg/capture/run_test.go` sets directly in its config).
 fn same_record(ours: &str, golden: &str) -> Result<()> {
     let (ours, golden) = (ours.trim_end(), golden.trim_end());
     let (a, b): (Vec<&str>, Vec<&str>) = (ours.lines().collect(), golden.lines().collect());
@@ -382,8 +361,8 @@ fn record_comparison_allows_only_address_spelling() {
 
 #[test]
 fn every_golden_case_yields_the_same_kernel_state() {
-    netns::require_root();
-    let dir = shared_dir().join("istio-testdata/iptables");
+    test_support::require_root();
+    let dir = test_support::corpus::iptables_dir();
     let cases = read_cases(&dir).expect("cases.tsv");
     assert!(!cases.is_empty(), "no cases in {}", dir.display());
     let mut failures = Vec::new();
@@ -464,11 +443,11 @@ mod cli {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Configurations that no golden covers (spec §8) and other option mixes: the kernel accepts
-    /// every part of the dry-run output.
+    /// Configurations that no golden of Istio's `TestIptables` (`run_test.go`) covers, and other option
+    /// mixes: the kernel accepts every part of the dry-run output.
     #[test]
     fn uncovered_configurations_are_accepted_by_the_kernel() {
-        netns::require_root();
+        test_support::require_root();
         let configs: &[&[&str]] = &[
             &["-u", "1337", "-o", "7777,8888", "-i", "*", "--ipv6", "true"],
             &[
@@ -595,12 +574,8 @@ mod cli {
     /// injected arguments, in both families.
     #[test]
     fn dry_run_works_as_an_ordinary_user() {
-        netns::require_root();
-        let injected: Vec<&str> = e2e::ISTIO_INJECTED_ARGS
-            .iter()
-            .copied()
-            .chain(["--log_output_level=default:info", "--dry-run"])
-            .collect();
+        test_support::require_root();
+        let injected = injected_args_with(&[], &[istio_init::DEFAULT_LOG_LEVEL_ARG, "--dry-run"]);
         for (ipv6, marker) in [("false", false), ("true", true)] {
             let out = Command::new(e2e::bin("iptables-init"))
                 .args(&injected)
@@ -620,7 +595,7 @@ mod cli {
     /// `--ipv6 auto` decides from the namespace's addresses, as Istio does.
     #[test]
     fn ipv6_auto_detection_reads_the_namespace() {
-        netns::require_root();
+        test_support::require_root();
         let bin = e2e::bin("iptables-init");
         let run = |ns: &NetNs, extra: &[&str]| {
             ns.command(&bin)
@@ -660,7 +635,7 @@ mod cli {
     /// namespace is untouched (the run is not a dry run).
     #[test]
     fn invalid_input_stops_before_touching_anything() {
-        netns::require_root();
+        test_support::require_root();
         let ns = NetNs::new("ipt-invalid").expect("netns");
         let bin = e2e::bin("iptables-init");
         let cases: &[BadInput] = &[

@@ -15,25 +15,25 @@ use e2e::apiserver::{
     apply_patch, injector_certs, webhook_called, ApiServer, CertFiles, Conn, Http, Injector,
     TempDir,
 };
-use e2e::cases::{self, Case};
-use e2e::semantic;
 use serde_json::{json, Value};
+use test_support::corpus::{self, Case, Config, ConfigFiles};
+use test_support::{pods, semantic};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LOCAL_SANS: &[&str] = &["--san", "localhost", "--san", "127.0.0.1"];
 
-fn serve_args(certs: &CertFiles, cfg: &(PathBuf, PathBuf, PathBuf), extra: &[&str]) -> Vec<String> {
+fn serve_args(certs: &CertFiles, cfg: &ConfigFiles, extra: &[&str]) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "--tls-cert".into(),
         certs.cert.display().to_string(),
         "--tls-key".into(),
         certs.key.display().to_string(),
         "--values".into(),
-        cfg.0.display().to_string(),
+        cfg.values.display().to_string(),
         "--mesh-config".into(),
-        cfg.1.display().to_string(),
+        cfg.mesh.display().to_string(),
         "--injector-config".into(),
-        cfg.2.display().to_string(),
+        cfg.injector_config.display().to_string(),
     ];
     a.extend(extra.iter().map(|s| s.to_string()));
     a
@@ -44,14 +44,15 @@ struct Fixture {
     server: Injector,
     api: ApiServer,
     certs: CertFiles,
-    cfg: (PathBuf, PathBuf, PathBuf),
+    cfg: ConfigFiles,
     dir: TempDir,
 }
 
 fn fixture(values: Value, config: Value, extra: &[&str]) -> Fixture {
     let dir = TempDir::new("webhook");
     let certs = injector_certs(&dir.path().join("certs"), LOCAL_SANS).expect("injector certs");
-    let cfg = cases::write_config_with(&dir.path().join("cfg"), &values, &Value::Null, &config)
+    let cfg = Config::with(&values, &Value::Null, &config)
+        .and_then(|c| c.write(&dir.path().join("cfg")))
         .expect("config files");
     let mut args = serve_args(&certs, &cfg, &["--native-sidecars", "true"]);
     args.extend(extra.iter().map(|s| s.to_string()));
@@ -67,9 +68,9 @@ fn fixture(values: Value, config: Value, extra: &[&str]) -> Fixture {
 }
 
 fn corpus_pod(file: &str) -> Value {
-    let text = std::fs::read_to_string(cases::corpus_dir().join(file)).expect("corpus file");
-    let docs = cases::injectable_documents(&text).expect("corpus YAML");
-    cases::as_typed_pod(cases::to_pod(&docs[0]).expect("pod"))
+    let text = corpus::read_inject(file).expect("corpus file");
+    let docs = pods::injectable_documents(&text).expect("corpus YAML");
+    pods::as_typed_pod(pods::to_pod(&docs[0]).expect("pod"))
 }
 
 fn hello_pod() -> Value {
@@ -108,11 +109,8 @@ where
 /// v1 reviews over HTTP/1.1 and v1beta1 reviews over HTTP/2, one server per distinct configuration.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn golden_cases_through_the_webhook() {
-    let all = cases::load_cases().expect("cases.json");
-    let webhook_cases: Vec<Case> = all
-        .into_iter()
-        .filter(|c| c.modes.iter().any(|m| m == "webhook"))
-        .collect();
+    let all = corpus::load_cases().expect("cases.json");
+    let webhook_cases: Vec<Case> = all.into_iter().filter(|c| c.runs_in("webhook")).collect();
     assert!(webhook_cases.len() >= 60, "corpus has the webhook cases");
     let mut groups: BTreeMap<String, Vec<Case>> = BTreeMap::new();
     for c in webhook_cases {
@@ -125,7 +123,10 @@ async fn golden_cases_through_the_webhook() {
     let mut n = 0usize;
     for (gi, group) in groups.values().enumerate() {
         let first = &group[0];
-        let cfg = cases::write_config(first, &dir.path().join(format!("cfg{gi}"))).expect("config");
+        let cfg = first
+            .config()
+            .and_then(|c| c.write(&dir.path().join(format!("cfg{gi}"))))
+            .expect("config");
         let args = serve_args(
             &certs,
             &cfg,
@@ -136,14 +137,13 @@ async fn golden_cases_through_the_webhook() {
         let mut h1 = api.connect(Http::H1).await.expect("h1 connection");
         let mut h2 = api.connect(Http::H2).await.expect("h2 connection");
         for case in group {
-            let corpus = cases::corpus_dir();
-            let input = std::fs::read_to_string(corpus.join(&case.input)).expect("input");
+            let input = case.input_text().expect("input");
             let Some(golden_file) = &case.golden else {
                 continue;
             };
-            let golden = std::fs::read_to_string(corpus.join(golden_file)).expect("golden");
-            let ins = cases::injectable_documents(&input).expect("input YAML");
-            let outs = cases::injectable_documents(&golden).expect("golden YAML");
+            let golden = corpus::read_inject(golden_file).expect("golden");
+            let ins = pods::injectable_documents(&input).expect("input YAML");
+            let outs = pods::injectable_documents(&golden).expect("golden YAML");
             if ins.len() != outs.len() {
                 failures.push(format!(
                     "{}: {} input documents, {} golden",
@@ -154,9 +154,9 @@ async fn golden_cases_through_the_webhook() {
                 continue;
             }
             for (i, (doc_in, doc_out)) in ins.iter().zip(&outs).enumerate() {
-                let pod = cases::as_typed_pod(cases::to_pod(doc_in).expect("input pod"));
-                let mut want = cases::to_pod(doc_out).expect("golden pod");
-                cases::strip_status(&mut want);
+                let pod = pods::as_typed_pod(pods::to_pod(doc_in).expect("input pod"));
+                let mut want = pods::to_pod(doc_out).expect("golden pod");
+                pods::strip_status(&mut want);
                 let ns = doc_in
                     .pointer("/metadata/namespace")
                     .and_then(Value::as_str)
@@ -164,7 +164,7 @@ async fn golden_cases_through_the_webhook() {
                 for (version, conn) in [("v1", &mut h1), ("v1beta1", &mut h2)] {
                     n += 1;
                     let id = uid(n);
-                    let review = cases::review(version, &id, ns, &pod);
+                    let review = pods::review(version, &id, ns, &pod);
                     let label = format!("{} doc {i} ({version})", case.name);
                     let answer = match api.review(conn, &review).await {
                         Ok(a) => a,
@@ -196,7 +196,7 @@ async fn golden_cases_through_the_webhook() {
                             continue;
                         }
                     };
-                    cases::strip_status(&mut got);
+                    pods::strip_status(&mut got);
                     if !semantic::equal(&got, &want) {
                         failures.push(format!(
                             "{label}: differs from {golden_file}:\n{}",
@@ -262,7 +262,7 @@ async fn assert_still_injects(f: &Fixture, tag: &str) {
     let mut conn = f.api.connect(Http::H1).await.expect("connect");
     let answer = f
         .api
-        .review(&mut conn, &cases::review("v1", tag, "default", &pod))
+        .review(&mut conn, &pods::review("v1", tag, "default", &pod))
         .await
         .unwrap_or_else(|e| panic!("after {tag}: {e:#}"));
     assert_eq!(answer["response"]["uid"], json!(tag), "after {tag}");
@@ -297,7 +297,7 @@ async fn assert_still_injects(f: &Fixture, tag: &str) {
     );
 }
 
-/// Bad input is answered as documented (spec §2.2) and the server keeps serving.
+/// Bad input is answered as Istio's `serveInject` in `webhook.go` answers it, and the server keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_answered_and_the_server_keeps_serving() {
     let f = fixture(
@@ -307,8 +307,7 @@ async fn bad_input_is_answered_and_the_server_keeps_serving() {
     );
     let api = &f.api;
     assert_still_injects(&f, "start").await;
-    let review =
-        serde_json::to_vec(&cases::review("v1", "bad-1", "default", &hello_pod())).unwrap();
+    let review = serde_json::to_vec(&pods::review("v1", "bad-1", "default", &hello_pod())).unwrap();
 
     // Empty body: 400.
     let a = api
@@ -386,7 +385,7 @@ async fn bad_input_is_answered_and_the_server_keeps_serving() {
     }
 
     // A review without an object, and one with a non-Pod object: answered for that uid, not injected.
-    let mut no_object = cases::review("v1", "no-object", "default", &Value::Null);
+    let mut no_object = pods::review("v1", "no-object", "default", &Value::Null);
     no_object["request"]
         .as_object_mut()
         .unwrap()
@@ -394,8 +393,8 @@ async fn bad_input_is_answered_and_the_server_keeps_serving() {
     let service = json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "svc", "namespace": "default"},
         "spec": {"ports": [{"port": 80}], "selector": {"app": "x"}}});
-    let not_a_pod = cases::review("v1", "not-a-pod", "default", &service);
-    let nested_object = cases::review(
+    let not_a_pod = pods::review("v1", "not-a-pod", "default", &service);
+    let nested_object = pods::review(
         "v1",
         "nested-object",
         "default",
@@ -649,7 +648,7 @@ async fn injected_images(api: &ApiServer, tag: &str) -> Vec<String> {
     let pod = hello_pod();
     let mut conn = api.connect(Http::H1).await.unwrap();
     let a = api
-        .review(&mut conn, &cases::review("v1", tag, "default", &pod))
+        .review(&mut conn, &pods::review("v1", tag, "default", &pod))
         .await
         .unwrap();
     images(&apply_patch(&a["response"], &pod).unwrap())
@@ -684,12 +683,12 @@ async fn config_hot_reload() {
     assert_eq!(memo("sidecar_injection_render_memo_entries").await, 1.0);
 
     // A new tag in the values.
-    cases::write_config_with(
-        &f.dir.path().join("cfg"),
+    Config::with(
         &json!({"global": {"tag": "reloaded"}}),
         &Value::Null,
         &Value::Null,
     )
+    .and_then(|c| c.write(&f.dir.path().join("cfg")))
     .unwrap();
     let api = f.api.clone();
     wait_until("new values in effect", Duration::from_secs(10), || {
@@ -722,7 +721,7 @@ async fn config_hot_reload() {
     assert!(memo("sidecar_injection_render_memo_hits_total").await >= 1.0);
 
     // Broken values: refused and counted; injection goes on with the last good configuration.
-    std::fs::write(&f.cfg.0, b"{\"global\": {\"tag\": ").unwrap();
+    std::fs::write(&f.cfg.values, b"{\"global\": {\"tag\": ").unwrap();
     wait_until(
         "invalid config counted",
         Duration::from_secs(10),
@@ -746,7 +745,7 @@ async fn config_hot_reload() {
 async fn sigterm_finishes_requests_in_flight() {
     let mut f = fixture(Value::Null, Value::Null, &["--shutdown-timeout-secs", "10"]);
     let review =
-        serde_json::to_vec(&cases::review("v1", "inflight", "default", &hello_pod())).unwrap();
+        serde_json::to_vec(&pods::review("v1", "inflight", "default", &hello_pod())).unwrap();
 
     // Requests whose body is half sent when the signal arrives.
     let mut slow = Vec::new();
@@ -832,8 +831,9 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The classic 8-row table (spec §1.4): the namespace-selector column through the selectors `injector
-/// certs` generates, evaluated as the API server does, and the pod column through the engine over HTTP.
+/// The classic 8-row table of istio.io's "Automatic Sidecar Injection" page: the namespace-selector
+/// column through the selectors `injector certs` generates, evaluated as the API server does, and the pod
+/// column through the engine over HTTP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_row_table_and_decisions_through_http() {
     let enabled = fixture(Value::Null, Value::Null, &[]);
@@ -891,7 +891,7 @@ async fn eight_row_table_and_decisions_through_http() {
                 .api
                 .review(
                     &mut conn,
-                    &cases::review("v1", &format!("row-{n}"), "apps", &pod),
+                    &pods::review("v1", &format!("row-{n}"), "apps", &pod),
                 )
                 .await
                 .unwrap();
@@ -925,7 +925,7 @@ async fn eight_row_table_and_decisions_through_http() {
     let mut conn = enabled.api.connect(Http::H2).await.unwrap();
     let a = enabled
         .api
-        .review(&mut conn, &cases::review("v1beta1", "host", "apps", &host))
+        .review(&mut conn, &pods::review("v1beta1", "host", "apps", &host))
         .await
         .unwrap();
     assert_eq!(a["response"]["allowed"], json!(true));
@@ -1036,8 +1036,11 @@ fn generated_webhook_configuration() {
     );
     assert_eq!(key_mode & 0o077, 0, "private key readable by others");
     // The pair as a kubernetes.io/tls Secret manifest in the service's namespace.
-    let secret: Value =
-        cases::yaml(&std::fs::read_to_string(dir.path().join("secret.yaml")).unwrap()).unwrap();
+    let secret: Value = corpus::yaml(
+        &std::fs::read_to_string(dir.path().join("secret.yaml")).unwrap(),
+        "secret.yaml",
+    )
+    .unwrap();
     let secret = typed!(k8s_openapi::api::core::v1::Secret, &secret);
     assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
     assert_eq!(secret.metadata.namespace.as_deref(), Some("mesh-system"));
@@ -1052,13 +1055,13 @@ fn generated_webhook_configuration() {
     ));
 }
 
-/// URL path parameters (spec §2.5) reach the injected proxy's environment.
+/// URL path parameters (`parseInjectEnvs` in Istio's `webhook.go`) reach the injected proxy's environment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_parameters() {
     let f = fixture(Value::Null, Value::Null, &[]);
     let pod = hello_pod();
     let mut conn = f.api.connect(Http::H1).await.unwrap();
-    let body = serde_json::to_vec(&cases::review("v1", "params", "default", &pod)).unwrap();
+    let body = serde_json::to_vec(&pods::review("v1", "params", "default", &pod)).unwrap();
     let a = conn
         .send(
             "POST",

@@ -1,0 +1,298 @@
+//! Istio's test data (`testdata/istio` in the repository) and the injection case table `cases.json`, as
+//! `testdata/istio/inject/README.md` describes them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+use crate::Error;
+
+/// `testdata/istio`, found from this crate's own directory so that every test and tool reads the same copy.
+pub fn testdata_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/istio")
+}
+
+/// The sidecar-injection cases: inputs, goldens, `cases.json` and the `base-*` documents.
+pub fn inject_dir() -> PathBuf {
+    testdata_dir().join("inject")
+}
+
+/// The `istio-iptables` goldens and `cases.tsv`.
+pub fn iptables_dir() -> PathBuf {
+    testdata_dir().join("iptables")
+}
+
+/// The text of a file.
+pub fn read(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The text of a file of `inject/`.
+pub fn read_inject(name: &str) -> Result<String, Error> {
+    read(&inject_dir().join(name))
+}
+
+/// Parses one YAML document into JSON; `what` names it in the error.
+pub fn yaml(text: &str, what: &str) -> Result<Value, Error> {
+    serde_saphyr::from_str::<Value>(text).map_err(|e| Error::Yaml {
+        what: what.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// Parses JSON text; `what` names it in the error.
+pub fn json(text: &str, what: &str) -> Result<Value, Error> {
+    serde_json::from_str(text).map_err(|source| Error::Json {
+        what: what.to_string(),
+        source,
+    })
+}
+
+/// Merges `over` into `base` as the case table's overrides merge: maps key by key, recursively; `null`
+/// deletes the key; any other value, lists too, replaces (a map over a non-map too).
+pub fn merge(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                if v.is_null() {
+                    b.remove(k);
+                } else if let Some(existing) = b.get_mut(k).filter(|e| e.is_object()) {
+                    merge(existing, v);
+                } else if v.is_object() {
+                    // A new map is merged into an empty one, so that nulls inside it delete nothing
+                    // and do not land in the document either.
+                    let mut fresh = Value::Object(Map::new());
+                    merge(&mut fresh, v);
+                    b.insert(k.clone(), fresh);
+                } else {
+                    b.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        (b, o) if !o.is_null() => *b = o.clone(),
+        _ => {}
+    }
+}
+
+/// One entry of `cases.json`.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub name: String,
+    /// The input stream, a file of `inject/`.
+    pub input: String,
+    /// The expected output, a file of `inject/`; `None` for a rejected input.
+    pub golden: Option<String>,
+    pub values: Value,
+    pub mesh: Value,
+    pub injector_config: Value,
+    /// Environment of the injector process.
+    pub env: BTreeMap<String, String>,
+    /// `"true"` or `"false"`, the `--native-sidecars` value.
+    pub native_sidecars: String,
+    /// `kube-inject` and/or `webhook`.
+    pub modes: Vec<String>,
+    /// For a rejected input, text its error must contain (case-insensitively).
+    pub expected_error: Option<String>,
+}
+
+impl Case {
+    /// Whether Istio's test runs this case in `mode` (`kube-inject` or `webhook`).
+    pub fn runs_in(&self, mode: &str) -> bool {
+        self.modes.iter().any(|m| m == mode)
+    }
+
+    /// Key of the injector configuration this case needs: cases with equal keys can share one injector.
+    pub fn config_key(&self) -> String {
+        json!([
+            self.values,
+            self.mesh,
+            self.injector_config,
+            self.env,
+            self.native_sidecars
+        ])
+        .to_string()
+    }
+
+    /// The case's three documents: the `base-*` files with its overrides merged in.
+    pub fn config(&self) -> Result<Config, Error> {
+        Config::with(&self.values, &self.mesh, &self.injector_config)
+    }
+
+    /// The input stream's text.
+    pub fn input_text(&self) -> Result<String, Error> {
+        read_inject(&self.input)
+    }
+
+    /// The golden's text, `None` for a rejected input.
+    pub fn golden_text(&self) -> Result<Option<String>, Error> {
+        self.golden.as_deref().map(read_inject).transpose()
+    }
+}
+
+/// Loads every case of `inject/cases.json`.
+pub fn load_cases() -> Result<Vec<Case>, Error> {
+    let table = "cases.json";
+    let raw = json(&read_inject(table)?, table)?;
+    let list = raw.as_array().ok_or_else(|| Error::Field {
+        table: table.to_string(),
+        case: 0,
+        field: "(the table is not a list)",
+    })?;
+    list.iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let s = |k: &str| c.get(k).and_then(Value::as_str).map(str::to_string);
+            let field = |field| Error::Field {
+                table: table.to_string(),
+                case: i,
+                field,
+            };
+            Ok(Case {
+                name: s("name").ok_or_else(|| field("name"))?,
+                input: s("input").ok_or_else(|| field("input"))?,
+                golden: s("golden"),
+                values: c.get("values").cloned().unwrap_or(Value::Null),
+                mesh: c.get("mesh").cloned().unwrap_or(Value::Null),
+                injector_config: c.get("injector_config").cloned().unwrap_or(Value::Null),
+                env: c
+                    .get("env")
+                    .and_then(Value::as_object)
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                native_sidecars: s("native_sidecars").unwrap_or_else(|| "true".to_string()),
+                modes: c
+                    .get("modes")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                expected_error: s("expected_error"),
+            })
+        })
+        .collect()
+}
+
+/// The three documents an injector is started with: values, MeshConfig, injector config.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub values: Value,
+    pub mesh: Value,
+    pub injector_config: Value,
+}
+
+/// Paths of a [`Config`] written to files.
+#[derive(Debug, Clone)]
+pub struct ConfigFiles {
+    pub values: PathBuf,
+    pub mesh: PathBuf,
+    pub injector_config: PathBuf,
+}
+
+impl Config {
+    /// The `base-*` documents of the test environment, unchanged.
+    pub fn base() -> Result<Config, Error> {
+        Ok(Config {
+            values: json(&read_inject("base-values.json")?, "base-values.json")?,
+            mesh: yaml(&read_inject("base-mesh.yaml")?, "base-mesh.yaml")?,
+            injector_config: yaml(
+                &read_inject("base-injector-config.yaml")?,
+                "base-injector-config.yaml",
+            )?,
+        })
+    }
+
+    /// The `base-*` documents with the given overrides merged in ([`merge`]; `null` for none).
+    pub fn with(values: &Value, mesh: &Value, injector_config: &Value) -> Result<Config, Error> {
+        let mut c = Config::base()?;
+        merge(&mut c.values, values);
+        merge(&mut c.mesh, mesh);
+        merge(&mut c.injector_config, injector_config);
+        Ok(c)
+    }
+
+    /// Writes the documents to `dir` (created when missing) as `values.json`, `mesh.yaml` and `config.yaml`.
+    /// All three are written as JSON, which is YAML too, so no YAML emitter is involved.
+    pub fn write(&self, dir: &Path) -> Result<ConfigFiles, Error> {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Write {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let write = |name: &str, v: &Value| {
+            let path = dir.join(name);
+            let text = serde_json::to_vec_pretty(v).map_err(|source| Error::Json {
+                what: name.to_string(),
+                source,
+            })?;
+            std::fs::write(&path, text).map_err(|source| Error::Write {
+                path: path.clone(),
+                source,
+            })?;
+            Ok(path)
+        };
+        Ok(ConfigFiles {
+            values: write("values.json", &self.values)?,
+            mesh: write("mesh.yaml", &self.mesh)?,
+            injector_config: write("config.yaml", &self.injector_config)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_case_table_loads_and_names_existing_files() {
+        let cases = load_cases().expect("cases.json loads");
+        assert_eq!(cases.len(), 74);
+        for c in &cases {
+            assert!(inject_dir().join(&c.input).is_file(), "{}: input", c.name);
+            if let Some(g) = &c.golden {
+                assert!(inject_dir().join(g).is_file(), "{}: golden", c.name);
+            }
+            assert!(
+                c.runs_in("kube-inject") || c.runs_in("webhook"),
+                "{}",
+                c.name
+            );
+        }
+        assert!(iptables_dir().join("cases.tsv").is_file());
+    }
+
+    #[test]
+    fn merge_deletes_on_null_and_replaces_lists() {
+        let mut doc = json!({"keep": {"cpu": "1", "memory": "2"}, "list": [1, 2], "scalar": 1});
+        let over = json!({"keep": {"cpu": null, "new": {"gone": null, "kept": 1}}, "list": [3],
+            "scalar": {"now": "a map"}});
+        merge(&mut doc, &over);
+        let want = json!({"keep": {"memory": "2", "new": {"kept": 1}}, "list": [3],
+            "scalar": {"now": "a map"}});
+        assert_eq!(doc, want);
+        merge(&mut doc, &Value::Null);
+        assert_eq!(doc, want, "a null override changes nothing");
+    }
+
+    #[test]
+    fn overrides_merge_over_the_base_documents() {
+        let c = Config::with(
+            &json!({"global": {"proxy": {"statusPort": 0}}}),
+            &Value::Null,
+            &Value::Null,
+        )
+        .expect("config");
+        assert_eq!(c.values["global"]["proxy"]["statusPort"], json!(0));
+        assert_eq!(c.mesh, Config::base().expect("base").mesh);
+    }
+}
