@@ -12,6 +12,7 @@ fi
 need=()
 command -v iptables-restore >/dev/null || need+=(iptables)
 command -v ip >/dev/null || need+=(iproute2)
+command -v nft >/dev/null || need+=(nftables)
 command -v file >/dev/null || need+=(file)
 [ -x /usr/bin/time ] || need+=(time)
 command -v setpriv >/dev/null || need+=(util-linux)

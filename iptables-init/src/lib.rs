@@ -17,6 +17,7 @@ pub mod cli;
 pub mod config;
 pub mod detect;
 pub mod logging;
+pub mod nft;
 pub mod render;
 pub mod rules;
 pub mod validation;
@@ -125,7 +126,13 @@ pub fn run_with(
             }
         }
         // With --cleanup-only nothing would be applied: the dry run shows the removal instead.
-        let text = if cfg.cleanup_only {
+        let text = if cfg.native_nftables {
+            if cfg.cleanup_only {
+                nft::render::cleanup_transaction()
+            } else {
+                nft::render::dry_run(&nft::model::build(&cfg))
+            }
+        } else if cfg.cleanup_only {
             apply::cleanup_dry_run(&plan)
         } else {
             render::dry_run(&plan)

@@ -1,0 +1,6 @@
+//! The native nftables backend (`--native-nftables`): Istio's `istio-proxy-*` tables, printed as the
+//! `nft -f` text Istio pipes ([`render`]) and applied in-process as one nf_tables netlink batch
+//! ([`apply`], [`netlink`]), with no `nft`, `iptables` or `ip` binary.
+
+pub mod model;
+pub mod render;

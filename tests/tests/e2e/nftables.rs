@@ -1,0 +1,347 @@
+//! `--native-nftables` end to end: parity with Istio's nftables goldens, and real runs.
+//!
+//! Parity, for every row of `testdata/istio/nftables/cases.tsv`, each in fresh network namespaces:
+//! the golden loaded with `nft -f` in one; (a) our `--native-nftables --dry-run` output loaded with
+//! `nft -f` in a second; (b) a real `--native-nftables` run in a third, with `nft`, `iptables*`,
+//! `ip6tables*` and `ip` made unavailable to it. The three must give the same `nft -s list ruleset` and
+//! the same `nft --debug=netlink list ruleset` (the bytecode) once rule handles and anonymous set
+//! numbers are normalised. The same `nft` binary lists every side, so its version cannot matter.
+//!
+//! The helpers live here for now (namespaces through `ip netns`, commands through `ip netns exec`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{bail, ensure, Context as _, Result};
+
+/// Istio's nftables goldens, checked in beside the crates.
+fn testdata() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/istio/nftables")
+}
+
+/// The `iptables-init` under test (`E2E_IPTABLES_INIT` overrides the workspace's debug build).
+fn iptables_init() -> PathBuf {
+    if let Some(p) = std::env::var_os("E2E_IPTABLES_INIT") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let path = target.join("debug/iptables-init");
+    assert!(
+        path.exists(),
+        "{} not found: run `cargo build -p iptables-init` first",
+        path.display()
+    );
+    path
+}
+
+/// Panics unless root with `nft` and `ip` installed: these tests never skip.
+fn require_root_and_nft() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root (network namespaces, nf_tables); it never skips"
+    );
+    for tool in ["nft", "ip"] {
+        let found = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+            .iter()
+            .any(|d| Path::new(d).join(tool).is_file());
+        assert!(
+            found,
+            "this test needs `{tool}` (install nftables, iproute2); it never skips"
+        );
+    }
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A named network namespace with `lo` up, deleted on drop.
+struct Ns {
+    name: String,
+}
+
+impl Ns {
+    fn new(prefix: &str) -> Ns {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let prefix: String = prefix
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .take(20)
+            .collect();
+        let name = format!("{prefix}-{}-{n}", std::process::id());
+        checked(Command::new("ip").args(["netns", "add", &name])).expect("ip netns add");
+        let ns = Ns { name };
+        ns.run(&["ip", "link", "set", "lo", "up"]).expect("lo up");
+        ns
+    }
+
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name]).arg(program);
+        c
+    }
+
+    fn run(&self, argv: &[&str]) -> Result<String> {
+        let (p, args) = argv.split_first().context("empty command")?;
+        checked(self.command(p).args(args))
+    }
+
+    /// Loads `text` with `nft -f`.
+    fn nft_load(&self, text: &str) -> Result<()> {
+        let file =
+            std::env::temp_dir().join(format!("nft-load-{}-{}.nft", self.name, std::process::id()));
+        std::fs::write(&file, text)?;
+        let r = self.run(&["nft", "-f", &file.to_string_lossy()]);
+        let _ = std::fs::remove_file(&file);
+        r.map(|_| ())
+    }
+
+    /// The two views of the ruleset the comparison uses.
+    fn views(&self) -> Result<(String, String)> {
+        let list = self.run(&["nft", "-s", "list", "ruleset"])?;
+        let netlink =
+            normalise_netlink(&self.run(&["nft", "--debug=netlink", "list", "ruleset"])?);
+        Ok((list, netlink))
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn checked(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    into_stdout(cmd, out)
+}
+
+fn into_stdout(cmd: &Command, out: Output) -> Result<String> {
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    String::from_utf8(out.stdout).context("output is not UTF-8")
+}
+
+/// `nft --debug=netlink` output with rule handles (`inet T C <handle> [<prev>]`) cut and anonymous
+/// set numbers (`__setN`) unified: both change between otherwise identical loads.
+fn normalise_netlink(s: &str) -> String {
+    let mut out = String::new();
+    for line in s.lines() {
+        let words: Vec<&str> = line.split(' ').collect();
+        let line = if matches!(words.first(), Some(&"inet" | &"ip" | &"ip6"))
+            && (words.len() == 4 || words.len() == 5)
+            && words[3..]
+                .iter()
+                .all(|w| w.bytes().all(|b| b.is_ascii_digit()))
+        {
+            words[..3].join(" ")
+        } else {
+            line.to_string()
+        };
+        let mut rest = line.as_str();
+        while let Some(i) = rest.find("__set") {
+            out.push_str(&rest[..i + 5]);
+            rest = rest[i + 5..].trim_start_matches(|c: char| c.is_ascii_digit());
+            out.push('N');
+        }
+        out.push_str(rest);
+        out.push('\n');
+    }
+    out
+}
+
+/// One row of cases.tsv.
+#[derive(Debug, Clone)]
+struct Case {
+    name: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+/// Splits the args column: whitespace separates words, `'…'` is literal (all cases.tsv uses).
+fn words(s: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(x) => word.push(x),
+                        None => bail!("unterminated ' in {s:?}"),
+                    }
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        out.push(word);
+    }
+    Ok(out)
+}
+
+fn read_cases() -> Vec<Case> {
+    let path = testdata().join("cases.tsv");
+    let text = std::fs::read_to_string(&path).expect("cases.tsv");
+    text.lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let mut cols = line.split('\t');
+            let name = cols.next().unwrap_or_default().to_string();
+            let args = words(cols.next().unwrap_or_default()).expect("args column");
+            let env = cols
+                .next()
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').expect("env item NAME=value");
+                    (k.to_string(), v.to_string())
+                })
+                .collect();
+            Case { name, args, env }
+        })
+        .collect()
+}
+
+/// Creates the owner groups a case names by name (`java`), as nft resolves names through `/etc/group`.
+fn ensure_groups(case: &Case) {
+    for (_, v) in case
+        .env
+        .iter()
+        .filter(|(k, _)| k.starts_with("ISTIO_OUTBOUND_OWNER_GROUPS"))
+    {
+        for g in v
+            .split(',')
+            .filter(|g| !g.is_empty() && *g != "*" && !g.bytes().all(|b| b.is_ascii_digit()))
+        {
+            let exists = Command::new("getent")
+                .args(["group", g])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if !exists {
+                let st = Command::new("groupadd").arg(g).status().expect("groupadd");
+                assert!(st.success(), "groupadd {g}");
+            }
+        }
+    }
+}
+
+/// `iptables-init <case args> --native-nftables <extra>` with only the case's environment.
+fn ours(case: &Case, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(iptables_init());
+    cmd.args(&case.args)
+        .arg("--native-nftables")
+        .args(extra)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(case.env.iter().map(|(k, v)| (k, v)));
+    cmd
+}
+
+/// The transaction part of a dry run (the `#` route lines dropped).
+fn transaction_of(dry_run: &str) -> String {
+    dry_run
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn compare(what: &str, ours: &(String, String), golden: &(String, String)) -> Result<()> {
+    ensure!(
+        ours.0 == golden.0,
+        "{what}: `nft -s list ruleset` differs\n--- ours\n{}\n--- golden\n{}",
+        ours.0,
+        golden.0
+    );
+    ensure!(
+        ours.1 == golden.1,
+        "{what}: normalised `nft --debug=netlink list ruleset` differs\n--- ours\n{}\n--- golden\n{}",
+        ours.1,
+        golden.1
+    );
+    Ok(())
+}
+
+fn dry_run_case(case: &Case) -> Result<()> {
+    ensure_groups(case);
+    let golden = std::fs::read_to_string(testdata().join(format!("{}.golden", case.name)))?;
+    let out = ours(case, &["--dry-run"]).output()?;
+    ensure!(
+        out.status.success(),
+        "dry run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = transaction_of(&String::from_utf8(out.stdout)?);
+    // The printed transaction is Istio's golden text itself.
+    ensure!(
+        text == golden,
+        "dry-run text differs from the golden:\n{text}"
+    );
+    let g = Ns::new(&format!("nftg-{}", case.name));
+    g.nft_load(&golden).context("loading the golden")?;
+    let o = Ns::new(&format!("nfto-{}", case.name));
+    o.nft_load(&text).context("loading our dry run")?;
+    let gv = g.views()?;
+    ensure!(
+        gv.0.contains("table inet istio-proxy-nat"),
+        "the golden loaded nothing"
+    );
+    compare("dry run", &o.views()?, &gv)
+}
+
+#[test]
+fn parity_dry_run_loaded_with_nft_equals_every_golden() {
+    require_root_and_nft();
+    let cases = read_cases();
+    assert_eq!(cases.len(), 16, "cases.tsv rows");
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|c| dry_run_case(c).err().map(|e| format!("{}: {e:#}", c.name)))
+        .collect();
+    eprintln!(
+        "nftables dry-run parity: {}/{} cases equal",
+        cases.len() - failures.len(),
+        cases.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn normaliser_cuts_handles_and_set_numbers() {
+    let s =
+        "inet istio-proxy-nat istio-output 17 15\n  [ lookup reg 1 set __set12 0x1 ]\ninet t c 4\n";
+    assert_eq!(
+        normalise_netlink(s),
+        "inet istio-proxy-nat istio-output\n  [ lookup reg 1 set __setN 0x1 ]\ninet t c\n"
+    );
+    assert_ne!(
+        normalise_netlink("[ cmp eq reg 1 0x1 ]"),
+        normalise_netlink("[ cmp eq reg 1 0x2 ]")
+    );
+}
