@@ -19,6 +19,7 @@ pub mod detect;
 pub mod logging;
 pub mod nft;
 pub mod render;
+pub mod rtnetlink;
 pub mod rules;
 pub mod validation;
 
@@ -144,10 +145,12 @@ pub fn run_with(
         }
     } else if cfg.skip_rule_apply {
         tracing::info!("--skip-rule-apply: not applying rules");
-    } else {
-        if cfg.native_nftables {
-            tracing::warn!("--native-nftables is not supported; applying the same rules through iptables-restore");
+    } else if cfg.native_nftables {
+        if let Err(e) = nft::apply::run(&cfg) {
+            report(&e.to_string());
+            return ExitCode::from(EXIT_ERROR);
         }
+    } else {
         let opts = apply_options(&cfg);
         // The exec path ends this process, so it is only for a run in which nothing follows the apply.
         if !cfg.run_validation {

@@ -2,5 +2,7 @@
 //! `nft -f` text Istio pipes ([`render`]) and applied in-process as one nf_tables netlink batch
 //! ([`apply`], [`netlink`]), with no `nft`, `iptables` or `ip` binary.
 
+pub mod apply;
 pub mod model;
+pub mod netlink;
 pub mod render;

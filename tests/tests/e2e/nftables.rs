@@ -332,6 +332,294 @@ fn parity_dry_run_loaded_with_nft_equals_every_golden() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// The tools a real run must not use: `nft`, `iptables*`, `ip6tables*`, `ip`.
+const MASKED: &str = "for d in /usr/sbin /usr/bin /sbin /bin; do \
+  for f in $d/nft $d/ip $d/iptables* $d/ip6tables*; do \
+    [ -e \"$f\" ] && mount --bind /bin/false \"$f\"; \
+  done; \
+done";
+
+/// A command that runs `argv` in `ns` inside a private mount namespace in which every tool of
+/// [`MASKED`] is `/bin/false`; the sandbox first proves that `nft` and `ip` are gone.
+fn sandboxed(ns: &Ns, argv: &[String], env: &[(String, String)]) -> Command {
+    let quoted: Vec<String> = argv
+        .iter()
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect();
+    let script = format!(
+        "set -e; {MASKED}; if nft --version || ip link >/dev/null || iptables -V || ip6tables -V; then echo 'a tool is still usable' >&2; exit 99; fi; exec {}",
+        quoted.join(" ")
+    );
+    let mut cmd = ns.command("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    cmd
+}
+
+/// A real `--native-nftables` run of `case` (plus `extra`) in `ns`, with no userspace tool available.
+fn real_run(ns: &Ns, case: &Case, extra: &[&str]) -> Result<Output> {
+    let mut argv = vec![iptables_init().to_string_lossy().into_owned()];
+    argv.extend(case.args.iter().cloned());
+    argv.push("--native-nftables".into());
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    let out = sandboxed(ns, &argv, &case.env).output()?;
+    ensure!(
+        out.status.code() != Some(99),
+        "the sandbox left a tool usable: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out)
+}
+
+fn real_case(case: &Case) -> Result<()> {
+    ensure_groups(case);
+    let golden = std::fs::read_to_string(testdata().join(format!("{}.golden", case.name)))?;
+    let g = Ns::new(&format!("nftg-{}", case.name));
+    g.nft_load(&golden).context("loading the golden")?;
+    let o = Ns::new(&format!("nftr-{}", case.name));
+    let out = real_run(&o, case, &[])?;
+    ensure!(
+        out.status.success(),
+        "real run failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    compare("real run", &o.views()?, &g.views()?)
+}
+
+#[test]
+fn parity_real_run_without_any_tool_equals_every_golden() {
+    require_root_and_nft();
+    let cases = read_cases();
+    assert_eq!(cases.len(), 16, "cases.tsv rows");
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|c| real_case(c).err().map(|e| format!("{}: {e:#}", c.name)))
+        .collect();
+    eprintln!(
+        "nftables real-run parity: {}/{} cases equal",
+        cases.len() - failures.len(),
+        cases.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+fn case(name: &str) -> Case {
+    read_cases()
+        .into_iter()
+        .find(|c| c.name == name)
+        .expect("case in cases.tsv")
+}
+
+/// The `ip rule` and `ip -6 addr show dev lo` of `ns`: what the route actions touch.
+fn routing(ns: &Ns) -> String {
+    let rules = ns.run(&["ip", "rule"]).unwrap_or_default()
+        + &ns.run(&["ip", "-6", "rule"]).unwrap_or_default();
+    let routes = ns
+        .run(&[
+            "ip", "route", "show", "table", "all", "type", "local", "dev", "lo",
+        ])
+        .unwrap_or_default();
+    let addrs = ns
+        .run(&["ip", "-6", "-o", "addr", "show", "dev", "lo"])
+        .unwrap_or_default();
+    let addrs: String = addrs
+        .lines()
+        .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>().join(" ") + "\n")
+        .collect();
+    format!("{rules}{routes}{addrs}")
+}
+
+#[test]
+fn rerun_changes_nothing_and_routes_are_not_duplicated() {
+    require_root_and_nft();
+    let c = case("tproxy");
+    let ns = Ns::new("nft-rerun");
+    let first = real_run(&ns, &c, &[]).expect("first run");
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let (views, routes) = (ns.views().expect("views"), routing(&ns));
+    assert!(routes.contains("fwmark 0x539 lookup 133"), "{routes}");
+    assert!(routes.contains("::6/128"), "{routes}");
+    let second = real_run(&ns, &c, &[]).expect("second run");
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(
+        ns.views().expect("views"),
+        views,
+        "a rerun changed the ruleset"
+    );
+    assert_eq!(routing(&ns), routes, "a rerun changed the routing");
+    assert_eq!(
+        routes.matches("fwmark 0x539").count(),
+        2,
+        "one v4 and one v6 rule: {routes}"
+    );
+}
+
+#[test]
+fn a_smaller_configuration_leaves_no_stale_table() {
+    require_root_and_nft();
+    let ns = Ns::new("nft-shrink");
+    let out = real_run(&ns, &case("tproxy"), &[]).expect("tproxy run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list = ns.views().expect("views").0;
+    assert!(
+        list.contains("istio-proxy-mangle") && list.contains("istio-proxy-raw"),
+        "{list}"
+    );
+    // Without --reconcile too: the tables are re-created every run.
+    let out = real_run(&ns, &case("empty"), &[]).expect("empty run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fresh = Ns::new("nft-shrink-fresh");
+    let out = real_run(&fresh, &case("empty"), &[]).expect("fresh run");
+    assert!(out.status.success());
+    assert_eq!(
+        ns.views().expect("views"),
+        fresh.views().expect("views"),
+        "state differs from a fresh run"
+    );
+    let list = ns.views().expect("views").0;
+    assert!(
+        !list.contains("istio-proxy-mangle") && !list.contains("istio-proxy-raw"),
+        "{list}"
+    );
+}
+
+#[test]
+fn cleanup_only_removes_our_tables_and_routes_and_nothing_else() {
+    require_root_and_nft();
+    let ns = Ns::new("nft-clean");
+    ns.nft_load("add table inet foreign\nadd chain inet foreign c { type filter hook output priority 0 ; }\nadd rule inet foreign c counter accept\n")
+        .expect("foreign table");
+    ns.run(&["ip", "rule", "add", "fwmark", "7", "lookup", "77"])
+        .expect("foreign rule");
+    let before = (ns.views().expect("views"), routing(&ns));
+    let c = case("tproxy");
+    let out = real_run(&ns, &c, &[]).expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = real_run(&ns, &c, &["--cleanup-only"]).expect("cleanup");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = ns.views().expect("views");
+    assert_eq!(
+        after, before.0,
+        "cleanup left or removed something in nf_tables"
+    );
+    let routes = routing(&ns);
+    assert!(!routes.contains("0x539"), "{routes}");
+    assert!(routes.contains("fwmark 0x7 lookup 77"), "{routes}");
+    // Cleanup of an empty namespace succeeds too.
+    let empty = Ns::new("nft-clean-empty");
+    let out = real_run(&empty, &c, &["--cleanup-only"]).expect("cleanup");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(empty.views().expect("views").0, "");
+}
+
+#[test]
+fn a_batch_refused_midway_leaves_the_namespace_as_it_was() {
+    require_root_and_nft();
+    let ns = Ns::new("nft-fail");
+    let out = real_run(&ns, &case("empty"), &[]).expect("first run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A table of the same name owned by another process: nf_tables refuses our delete of it, a
+    // message near the end of the batch.
+    let mut holder = ns
+        .command("nft")
+        .arg("-i")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nft -i");
+    {
+        use std::io::Write as _;
+        let stdin = holder.stdin.as_mut().expect("stdin");
+        stdin
+            .write_all(b"add table inet istio-proxy-raw { flags owner ; }\n")
+            .expect("write");
+        stdin.flush().expect("flush");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !ns
+        .run(&["nft", "list", "tables"])
+        .unwrap_or_default()
+        .contains("istio-proxy-raw")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the owned table never appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let before = (ns.views().expect("views"), routing(&ns));
+    let out = real_run(&ns, &case("tproxy"), &[]).expect("failing run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let after = (ns.views().expect("views"), routing(&ns));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("add table inet istio-proxy-raw`: EPERM"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    // The routes (::6, the fwmark rules, the local routes) went in before the batch and were taken back.
+    assert_eq!(after, before, "the failed run changed something");
+}
+
+#[test]
+fn without_cap_net_admin_nothing_is_touched() {
+    require_root_and_nft();
+    let ns = Ns::new("nft-cap");
+    let c = case("tproxy");
+    let mut argv = vec![
+        "setpriv".to_string(),
+        "--inh-caps=-all".into(),
+        "--bounding-set=-net_admin".into(),
+    ];
+    argv.push(iptables_init().to_string_lossy().into_owned());
+    argv.extend(c.args.iter().cloned());
+    argv.push("--native-nftables".into());
+    let out = sandboxed(&ns, &argv, &c.env).output().expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("CAP_NET_ADMIN"), "{stderr}");
+    assert_eq!(ns.views().expect("views").0, "");
+    assert!(!routing(&ns).contains("::6/128"));
+}
+
 #[test]
 fn normaliser_cuts_handles_and_set_numbers() {
     let s =
