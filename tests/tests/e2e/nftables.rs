@@ -132,8 +132,9 @@ fn into_stdout(cmd: &Command, out: Output) -> Result<String> {
     String::from_utf8(out.stdout).context("output is not UTF-8")
 }
 
-/// `nft --debug=netlink` output with rule handles (`inet T C <handle> [<prev>]`) cut and anonymous
-/// set numbers (`__setN`) unified: both change between otherwise identical loads.
+/// `nft --debug=netlink` output with rule handles (`inet T C <handle> [<prev>]`) cut, anonymous set
+/// numbers (`__setN`) unified (both change between otherwise identical loads) and counter values
+/// dropped (they count traffic; `nft -s` leaves them out too).
 fn normalise_netlink(s: &str) -> String {
     let mut out = String::new();
     for line in s.lines() {
@@ -147,6 +148,15 @@ fn normalise_netlink(s: &str) -> String {
             words[..3].join(" ")
         } else {
             line.to_string()
+        };
+        // Counter values are traffic, not ruleset.
+        let line = match (line.find("[ counter pkts "), line.find("counter packets ")) {
+            (Some(i), _) => format!("{}[ counter ]", &line[..i]),
+            (None, Some(i)) => {
+                let tail = line[i..].splitn(6, ' ').nth(5).unwrap_or_default();
+                format!("{}counter {tail}", &line[..i])
+            }
+            (None, None) => line,
         };
         let mut rest = line.as_str();
         while let Some(i) = rest.find("__set") {
@@ -623,13 +633,466 @@ fn without_cap_net_admin_nothing_is_touched() {
 #[test]
 fn normaliser_cuts_handles_and_set_numbers() {
     let s =
-        "inet istio-proxy-nat istio-output 17 15\n  [ lookup reg 1 set __set12 0x1 ]\ninet t c 4\n";
+        "inet istio-proxy-nat istio-output 17 15\n  [ lookup reg 1 set __set12 0x1 ]\ninet t c 4\n  [ counter pkts 3 bytes 180 ]\n\t\tcounter packets 3 bytes 180 accept\n";
     assert_eq!(
         normalise_netlink(s),
-        "inet istio-proxy-nat istio-output\n  [ lookup reg 1 set __setN 0x1 ]\ninet t c\n"
+        "inet istio-proxy-nat istio-output\n  [ lookup reg 1 set __setN 0x1 ]\ninet t c\n  [ counter ]\n\t\tcounter accept\n"
     );
     assert_ne!(
         normalise_netlink("[ cmp eq reg 1 0x1 ]"),
         normalise_netlink("[ cmp eq reg 1 0x2 ]")
     );
+}
+
+// Real traffic: a "pod" namespace and a "peer" namespace joined by a veth pair (pod `eth0`
+// 10.10.0.1/24 + fd00::1/64, peer `eth0` 10.10.0.2/24 + 10.10.0.3/24 + fd00::2/64), rules applied with
+// `--native-nftables` in the pod, real TCP/UDP sent with the `nettool` helper as an application uid
+// (1000) or the proxy uid (1337).
+
+const APP_UID: u32 = 1000;
+const PROXY_UID: u32 = 1337;
+
+/// The arguments Istio's injector writes for a default pod.
+const INJECTED: &[&str] = &[
+    "istio-iptables",
+    "-p",
+    "15001",
+    "-z",
+    "15006",
+    "-u",
+    "1337",
+    "-m",
+    "REDIRECT",
+    "-i",
+    "*",
+    "-x",
+    "",
+    "-b",
+    "*",
+    "-d",
+    "15090,15021,15020",
+    "--native-nftables",
+];
+
+/// A binary of the workspace's debug build (`nettool` is the e2e crate's own).
+fn bin(name: &str) -> PathBuf {
+    if name == "iptables-init" {
+        return iptables_init();
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("debug").join(name)
+}
+
+struct Pair {
+    pod: Ns,
+    peer: Ns,
+}
+
+impl Pair {
+    fn new(name: &str) -> Pair {
+        require_root_and_nft();
+        let pod = Ns::new(&format!("{name}-pod"));
+        let peer = Ns::new(&format!("{name}-peer"));
+        pod.run(&[
+            "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns",
+            &peer.name,
+        ])
+        .expect("veth pair");
+        for (ns, addrs) in [
+            (&pod, &["10.10.0.1/24"][..]),
+            (&peer, &["10.10.0.2/24", "10.10.0.3/24"][..]),
+        ] {
+            for a in addrs {
+                ns.run(&["ip", "addr", "add", a, "dev", "eth0"])
+                    .expect("v4 address");
+            }
+        }
+        pod.run(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            "fd00::1/64",
+            "dev",
+            "eth0",
+            "nodad",
+        ])
+        .expect("v6");
+        peer.run(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            "fd00::2/64",
+            "dev",
+            "eth0",
+            "nodad",
+        ])
+        .expect("v6");
+        for ns in [&pod, &peer] {
+            ns.run(&["ip", "link", "set", "eth0", "up"])
+                .expect("eth0 up");
+        }
+        Pair { pod, peer }
+    }
+}
+
+fn init(ns: &Ns, args: &[&str]) -> Output {
+    let out = ns
+        .command(iptables_init())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("iptables-init");
+    eprintln!(
+        "iptables-init {args:?} -> {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn init_ok(ns: &Ns, args: &[&str]) {
+    let out = init(ns, args);
+    assert!(
+        out.status.success(),
+        "iptables-init {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn with(extra: &[&'static str]) -> Vec<&'static str> {
+    let mut v = INJECTED.to_vec();
+    v.extend_from_slice(extra);
+    v
+}
+
+fn nettool(ns: &Ns, uid: Option<u32>, args: &[&str]) -> Command {
+    let tool = bin("nettool");
+    let mut cmd = match uid {
+        Some(uid) => {
+            let mut c = ns.command("setpriv");
+            let u = uid.to_string();
+            c.args(["--reuid", &u, "--regid", &u, "--clear-groups"])
+                .arg(tool);
+            c
+        }
+        None => ns.command(tool),
+    };
+    cmd.args(args);
+    cmd
+}
+
+/// A running `nettool listen-*`, ready once constructed.
+struct Listener {
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Listener {
+    fn start(ns: &Ns, args: &[&str]) -> Listener {
+        Listener::start_as(ns, None, args)
+    }
+
+    fn start_as(ns: &Ns, uid: Option<u32>, args: &[&str]) -> Listener {
+        use std::io::BufRead as _;
+        let mut all = args.to_vec();
+        all.extend(["--timeout-ms", "4000"]);
+        let mut child = nettool(ns, uid, &all)
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn listener");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        assert_eq!(first, "READY", "listener {args:?} did not start");
+        Listener { child, lines }
+    }
+
+    /// The event the listener reports (`ACCEPTED ...`, `RECEIVED ...` or `TIMEOUT`).
+    fn event(mut self) -> String {
+        let line = self.lines.next().and_then(Result::ok).unwrap_or_default();
+        let _ = self.child.wait();
+        line
+    }
+
+    /// Stops a listener that must have seen nothing; returns what it saw.
+    fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let rest: Vec<String> = self.lines.by_ref().map_while(Result::ok).collect();
+        rest.join("\n")
+    }
+}
+
+/// Runs a `nettool` client: (exit code, its line).
+fn client(ns: &Ns, uid: Option<u32>, args: &[&str]) -> (i32, String) {
+    let out = nettool(ns, uid, args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("client");
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.code().unwrap_or(-1), line)
+}
+
+#[test]
+fn traffic_outbound_goes_to_15001_with_its_original_destination_and_the_proxy_uid_is_not_redirected(
+) {
+    let p = Pair::new("nft-a");
+    init_ok(&p.pod, &with(&["--ipv6", "false"]));
+    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
+    let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
+    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
+    assert_eq!(code, 0, "{line}");
+    let ev = proxy.event();
+    assert!(
+        ev.starts_with("ACCEPTED") && ev.contains("orig=10.10.0.2:8080"),
+        "{ev}"
+    );
+    assert_eq!(
+        peer.stop(),
+        "",
+        "the app's connection reached the peer uncaptured"
+    );
+
+    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
+    let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
+    let (code, line) = client(&p.pod, Some(PROXY_UID), &["connect-tcp", "10.10.0.2:8080"]);
+    assert_eq!(code, 0, "{line}");
+    let ev = peer.event();
+    assert!(ev.starts_with("ACCEPTED peer=10.10.0.1:"), "{ev}");
+    assert_eq!(proxy.stop(), "", "the proxy's own connection was captured");
+
+    // After --cleanup-only nothing is captured any more.
+    init_ok(&p.pod, &with(&["--ipv6", "false", "--cleanup-only"]));
+    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
+    let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
+    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
+    assert_eq!(code, 0, "{line}");
+    assert!(
+        peer.event().starts_with("ACCEPTED"),
+        "not direct after cleanup"
+    );
+    assert_eq!(proxy.stop(), "", "captured after cleanup");
+}
+
+#[test]
+fn traffic_inbound_goes_to_15006_and_an_excluded_port_does_not() {
+    let p = Pair::new("nft-b");
+    init_ok(&p.pod, &with(&["--ipv6", "false"]));
+    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006"]);
+    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:8080"]);
+    assert_eq!(code, 0, "{line}");
+    let ev = inbound.event();
+    assert!(
+        ev.starts_with("ACCEPTED peer=10.10.0.2:") && ev.contains("orig=10.10.0.1:8080"),
+        "{ev}"
+    );
+
+    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006"]);
+    let direct = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15090"]);
+    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:15090"]);
+    assert_eq!(code, 0, "{line}");
+    let ev = direct.event();
+    assert!(
+        ev.starts_with("ACCEPTED") && ev.contains("local=10.10.0.1:15090"),
+        "{ev}"
+    );
+    assert_eq!(inbound.stop(), "", "an excluded inbound port was captured");
+}
+
+#[test]
+fn traffic_excluded_outbound_cidr_and_port_bypass_the_proxy() {
+    let p = Pair::new("nft-c");
+    init_ok(
+        &p.pod,
+        &[
+            "-p",
+            "15001",
+            "-z",
+            "15006",
+            "-u",
+            "1337",
+            "-m",
+            "REDIRECT",
+            "-i",
+            "*",
+            "-x",
+            "10.10.0.3/32",
+            "-b",
+            "*",
+            "-o",
+            "9090",
+            "--ipv6",
+            "false",
+            "--native-nftables",
+        ],
+    );
+    for (target, listen) in [
+        ("10.10.0.3:8080", "10.10.0.3:8080"),
+        ("10.10.0.2:9090", "10.10.0.2:9090"),
+    ] {
+        let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
+        let peer = Listener::start(&p.peer, &["listen-tcp", listen]);
+        let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", target]);
+        assert_eq!(code, 0, "{target}: {line}");
+        let ev = peer.event();
+        assert!(
+            ev.starts_with("ACCEPTED"),
+            "{target} did not bypass the proxy: {ev}"
+        );
+        assert_eq!(proxy.stop(), "", "{target} was captured");
+    }
+    // Control: anything else is still captured.
+    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
+    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
+    assert_eq!(code, 0, "{line}");
+    assert!(proxy.event().contains("orig=10.10.0.2:8080"));
+}
+
+#[test]
+fn traffic_dns_to_the_configured_server_goes_to_15053() {
+    let p = Pair::new("nft-d");
+    init_ok(
+        &p.pod,
+        &with(&[
+            "--ipv6",
+            "false",
+            "--redirect-dns",
+            "--dns-servers",
+            "10.10.0.2",
+        ]),
+    );
+    // The agent runs as the proxy uid, so its replies use conntrack zone 2 like the app's NATed query.
+    let agent = Listener::start_as(&p.pod, Some(PROXY_UID), &["listen-udp", "127.0.0.1:15053"]);
+    let server = Listener::start(&p.peer, &["listen-udp", "10.10.0.2:53"]);
+    let (code, line) = client(&p.pod, Some(APP_UID), &["send-udp", "10.10.0.2:53"]);
+    let ev = agent.event();
+    assert!(ev.starts_with("RECEIVED"), "DNS was not captured: {ev}");
+    assert_eq!(code, 0, "no reply: {line}");
+    assert!(
+        line.contains("peer=10.10.0.2:53"),
+        "the reply was not un-NATed: {line}"
+    );
+    assert_eq!(server.stop(), "", "the query reached the real server");
+}
+
+#[test]
+fn traffic_tproxy_inbound_reaches_a_transparent_listener_and_a_rerun_changes_nothing() {
+    let p = Pair::new("nft-e");
+    let args: Vec<&str> = with(&["--ipv6", "false"])
+        .into_iter()
+        .map(|a| if a == "REDIRECT" { "TPROXY" } else { a })
+        .collect();
+    init_ok(&p.pod, &args);
+    let rules = p.pod.run(&["ip", "-4", "rule", "show"]).expect("ip rule");
+    assert_eq!(
+        rules.matches("fwmark 0x539 lookup 133").count(),
+        1,
+        "{rules}"
+    );
+    let routes = p
+        .pod
+        .run(&["ip", "-4", "route", "show", "table", "133"])
+        .expect("ip route");
+    assert!(routes.contains("local default dev lo"), "{routes}");
+
+    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006", "--transparent"]);
+    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:8080"]);
+    assert_eq!(code, 0, "{line}");
+    assert!(line.contains("reply=hello"), "{line}");
+    let ev = inbound.event();
+    assert!(
+        ev.starts_with("ACCEPTED peer=10.10.0.2:") && ev.contains("local=10.10.0.1:8080"),
+        "{ev}"
+    );
+
+    let before = (p.pod.views().expect("views"), routing(&p.pod));
+    init_ok(&p.pod, &args);
+    assert_eq!(
+        (p.pod.views().expect("views"), routing(&p.pod)),
+        before,
+        "a rerun changed something"
+    );
+}
+
+#[test]
+fn traffic_ipv6_outbound_and_inbound() {
+    let p = Pair::new("nft-f");
+    init_ok(&p.pod, &with(&["--ipv6", "true"]));
+    let proxy = Listener::start(&p.pod, &["listen-tcp", "[::]:15001"]);
+    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "[fd00::2]:8080"]);
+    assert_eq!(code, 0, "{line}");
+    let ev = proxy.event();
+    assert!(ev.contains("orig=[fd00::2]:8080"), "{ev}");
+
+    let inbound = Listener::start(&p.pod, &["listen-tcp", "[::]:15006"]);
+    let (code, line) = client(&p.peer, None, &["connect-tcp", "[fd00::1]:8080"]);
+    assert_eq!(code, 0, "{line}");
+    let ev = inbound.event();
+    assert!(
+        ev.starts_with("ACCEPTED peer=[fd00::2]:") && ev.contains("orig=[fd00::1]:8080"),
+        "{ev}"
+    );
+}
+
+#[test]
+fn run_validation_passes_after_a_native_apply() {
+    require_root_and_nft();
+    for (ipv6, probe) in [("false", "127.0.0.6:15002"), ("true", "[::6]:15002")] {
+        // One run that applies and validates, as the proxy uid with CAP_NET_ADMIN (the probe is only
+        // captured for the proxy uid).
+        let ns = Ns::new("nft-val");
+        let u = PROXY_UID.to_string();
+        let out = ns
+            .command("setpriv")
+            .args([
+                "--reuid",
+                &u,
+                "--regid",
+                &u,
+                "--clear-groups",
+                "--inh-caps=+net_admin",
+                "--ambient-caps=+net_admin",
+            ])
+            .arg(iptables_init())
+            .args(with(&[
+                "--ipv6",
+                ipv6,
+                "--run-validation",
+                "--probe-timeout=2s",
+            ]))
+            .stdin(Stdio::null())
+            .output()
+            .expect("validation run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert!(err.contains(probe), "{err}");
+        assert!(ns.views().expect("views").0.contains("istio-proxy-nat"));
+        // Without the rules the same validation fails with 126.
+        init_ok(&ns, &with(&["--ipv6", ipv6, "--cleanup-only"]));
+        let out = ns
+            .command("setpriv")
+            .args(["--reuid", &u, "--regid", &u, "--clear-groups"])
+            .arg(iptables_init())
+            .args(with(&[
+                "--ipv6",
+                ipv6,
+                "--run-validation",
+                "--skip-rule-apply",
+                "--probe-timeout=1s",
+            ]))
+            .stdin(Stdio::null())
+            .output()
+            .expect("validation run");
+        assert_eq!(
+            out.status.code(),
+            Some(126),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
