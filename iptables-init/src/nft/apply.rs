@@ -38,11 +38,20 @@ fn check_capability() -> Result<(), NftApplyError> {
     }
 }
 
-/// The batch that leaves exactly `rs`'s tables.
-pub fn batch(rs: &Ruleset, groups: &dyn Groups) -> Result<(Vec<u8>, Vec<String>), UnknownGroup> {
-    let mut b = Batch::new();
+/// The batch that leaves exactly `rs`'s tables, given the `inet` tables that exist: an existing
+/// table of ours is removed first (so nothing of an earlier configuration survives), a missing one is
+/// not touched (deleting costs the kernel an RCU grace period when the socket closes).
+pub fn batch(
+    rs: &Ruleset,
+    existing: &[String],
+    genid: Option<u32>,
+    groups: &dyn Groups,
+) -> Result<(Vec<u8>, Vec<String>), UnknownGroup> {
+    let mut b = Batch::new(genid);
     for id in TableId::ALL {
-        b.remove_table(id);
+        if existing.iter().any(|t| t == id.name()) {
+            b.remove_table(id);
+        }
         if let Some(t) = rs.tables.iter().find(|t| t.id == id) {
             b.table(t, groups)?;
         }
@@ -50,35 +59,81 @@ pub fn batch(rs: &Ruleset, groups: &dyn Groups) -> Result<(Vec<u8>, Vec<String>)
     Ok(b.finish())
 }
 
+/// How often a batch is rebuilt when another writer changed the ruleset in between.
+const ATTEMPTS: usize = 3;
+
+/// Reads the generation and our existing tables, then sends the batch `build` makes of them; a batch
+/// refused with `ERESTART` (the ruleset changed meanwhile) is rebuilt and sent again.
+fn send_current(
+    socket: &Socket,
+    build: impl Fn(&[String], u32) -> Result<(Vec<u8>, Vec<String>), NftApplyError>,
+) -> Result<usize, NftApplyError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let genid = socket.generation()?;
+        let existing = socket.inet_tables()?;
+        let (bytes, what) = build(&existing, genid)?;
+        if what.is_empty() {
+            // Nothing to change (a cleanup of a namespace without our tables).
+            return Ok(0);
+        }
+        match socket.send_batch(&bytes, &what) {
+            Err(NetlinkError::Refused {
+                errno: nix::errno::Errno::ERESTART,
+                ..
+            }) if attempt < ATTEMPTS => {
+                tracing::info!(
+                    "the nf_tables ruleset changed while the batch was built; rebuilding it"
+                );
+            }
+            Err(e) => return Err(e.into()),
+            Ok(()) => return Ok(what.len()),
+        }
+    }
+}
+
 /// Applies `rs` in the current network namespace: idempotent, exact, atomic.
 pub fn apply(rs: &Ruleset) -> Result<(), NftApplyError> {
     check_capability()?;
-    let (bytes, what) = batch(rs, &GroupFile::system())?;
+    let groups = GroupFile::system();
+    // Resolve the group names before anything changes.
+    batch(rs, &[], None, &groups)?;
     let socket = Socket::open()?;
     let added = rtnetlink::add_all(&rs.routes)?;
-    if let Err(e) = socket.send_batch(&bytes, &what) {
-        if let Err(undo) = rtnetlink::remove_added(&added) {
-            tracing::warn!("removing the routes added before the failure: {undo}");
+    match send_current(&socket, |existing, genid| {
+        Ok(batch(rs, existing, Some(genid), &groups)?)
+    }) {
+        Err(e) => {
+            if let Err(undo) = rtnetlink::remove_added(&added) {
+                tracing::warn!("removing the routes added before the failure: {undo}");
+            }
+            Err(e)
         }
-        return Err(e.into());
+        Ok(messages) => {
+            tracing::info!(
+                tables = rs.tables.len(),
+                messages,
+                "nf_tables ruleset applied"
+            );
+            Ok(())
+        }
     }
-    tracing::info!(
-        tables = rs.tables.len(),
-        messages = what.len(),
-        "nf_tables ruleset applied"
-    );
-    Ok(())
 }
 
 /// `--cleanup-only`: removes Istio's three tables and this configuration's policy routing, nothing else.
 pub fn cleanup(rs: &Ruleset) -> Result<(), NftApplyError> {
     check_capability()?;
-    let mut b = Batch::new();
-    for id in TableId::ALL {
-        b.remove_table(id);
-    }
-    let (bytes, what) = b.finish();
-    Socket::open()?.send_batch(&bytes, &what)?;
+    let socket = Socket::open()?;
+    send_current(&socket, |existing, genid| {
+        let mut b = Batch::new(Some(genid));
+        for id in TableId::ALL {
+            if existing.iter().any(|t| t == id.name()) {
+                b.remove_table(id);
+            }
+        }
+        Ok(b.finish())
+    })?;
     rtnetlink::remove_routes(&rs.routes)?;
     Ok(())
 }

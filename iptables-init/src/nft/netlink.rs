@@ -30,7 +30,12 @@ const NFT_MSG_NEWCHAIN: u16 = 3;
 const NFT_MSG_NEWRULE: u16 = 6;
 const NFT_MSG_NEWSET: u16 = 9;
 const NFT_MSG_NEWSETELEM: u16 = 12;
+const NFT_MSG_GETTABLE: u16 = 1;
+const NFT_MSG_NEWGEN: u16 = 15;
+const NFT_MSG_GETGEN: u16 = 16;
 const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
 const NLM_F_CREATE: u16 = 0x400;
@@ -272,6 +277,21 @@ fn addr_match(b: &mut Buf, dir: Dir, neq: bool, c: &Cidr) {
     cmp(b, neq, &value);
 }
 
+/// The value of the first attribute of type `kind` among `attrs`.
+fn attr(mut attrs: &[u8], kind: u16) -> Option<&[u8]> {
+    while attrs.len() >= 4 {
+        let len = usize::from(u16::from_ne_bytes([attrs[0], attrs[1]]));
+        if len < 4 || len > attrs.len() {
+            return None;
+        }
+        if u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff == kind {
+            return Some(&attrs[4..len]);
+        }
+        attrs = attrs.get(len.next_multiple_of(4)..).unwrap_or(&[]);
+    }
+    None
+}
+
 /// Resolves an owner group as nft does at parse time: a number is a gid, a name is looked up in
 /// `/etc/group`.
 pub trait Groups {
@@ -311,20 +331,20 @@ pub struct Batch {
 #[error("owner group {0:?} (ISTIO_OUTBOUND_OWNER_GROUPS) is not in /etc/group")]
 pub struct UnknownGroup(pub String);
 
-impl Default for Batch {
-    fn default() -> Self {
-        Batch::new()
-    }
-}
-
 impl Batch {
-    pub fn new() -> Batch {
+    /// A batch that the kernel applies only while the ruleset generation is still `genid` (it answers
+    /// `ERESTART` otherwise), so what was read before building it still holds.
+    pub fn new(genid: Option<u32>) -> Batch {
         let mut b = Batch {
             buf: Vec::with_capacity(16 * 1024),
             what: Vec::new(),
             next_set: 1,
         };
-        b.msg(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0, None, |_| {});
+        b.msg(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0, None, |b| {
+            if let Some(g) = genid {
+                b.u32(1, g); // NFNL_BATCH_GENID
+            }
+        });
         b
     }
 
@@ -690,6 +710,92 @@ impl Socket {
         Ok(Socket { fd })
     }
 
+    /// Sends one request and collects the payloads (after `nfgenmsg`) of the answers of type `want`,
+    /// until the acknowledgement or the end of the dump.
+    fn query(&self, kind: u16, flags: u16, want: u16) -> Result<Vec<Vec<u8>>, NetlinkError> {
+        let mut req = Vec::with_capacity(20);
+        req.extend_from_slice(&20u32.to_ne_bytes());
+        req.extend_from_slice(&((NFNL_SUBSYS_NFTABLES << 8) | kind).to_ne_bytes());
+        req.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
+        req.extend_from_slice(&u32::MAX.to_ne_bytes());
+        req.extend_from_slice(&0u32.to_ne_bytes());
+        req.extend_from_slice(&[NFPROTO_INET, 0, 0, 0]);
+        sendto(
+            self.fd.as_raw_fd(),
+            &req,
+            &NetlinkAddr::new(0, 0),
+            MsgFlags::empty(),
+        )
+        .map_err(|errno| NetlinkError::Io { op: "send", errno })?;
+        let want = (NFNL_SUBSYS_NFTABLES << 8) | want;
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(|errno| {
+                NetlinkError::Io {
+                    op: "receive",
+                    errno,
+                }
+            })?;
+            let mut rest = &buf[..n];
+            while rest.len() >= 16 {
+                let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+                if len < 16 || len > rest.len() {
+                    return Err(NetlinkError::Unexpected(
+                        "message length out of bounds".into(),
+                    ));
+                }
+                let kind = u16::from_ne_bytes([rest[4], rest[5]]);
+                match kind {
+                    NLMSG_DONE => return Ok(out),
+                    NLMSG_ERROR => {
+                        let code = rest
+                            .get(16..20)
+                            .map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                            .unwrap_or(0);
+                        return if code == 0 {
+                            Ok(out)
+                        } else {
+                            Err(NetlinkError::Refused {
+                                what: "the nf_tables query".into(),
+                                errno: Errno::from_raw(-code),
+                            })
+                        };
+                    }
+                    k if k == want => out.push(rest.get(20..len).unwrap_or(&[]).to_vec()),
+                    _ => {}
+                }
+                rest = rest.get(len.next_multiple_of(4)..).unwrap_or(&[]);
+            }
+        }
+    }
+
+    /// The ruleset's generation id (`NFT_MSG_GETGEN`).
+    pub fn generation(&self) -> Result<u32, NetlinkError> {
+        let answers = self.query(NFT_MSG_GETGEN, NLM_F_ACK, NFT_MSG_NEWGEN)?;
+        answers
+            .iter()
+            .find_map(|a| {
+                attr(a, 1)
+                    .and_then(|v| v.get(..4))
+                    .map(|v| u32::from_be_bytes([v[0], v[1], v[2], v[3]]))
+            })
+            .ok_or_else(|| NetlinkError::Unexpected("no generation id".into()))
+    }
+
+    /// The names of the `inet` tables that exist (`NFT_MSG_GETTABLE` dump).
+    pub fn inet_tables(&self) -> Result<Vec<String>, NetlinkError> {
+        let answers = self.query(NFT_MSG_GETTABLE, NLM_F_DUMP, NFT_MSG_NEWTABLE)?;
+        Ok(answers
+            .iter()
+            .filter_map(|a| attr(a, 1))
+            .map(|v| {
+                String::from_utf8_lossy(v.split(|&b| b == 0).next().unwrap_or_default())
+                    .into_owned()
+            })
+            .collect())
+    }
+
     /// Sends `batch` and waits for one acknowledgement per described message; the first refusal is
     /// returned with the description of the message it refers to.
     pub fn send_batch(&self, batch: &[u8], what: &[String]) -> Result<(), NetlinkError> {
@@ -780,7 +886,7 @@ mod tests {
 
     #[test]
     fn batch_is_framed_and_numbered() {
-        let mut b = Batch::new();
+        let mut b = Batch::new(None);
         b.remove_table(TableId::Raw);
         let (bytes, what) = b.finish();
         assert_eq!(
@@ -825,7 +931,7 @@ mod tests {
 
     #[test]
     fn unknown_group_names_are_errors() {
-        let mut b = Batch::new();
+        let mut b = Batch::new(None);
         let rule = Rule {
             stmts: vec![
                 Stmt::SkGid {
