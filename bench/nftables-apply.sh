@@ -43,7 +43,7 @@ timed() {
     echo $((t1 - t0))' _ "$stdin" "$@"
 }
 
-native_us=(); nft_us=(); bare_us=()
+native_us=(); nft_us=(); bare_us=(); floor_us=()
 run_one() { # $1: which, $2: round
   local ns="bench-nft-$$-$1$2"
   fresh "$ns"
@@ -51,23 +51,25 @@ run_one() { # $1: which, $2: round
     n) native_us+=("$(timed "$ns" /dev/null "$bin" "${args[@]}" --native-nftables)") ;;
     f) nft_us+=("$(timed "$ns" /dev/null "$nft" -f "$nft_input")") ;;
     b) bare_us+=("$(timed "$ns" "$ipt_input" "$restore" --noflush)") ;;
+    t) floor_us+=("$(timed "$ns" /dev/null /bin/true)") ;;
   esac
 }
 for i in $(seq 1 "$rounds"); do
   case $((i % 3)) in
     0) order="n f b" ;; 1) order="f b n" ;; *) order="b n f" ;;
   esac
-  for w in $order; do run_one "$w" "$i"; done
+  for w in $order t; do run_one "$w" "$i"; done
   # Sanity: the native run and nft -f of the same text leave the same ruleset.
   if ! diff <(ip netns exec "bench-nft-$$-n$i" "$nft" -s list ruleset) \
             <(ip netns exec "bench-nft-$$-f$i" "$nft" -s list ruleset) >/dev/null; then
     echo "round $i: the native apply and nft -f produced different rulesets" >&2; exit 1
   fi
-  for w in n f b; do ip netns del "bench-nft-$$-$w$i"; done
+  for w in n f b t; do ip netns del "bench-nft-$$-$w$i"; done
 done
 
 median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : int((v[NR/2]+v[NR/2+1])/2)}'; }
 mn=$(median "${native_us[@]}"); mf=$(median "${nft_us[@]}"); mb=$(median "${bare_us[@]}")
+mt=$(median "${floor_us[@]}")
 
 # Peak RSS: the maximum over 7 runs (GNU time -v), each in a fresh namespace.
 peak_rss() { # $1: label, $2: stdin, rest: command; prints KiB
@@ -88,6 +90,7 @@ echo "rounds:                          $rounds"
 echo "iptables-init --native-nftables: median ${mn} us"
 echo "nft -f (same ruleset):           median ${mf} us"
 echo "bare iptables-restore --noflush: median ${mb} us"
+echo "floor: /bin/true the same way:   median ${mt} us (process start and exit, in every figure above)"
 awk -v a="$mn" -v b="$mf" 'BEGIN { printf "ratio native/nft -f:             %.2f (target <= 0.50)\n", a / b }'
 awk -v a="$mn" -v b="$mb" 'BEGIN { printf "ratio native/bare restore:       %.2f (target <= 0.50)\n", a / b }'
 echo "peak RSS native:                 ${rn} KiB (target <= 5120 KiB)"

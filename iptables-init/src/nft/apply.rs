@@ -6,7 +6,7 @@
 //! itself is applied whole or not at all by the kernel. No process is started.
 
 use super::model::{Ruleset, TableId};
-use super::netlink::{Batch, GroupFile, Groups, NetlinkError, Socket, UnknownGroup};
+use super::netlink::{Batch, Groups, NetlinkError, Socket, SystemGroups, UnknownGroup};
 use crate::rtnetlink::{self, RouteError};
 
 /// Why a `--native-nftables` apply or cleanup failed. Nothing is left changed by any of them.
@@ -96,7 +96,7 @@ fn send_current(
 /// Applies `rs` in the current network namespace: idempotent, exact, atomic.
 pub fn apply(rs: &Ruleset) -> Result<(), NftApplyError> {
     check_capability()?;
-    let groups = GroupFile::system();
+    let groups = SystemGroups::default();
     // Resolve the group names before anything changes.
     batch(rs, &[], None, &groups)?;
     let socket = Socket::open()?;

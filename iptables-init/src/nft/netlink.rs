@@ -301,10 +301,16 @@ pub trait Groups {
 /// Group names from an `/etc/group`-format text.
 pub struct GroupFile(pub String);
 
-impl GroupFile {
-    /// Reads `/etc/group`; a missing file resolves no name.
-    pub fn system() -> GroupFile {
-        GroupFile(std::fs::read_to_string("/etc/group").unwrap_or_default())
+/// `/etc/group`, read the first time a name is looked up (most configurations name none); a missing
+/// file resolves no name.
+#[derive(Default)]
+pub struct SystemGroups(std::cell::OnceCell<GroupFile>);
+
+impl Groups for SystemGroups {
+    fn gid(&self, name: &str) -> Option<u32> {
+        self.0
+            .get_or_init(|| GroupFile(std::fs::read_to_string("/etc/group").unwrap_or_default()))
+            .gid(name)
     }
 }
 
@@ -691,6 +697,8 @@ fn l4proto(p: Proto) -> u8 {
 /// An open `NETLINK_NETFILTER` socket in the calling thread's network namespace.
 pub struct Socket {
     fd: OwnedFd,
+    /// One receive buffer for every answer (a dump datagram is at most a few pages).
+    buf: std::cell::RefCell<Vec<u8>>,
 }
 
 impl Socket {
@@ -707,7 +715,10 @@ impl Socket {
             .map_err(NetlinkError::Socket)?;
         // Room for the acknowledgements of a large batch.
         let _ = setsockopt(&fd, sockopt::RcvBuf, &(1 << 20));
-        Ok(Socket { fd })
+        Ok(Socket {
+            fd,
+            buf: std::cell::RefCell::new(vec![0u8; 32 * 1024]),
+        })
     }
 
     /// Sends one request and collects the payloads (after `nfgenmsg`) of the answers of type `want`,
@@ -729,7 +740,7 @@ impl Socket {
         .map_err(|errno| NetlinkError::Io { op: "send", errno })?;
         let want = (NFNL_SUBSYS_NFTABLES << 8) | want;
         let mut out = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut buf = self.buf.borrow_mut();
         loop {
             let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(|errno| {
                 NetlinkError::Io {
@@ -809,7 +820,7 @@ impl Socket {
         let mut acked = vec![false; what.len()];
         let mut pending = what.len();
         let mut first_error: Option<(usize, Errno)> = None;
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut buf = self.buf.borrow_mut();
         while pending > 0 {
             // Once a message failed the kernel has queued every answer: read what is there, then stop.
             let flags = if first_error.is_some() {
