@@ -7,6 +7,7 @@
 
 use super::model::{Ruleset, TableId};
 use super::netlink::{Batch, Groups, NetlinkError, Socket, SystemGroups, UnknownGroup};
+use super::state::{self, NftStateError as StateError};
 use crate::rtnetlink::{self, RouteError};
 
 /// Why a `--native-nftables` apply or cleanup failed. Nothing is left changed by any of them.
@@ -93,14 +94,30 @@ fn send_current(
     }
 }
 
-/// Applies `rs` in the current network namespace: idempotent, exact, atomic.
-pub fn apply(rs: &Ruleset) -> Result<(), NftApplyError> {
+/// Applies `rs` in the current network namespace: idempotent, exact, atomic. When the kernel already
+/// holds exactly these tables nothing is sent (so counters survive a rerun), unless `force`.
+pub fn apply(rs: &Ruleset, force: bool) -> Result<(), NftApplyError> {
     check_capability()?;
     let groups = SystemGroups::default();
     // Resolve the group names before anything changes.
     batch(rs, &[], None, &groups)?;
     let socket = Socket::open()?;
     let added = rtnetlink::add_all(&rs.routes)?;
+    if !force {
+        let same = socket
+            .generation()
+            .map_err(StateError::Netlink)
+            .and_then(|genid| state::matches(&socket, rs, genid, &groups));
+        match same {
+            Ok(true) => {
+                tracing::info!("the nf_tables ruleset is already in place; nothing to change");
+                return Ok(());
+            }
+            Ok(false) => {}
+            // Reading back is only a shortcut: on any doubt the tables are re-created.
+            Err(e) => tracing::debug!("reading the current ruleset: {e}"),
+        }
+    }
     match send_current(&socket, |existing, genid| {
         Ok(batch(rs, existing, Some(genid), &groups)?)
     }) {
@@ -144,6 +161,6 @@ pub fn run(cfg: &crate::config::Config) -> Result<(), NftApplyError> {
     if cfg.cleanup_only {
         cleanup(&rs)
     } else {
-        apply(&rs)
+        apply(&rs, cfg.force_apply)
     }
 }

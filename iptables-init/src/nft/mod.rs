@@ -6,3 +6,4 @@ pub mod apply;
 pub mod model;
 pub mod netlink;
 pub mod render;
+pub mod state;

@@ -117,7 +117,7 @@ fn kernel_hint(errno: &Errno, what: &str) -> String {
 }
 
 /// Appends attributes to a message buffer.
-struct Buf(Vec<u8>);
+pub(super) struct Buf(pub(super) Vec<u8>);
 
 impl Buf {
     fn attr(&mut self, kind: u16, payload: &[u8]) {
@@ -278,7 +278,7 @@ fn addr_match(b: &mut Buf, dir: Dir, neq: bool, c: &Cidr) {
 }
 
 /// The value of the first attribute of type `kind` among `attrs`.
-fn attr(mut attrs: &[u8], kind: u16) -> Option<&[u8]> {
+pub(super) fn attr(mut attrs: &[u8], kind: u16) -> Option<&[u8]> {
     while attrs.len() >= 4 {
         let len = usize::from(u16::from_ne_bytes([attrs[0], attrs[1]]));
         if len < 4 || len > attrs.len() {
@@ -544,7 +544,7 @@ impl Batch {
 }
 
 /// The expressions of one rule, with nft's implicit dependencies.
-fn encode_rule(
+pub(super) fn encode_rule(
     b: &mut Buf,
     rule: &Rule,
     groups: &dyn Groups,
@@ -723,14 +723,28 @@ impl Socket {
 
     /// Sends one request and collects the payloads (after `nfgenmsg`) of the answers of type `want`,
     /// until the acknowledgement or the end of the dump.
-    fn query(&self, kind: u16, flags: u16, want: u16) -> Result<Vec<Vec<u8>>, NetlinkError> {
-        let mut req = Vec::with_capacity(20);
-        req.extend_from_slice(&20u32.to_ne_bytes());
-        req.extend_from_slice(&((NFNL_SUBSYS_NFTABLES << 8) | kind).to_ne_bytes());
-        req.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
-        req.extend_from_slice(&u32::MAX.to_ne_bytes());
-        req.extend_from_slice(&0u32.to_ne_bytes());
-        req.extend_from_slice(&[NFPROTO_INET, 0, 0, 0]);
+    fn query(
+        &self,
+        kind: u16,
+        flags: u16,
+        want: u16,
+        attrs: &[(u16, &str)],
+    ) -> Result<Vec<Vec<u8>>, NetlinkError> {
+        let mut req = Buf(Vec::with_capacity(64));
+        req.0.extend_from_slice(&0u32.to_ne_bytes());
+        req.0
+            .extend_from_slice(&((NFNL_SUBSYS_NFTABLES << 8) | kind).to_ne_bytes());
+        req.0
+            .extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
+        req.0.extend_from_slice(&u32::MAX.to_ne_bytes());
+        req.0.extend_from_slice(&0u32.to_ne_bytes());
+        req.0.extend_from_slice(&[NFPROTO_INET, 0, 0, 0]);
+        for (t, v) in attrs {
+            req.str(*t, v);
+        }
+        let len = req.0.len() as u32;
+        req.0[..4].copy_from_slice(&len.to_ne_bytes());
+        let req = req.0;
         sendto(
             self.fd.as_raw_fd(),
             &req,
@@ -781,9 +795,20 @@ impl Socket {
         }
     }
 
+    /// A dump of `inet` objects (`NFT_MSG_GET*` `get`, answered with `NFT_MSG_NEW*` `new`), filtered by
+    /// the string attributes `attrs`: the attributes of each object.
+    pub fn dump(
+        &self,
+        get: u16,
+        new: u16,
+        attrs: &[(u16, &str)],
+    ) -> Result<Vec<Vec<u8>>, NetlinkError> {
+        self.query(get, NLM_F_DUMP, new, attrs)
+    }
+
     /// The ruleset's generation id (`NFT_MSG_GETGEN`).
     pub fn generation(&self) -> Result<u32, NetlinkError> {
-        let answers = self.query(NFT_MSG_GETGEN, NLM_F_ACK, NFT_MSG_NEWGEN)?;
+        let answers = self.query(NFT_MSG_GETGEN, NLM_F_ACK, NFT_MSG_NEWGEN, &[])?;
         answers
             .iter()
             .find_map(|a| {
@@ -796,7 +821,7 @@ impl Socket {
 
     /// The names of the `inet` tables that exist (`NFT_MSG_GETTABLE` dump).
     pub fn inet_tables(&self) -> Result<Vec<String>, NetlinkError> {
-        let answers = self.query(NFT_MSG_GETTABLE, NLM_F_DUMP, NFT_MSG_NEWTABLE)?;
+        let answers = self.query(NFT_MSG_GETTABLE, NLM_F_DUMP, NFT_MSG_NEWTABLE, &[])?;
         Ok(answers
             .iter()
             .filter_map(|a| attr(a, 1))

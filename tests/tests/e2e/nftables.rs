@@ -396,7 +396,21 @@ fn real_case(case: &Case) -> Result<()> {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    compare("real run", &o.views()?, &g.views()?)
+    compare("real run", &o.views()?, &g.views()?)?;
+    // A second run finds everything in place and sends nothing: handles and counters stay.
+    let before = o.run(&["nft", "-a", "list", "ruleset"])?;
+    let again = real_run(&o, case, &[])?;
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    ensure!(again.status.success(), "second run failed: {stderr}");
+    ensure!(
+        stderr.contains("already in place"),
+        "the second run changed something: {stderr}"
+    );
+    ensure!(
+        o.run(&["nft", "-a", "list", "ruleset"])? == before,
+        "the second run changed the ruleset"
+    );
+    Ok(())
 }
 
 #[test]
@@ -456,6 +470,7 @@ fn rerun_changes_nothing_and_routes_are_not_duplicated() {
     let (views, routes) = (ns.views().expect("views"), routing(&ns));
     assert!(routes.contains("fwmark 0x539 lookup 133"), "{routes}");
     assert!(routes.contains("::6/128"), "{routes}");
+    let handles = ns.run(&["nft", "-a", "list", "ruleset"]).expect("list");
     let second = real_run(&ns, &c, &[]).expect("second run");
     assert!(
         second.status.success(),
@@ -467,6 +482,40 @@ fn rerun_changes_nothing_and_routes_are_not_duplicated() {
         views,
         "a rerun changed the ruleset"
     );
+    assert_eq!(
+        ns.run(&["nft", "-a", "list", "ruleset"]).expect("list"),
+        handles,
+        "a rerun re-created rules"
+    );
+    // A rule someone added to one of our chains makes the next run re-create the tables exactly.
+    ns.run(&[
+        "nft",
+        "add",
+        "rule",
+        "inet",
+        "istio-proxy-nat",
+        "istio-output",
+        "tcp",
+        "dport",
+        "4242",
+        "accept",
+    ])
+    .expect("foreign rule");
+    let third = real_run(&ns, &c, &[]).expect("third run");
+    assert!(
+        third.status.success(),
+        "{}",
+        String::from_utf8_lossy(&third.stderr)
+    );
+    assert_eq!(
+        ns.views().expect("views"),
+        views,
+        "the foreign rule survived"
+    );
+    // So does --force-apply, even with nothing to change.
+    let forced = real_run(&ns, &c, &["--force-apply"]).expect("forced run");
+    assert!(String::from_utf8_lossy(&forced.stderr).contains("ruleset applied"));
+    assert_eq!(ns.views().expect("views"), views);
     assert_eq!(routing(&ns), routes, "a rerun changed the routing");
     assert_eq!(
         routes.matches("fwmark 0x539").count(),
@@ -1010,10 +1059,17 @@ fn traffic_tproxy_inbound_reaches_a_transparent_listener_and_a_rerun_changes_not
         "{ev}"
     );
 
-    let before = (p.pod.views().expect("views"), routing(&p.pod));
+    // The counters have counted the connection; a rerun leaves them (and the handles) as they are.
+    let listing = |ns: &Ns| ns.run(&["nft", "-a", "list", "ruleset"]).expect("list");
+    let before = (listing(&p.pod), routing(&p.pod));
+    assert!(
+        !before.0.contains("istio-tproxy") || before.0.contains("packets 1 "),
+        "{}",
+        before.0
+    );
     init_ok(&p.pod, &args);
     assert_eq!(
-        (p.pod.views().expect("views"), routing(&p.pod)),
+        (listing(&p.pod), routing(&p.pod)),
         before,
         "a rerun changed something"
     );
