@@ -1010,3 +1010,117 @@ fn dns_rules(b: &mut Builder, cfg: &Config) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::render::transaction;
+
+    /// Istio's injected arguments (`-i '*' -b '*' -d 15090,15021,15020`), for which Istio has no golden:
+    /// the transaction `run.go` builds, derived by hand from `Run` (inbound-ports-wildcard plus the
+    /// three exclusions and the wildcard redirect).
+    #[test]
+    fn the_injected_configuration_gives_istios_transaction() {
+        let cfg = Config {
+            inbound_ports: InboundPorts::All,
+            inbound_exclude_ports: vec![15090, 15021, 15020],
+            outbound_include: OutboundInclude::All,
+            ..Config::default()
+        };
+        let expected = "\
+add table inet istio-proxy-nat
+flush table inet istio-proxy-nat
+add chain inet istio-proxy-nat prerouting { type nat hook prerouting priority -100 ; }
+add chain inet istio-proxy-nat output { type nat hook output priority -100 ; }
+add chain inet istio-proxy-nat istio-inbound
+add chain inet istio-proxy-nat istio-redirect
+add chain inet istio-proxy-nat istio-in-redirect
+add chain inet istio-proxy-nat istio-output
+add rule inet istio-proxy-nat istio-inbound meta l4proto tcp tcp dport 15008 counter return
+add rule inet istio-proxy-nat istio-redirect meta l4proto tcp counter redirect to :15001
+add rule inet istio-proxy-nat istio-in-redirect meta l4proto tcp counter redirect to :15006
+add rule inet istio-proxy-nat prerouting meta l4proto tcp counter jump istio-inbound
+add rule inet istio-proxy-nat istio-inbound meta l4proto tcp tcp dport 15090 counter return
+add rule inet istio-proxy-nat istio-inbound meta l4proto tcp tcp dport 15021 counter return
+add rule inet istio-proxy-nat istio-inbound meta l4proto tcp tcp dport 15020 counter return
+add rule inet istio-proxy-nat istio-inbound meta l4proto tcp counter jump istio-in-redirect
+add rule inet istio-proxy-nat output counter jump istio-output
+add rule inet istio-proxy-nat istio-output oifname lo ip saddr 127.0.0.6/32 counter return
+add rule inet istio-proxy-nat istio-output oifname lo meta l4proto tcp ip daddr != 127.0.0.1/32 tcp dport != 15008 skuid 1337 counter jump istio-in-redirect
+add rule inet istio-proxy-nat istio-output oifname lo skuid != 1337 counter return
+add rule inet istio-proxy-nat istio-output skuid 1337 counter return
+add rule inet istio-proxy-nat istio-output oifname lo meta l4proto tcp ip daddr != 127.0.0.1/32 tcp dport != 15008 skgid 1337 counter jump istio-in-redirect
+add rule inet istio-proxy-nat istio-output oifname lo skgid != 1337 counter return
+add rule inet istio-proxy-nat istio-output skgid 1337 counter return
+add rule inet istio-proxy-nat istio-output ip daddr 127.0.0.1/32 counter return
+add rule inet istio-proxy-nat istio-output counter jump istio-redirect
+";
+        let rs = build(&cfg);
+        assert_eq!(transaction(&rs), expected);
+        assert!(rs.routes.is_empty());
+    }
+
+    #[test]
+    fn inserts_past_the_end_become_appends_and_resolve_in_order() {
+        let cfg = Config {
+            kube_virt_interfaces: vec!["eth1".into(), "eth2".into()],
+            outbound_include: OutboundInclude::All,
+            ..Config::default()
+        };
+        let rs = build(&cfg);
+        let nat = &rs.tables[0];
+        let ops: Vec<Op> = nat
+            .entries
+            .iter()
+            .filter(|e| e.chain == PREROUTING)
+            .map(|e| e.op)
+            .collect();
+        assert_eq!(
+            ops,
+            [Op::Append, Op::Insert(0), Op::Insert(0), Op::Insert(0)]
+        );
+        let order: Vec<String> = nat
+            .chain_rules(PREROUTING)
+            .iter()
+            .map(|r| crate::nft::render::rule_text(r))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "iifname eth2 counter jump istio-redirect",
+                "iifname eth1 counter jump istio-redirect",
+                "iifname eth2 counter return",
+                "iifname eth1 counter return",
+            ]
+        );
+    }
+
+    #[test]
+    fn tproxy_adds_mangle_and_routes_and_ipv6_twins() {
+        let cfg = Config {
+            mode: InterceptionMode::Tproxy,
+            inbound_ports: InboundPorts::List(vec![8080]),
+            ipv6: true,
+            ..Config::default()
+        };
+        let rs = build(&cfg);
+        let ids: Vec<TableId> = rs.tables.iter().map(|t| t.id).collect();
+        assert_eq!(ids, [TableId::Nat, TableId::Mangle]);
+        let mangle = &rs.tables[1];
+        let inbound: Vec<String> = mangle
+            .chain_rules(INBOUND)
+            .iter()
+            .map(|r| crate::nft::render::rule_text(r))
+            .collect();
+        assert_eq!(inbound[0], "meta l4proto tcp mark 1337 counter return");
+        assert_eq!(
+            inbound[1],
+            "iifname lo meta l4proto tcp ip6 saddr ::6/128 counter return"
+        );
+        assert_eq!(
+            inbound[2],
+            "iifname lo meta l4proto tcp mark != 1338 counter return"
+        );
+        assert_eq!(rs.routes.len(), 5);
+    }
+}

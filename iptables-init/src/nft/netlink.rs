@@ -912,6 +912,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn refusals_for_missing_features_name_the_feature() {
+        let e = NetlinkError::Refused {
+            what:
+                "add rule inet istio-proxy-mangle istio-tproxy meta l4proto tcp tproxy ip to :15006"
+                    .into(),
+            errno: Errno::EOPNOTSUPP,
+        };
+        assert!(
+            e.to_string().contains("nft_tproxy (Linux 4.19 or later"),
+            "{e}"
+        );
+        let e = NetlinkError::Refused {
+            what: "add chain inet istio-proxy-nat output { type nat hook output priority -100 ; }"
+                .into(),
+            errno: Errno::ENOENT,
+        };
+        assert!(e.to_string().contains("Linux 5.2"), "{e}");
+        let e = NetlinkError::Refused {
+            what: "add table inet istio-proxy-raw".into(),
+            errno: Errno::EPERM,
+        };
+        assert!(!e.to_string().contains("lacks"), "{e}");
+    }
+
+    #[test]
     fn group_file_resolves_names() {
         let g = GroupFile("root:x:0:\njava:x:1001:a,b\nftp:x:1002:\n".into());
         assert_eq!(g.gid("java"), Some(1001));
