@@ -129,7 +129,7 @@ pub fn run_with(
         // With --cleanup-only nothing would be applied: the dry run shows the removal instead.
         let text = if cfg.native_nftables {
             if cfg.cleanup_only {
-                nft::render::cleanup_transaction()
+                nft::render::cleanup_transaction(&nft::model::build(&cfg))
             } else {
                 nft::render::dry_run(&nft::model::build(&cfg))
             }

@@ -169,12 +169,18 @@ pub fn transaction(rs: &Ruleset) -> String {
 }
 
 /// `--cleanup-only`'s transaction: `add table` + `delete table` for each of Istio's tables (the add
-/// makes the delete succeed when the table is absent).
-pub fn cleanup_transaction() -> String {
+/// makes the delete succeed when the table is absent), then the policy routing it removes as
+/// `# ip ... del` lines (`::6` on `lo` stays).
+pub fn cleanup_transaction(rs: &Ruleset) -> String {
     let mut out = String::new();
     for t in TableId::ALL {
         let _ = writeln!(out, "add table inet {}", t.name());
         let _ = writeln!(out, "delete table inet {}", t.name());
+    }
+    for action in &rs.routes {
+        if !matches!(action, crate::rules::RouteAction::AddLoopbackV6Source) {
+            let _ = writeln!(out, "# ip {}", action.ip_args("del").join(" "));
+        }
     }
     out
 }
@@ -220,8 +226,24 @@ mod tests {
 
     #[test]
     fn cleanup_removes_all_three_tables() {
-        let t = cleanup_transaction();
+        let t = cleanup_transaction(&build(&Config::default()));
         assert_eq!(t.lines().count(), 6);
+        let tproxy = Config {
+            mode: crate::config::InterceptionMode::Tproxy,
+            inbound_ports: crate::config::InboundPorts::All,
+            ipv6: true,
+            ..Config::default()
+        };
+        let t = cleanup_transaction(&build(&tproxy));
+        assert!(
+            t.contains("# ip -4 rule del fwmark 1337 lookup 133\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("# ip -6 route del local ::/0 dev lo table 133\n"),
+            "{t}"
+        );
+        assert!(!t.contains("addr"), "{t}");
         assert!(t.contains("delete table inet istio-proxy-raw\n"));
     }
 }

@@ -254,7 +254,10 @@ fn ensure_groups(case: &Case) {
                 .output()
                 .is_ok_and(|o| o.status.success());
             if !exists {
-                let st = Command::new("groupadd").arg(g).status().expect("groupadd");
+                let st = Command::new("groupadd")
+                    .args(["-f", g])
+                    .status()
+                    .expect("groupadd");
                 assert!(st.success(), "groupadd {g}");
             }
         }
