@@ -354,16 +354,10 @@ impl Builder {
                 .filter(|c| rules.iter().any(|(name, _, _)| *name == c.name))
                 .copied()
                 .collect();
-            let mut counts: Vec<(&str, usize)> = Vec::new();
+            let mut counts: std::collections::HashMap<&str, usize> = Default::default();
             let mut entries = Vec::with_capacity(rules.len());
             for (chain, index, rule) in rules {
-                let count = match counts.iter_mut().find(|(c, _)| *c == chain) {
-                    Some((_, n)) => n,
-                    None => {
-                        counts.push((chain, 0));
-                        &mut counts.last_mut().expect("just pushed").1
-                    }
-                };
+                let count = counts.entry(chain).or_default();
                 let op = match index {
                     Some(i) if i < *count => Op::Insert(i),
                     _ => Op::Append,

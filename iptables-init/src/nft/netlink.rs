@@ -960,8 +960,6 @@ mod tests {
         // BATCH_BEGIN: type 0x10, res_id NFNL_SUBSYS_NFTABLES big endian.
         assert_eq!(u16::from_ne_bytes([bytes[4], bytes[5]]), 0x10);
         assert_eq!(&bytes[16..20], &[0, 0, 0, 10]);
-        let second = u32::from_ne_bytes(bytes[20..24].try_into().expect("4")) as usize + 20;
-        let _ = second;
         // The first acknowledged message is NEWTABLE with sequence 1.
         let m = &bytes[20..];
         assert_eq!(u16::from_ne_bytes([m[4], m[5]]), 0x0a00);

@@ -329,8 +329,10 @@ pub fn matches(
 /// Why the state could not be compared.
 #[derive(Debug, thiserror::Error)]
 pub enum NftStateError {
+    /// An owner group name of the configuration is not in `/etc/group`.
     #[error(transparent)]
     Group(#[from] UnknownGroup),
+    /// Reading the ruleset back failed.
     #[error(transparent)]
     Netlink(#[from] NetlinkError),
 }
