@@ -7,7 +7,7 @@
 
 use super::model::{Ruleset, TableId};
 use super::netlink::{Batch, Groups, NetlinkError, Socket, SystemGroups, UnknownGroup};
-use super::state::{self, NftStateError as StateError};
+use super::state;
 use crate::rtnetlink::{self, RouteError};
 
 /// Why a `--native-nftables` apply or cleanup failed. Nothing is left changed by any of them.
@@ -67,17 +67,21 @@ const ATTEMPTS: usize = 3;
 /// refused with `ERESTART` (the ruleset changed meanwhile) is rebuilt and sent again.
 fn send_current(
     socket: &Socket,
+    in_place: impl Fn(&[String], u32) -> bool,
     build: impl Fn(&[String], u32) -> Result<(Vec<u8>, Vec<String>), NftApplyError>,
-) -> Result<usize, NftApplyError> {
+) -> Result<Option<usize>, NftApplyError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         let genid = socket.generation()?;
         let existing = socket.inet_tables()?;
+        if in_place(&existing, genid) {
+            return Ok(None);
+        }
         let (bytes, what) = build(&existing, genid)?;
         if what.is_empty() {
             // Nothing to change (a cleanup of a namespace without our tables).
-            return Ok(0);
+            return Ok(Some(0));
         }
         match socket.send_batch(&bytes, &what) {
             Err(NetlinkError::Refused {
@@ -89,7 +93,7 @@ fn send_current(
                 );
             }
             Err(e) => return Err(e.into()),
-            Ok(()) => return Ok(what.len()),
+            Ok(()) => return Ok(Some(what.len())),
         }
     }
 }
@@ -103,22 +107,24 @@ pub fn apply(rs: &Ruleset, force: bool) -> Result<(), NftApplyError> {
     batch(rs, &[], None, &groups)?;
     let socket = Socket::open()?;
     let added = rtnetlink::add_all(&rs.routes)?;
-    if !force {
-        let same = socket
-            .generation()
-            .map_err(StateError::Netlink)
-            .and_then(|genid| state::matches(&socket, rs, genid, &groups));
-        match same {
-            Ok(true) => {
-                tracing::info!("the nf_tables ruleset is already in place; nothing to change");
-                return Ok(());
-            }
-            Ok(false) => {}
-            // Reading back is only a shortcut: on any doubt the tables are re-created.
-            Err(e) => tracing::debug!("reading the current ruleset: {e}"),
+    // Reading back only pays when our tables are the ones this configuration has; it is a shortcut, so
+    // on any doubt the tables are re-created.
+    let in_place = |existing: &[String], genid: u32| {
+        let ours = TableId::ALL
+            .iter()
+            .filter(|t| existing.iter().any(|e| e == t.name()));
+        let same_tables = ours
+            .map(|t| Some(*t))
+            .eq(rs.tables.iter().map(|t| Some(t.id)));
+        if force || !same_tables {
+            return false;
         }
-    }
-    match send_current(&socket, |existing, genid| {
+        state::matches(&socket, rs, genid, &groups).unwrap_or_else(|e| {
+            tracing::debug!("reading the current ruleset: {e}");
+            false
+        })
+    };
+    match send_current(&socket, in_place, |existing, genid| {
         Ok(batch(rs, existing, Some(genid), &groups)?)
     }) {
         Err(e) => {
@@ -127,7 +133,11 @@ pub fn apply(rs: &Ruleset, force: bool) -> Result<(), NftApplyError> {
             }
             Err(e)
         }
-        Ok(messages) => {
+        Ok(None) => {
+            tracing::info!("the nf_tables ruleset is already in place; nothing to change");
+            Ok(())
+        }
+        Ok(Some(messages)) => {
             tracing::info!(
                 tables = rs.tables.len(),
                 messages,
@@ -142,15 +152,19 @@ pub fn apply(rs: &Ruleset, force: bool) -> Result<(), NftApplyError> {
 pub fn cleanup(rs: &Ruleset) -> Result<(), NftApplyError> {
     check_capability()?;
     let socket = Socket::open()?;
-    send_current(&socket, |existing, genid| {
-        let mut b = Batch::new(Some(genid));
-        for id in TableId::ALL {
-            if existing.iter().any(|t| t == id.name()) {
-                b.remove_table(id);
+    send_current(
+        &socket,
+        |_, _| false,
+        |existing, genid| {
+            let mut b = Batch::new(Some(genid));
+            for id in TableId::ALL {
+                if existing.iter().any(|t| t == id.name()) {
+                    b.remove_table(id);
+                }
             }
-        }
-        Ok(b.finish())
-    })?;
+            Ok(b.finish())
+        },
+    )?;
     rtnetlink::remove_routes(&rs.routes)?;
     Ok(())
 }
