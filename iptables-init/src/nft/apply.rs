@@ -6,7 +6,9 @@
 //! itself is applied whole or not at all by the kernel. No process is started.
 
 use super::model::{Ruleset, TableId};
-use super::netlink::{Batch, Groups, NetlinkError, Socket, SystemGroups, UnknownGroup};
+use super::netlink::{
+    check_groups, Batch, Groups, NetlinkError, Socket, SystemGroups, UnknownGroup, What,
+};
 use super::state;
 use crate::rtnetlink::{self, RouteError};
 
@@ -42,12 +44,12 @@ fn check_capability() -> Result<(), NftApplyError> {
 /// The batch that leaves exactly `rs`'s tables, given the `inet` tables that exist: an existing
 /// table of ours is removed first (so nothing of an earlier configuration survives), a missing one is
 /// not touched (deleting costs the kernel an RCU grace period when the socket closes).
-pub fn batch(
-    rs: &Ruleset,
+pub fn batch<'a>(
+    rs: &'a Ruleset,
     existing: &[String],
     genid: Option<u32>,
     groups: &dyn Groups,
-) -> Result<(Vec<u8>, Vec<String>), UnknownGroup> {
+) -> Result<(Vec<u8>, Vec<What<'a>>), UnknownGroup> {
     let mut b = Batch::new(genid);
     for id in TableId::ALL {
         if existing.iter().any(|t| t == id.name()) {
@@ -65,10 +67,10 @@ const ATTEMPTS: usize = 3;
 
 /// Reads the generation and our existing tables, then sends the batch `build` makes of them; a batch
 /// refused with `ERESTART` (the ruleset changed meanwhile) is rebuilt and sent again.
-fn send_current(
+fn send_current<'a>(
     socket: &Socket,
     in_place: impl Fn(&[String], u32) -> bool,
-    build: impl Fn(&[String], u32) -> Result<(Vec<u8>, Vec<String>), NftApplyError>,
+    build: impl Fn(&[String], u32) -> Result<(Vec<u8>, Vec<What<'a>>), NftApplyError>,
 ) -> Result<Option<usize>, NftApplyError> {
     let mut attempt = 0;
     loop {
@@ -104,7 +106,7 @@ pub fn apply(rs: &Ruleset, force: bool) -> Result<(), NftApplyError> {
     check_capability()?;
     let groups = SystemGroups::default();
     // Resolve the group names before anything changes.
-    batch(rs, &[], None, &groups)?;
+    check_groups(rs, &groups)?;
     let socket = Socket::open()?;
     let added = rtnetlink::add_all(&rs.routes)?;
     // Reading back only pays when our tables are the ones this configuration has; it is a shortcut, so

@@ -17,7 +17,7 @@ use nix::sys::socket::{
 };
 use nix::sys::time::TimeVal;
 
-use super::model::{CtState, Dir, Group, Ip, Proto, Rule, Stmt, Table, TableId};
+use super::model::{Chain, CtState, Dir, Group, Ip, Proto, Rule, Stmt, Table, TableId};
 use super::render::rule_text;
 use crate::config::Cidr;
 
@@ -325,10 +325,49 @@ impl Groups for GroupFile {
     }
 }
 
-/// Builds the batch: the messages and, per message, what it was (for error messages).
-pub struct Batch {
+/// What one acknowledged message of a batch does, rendered only when the kernel refuses it.
+#[derive(Debug, Clone, Copy)]
+pub enum What<'a> {
+    AddTable(TableId),
+    DeleteTable(TableId),
+    AddChain(TableId, &'a Chain),
+    /// The anonymous set of a rule (`NEWSET` and `NEWSETELEM`).
+    SetOf(TableId, &'static str, &'a Rule),
+    AddRule(TableId, &'static str, &'a Rule),
+}
+
+impl std::fmt::Display for What<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            What::AddTable(t) => write!(f, "add table inet {}", t.name()),
+            What::DeleteTable(t) => write!(f, "delete table inet {}", t.name()),
+            What::AddChain(t, c) => match c.base {
+                Some(b) => write!(
+                    f,
+                    "add chain inet {} {} {{ type {} hook {} priority {} ; }}",
+                    t.name(),
+                    c.name,
+                    b.kind.as_str(),
+                    b.hook.as_str(),
+                    b.priority
+                ),
+                None => write!(f, "add chain inet {} {}", t.name(), c.name),
+            },
+            What::SetOf(t, c, r) => write!(
+                f,
+                "the anonymous set of `add rule inet {} {c} {}`",
+                t.name(),
+                rule_text(r)
+            ),
+            What::AddRule(t, c, r) => write!(f, "add rule inet {} {c} {}", t.name(), rule_text(r)),
+        }
+    }
+}
+
+/// Builds the batch: the messages and, per message, what it does (for error messages).
+pub struct Batch<'a> {
     buf: Vec<u8>,
-    what: Vec<String>,
+    what: Vec<What<'a>>,
     next_set: u32,
 }
 
@@ -337,16 +376,36 @@ pub struct Batch {
 #[error("owner group {0:?} (ISTIO_OUTBOUND_OWNER_GROUPS) is not in /etc/group")]
 pub struct UnknownGroup(pub String);
 
-impl Batch {
+/// Checks that every group name of `rs` resolves, before anything is changed.
+pub fn check_groups(rs: &super::model::Ruleset, groups: &dyn Groups) -> Result<(), UnknownGroup> {
+    for t in &rs.tables {
+        for e in &t.entries {
+            for s in &e.rule.stmts {
+                if let Stmt::SkGid {
+                    group: Group::Name(n),
+                    ..
+                } = s
+                {
+                    groups.gid(n).ok_or_else(|| UnknownGroup(n.clone()))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+const ACKED: u16 = NLM_F_REQUEST | NLM_F_ACK;
+
+impl<'a> Batch<'a> {
     /// A batch that the kernel applies only while the ruleset generation is still `genid` (it answers
     /// `ERESTART` otherwise), so what was read before building it still holds.
-    pub fn new(genid: Option<u32>) -> Batch {
+    pub fn new(genid: Option<u32>) -> Batch<'a> {
         let mut b = Batch {
             buf: Vec::with_capacity(16 * 1024),
-            what: Vec::new(),
+            what: Vec::with_capacity(64),
             next_set: 1,
         };
-        b.msg(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0, None, |b| {
+        b.msg(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, None, |b| {
             if let Some(g) = genid {
                 b.u32(1, g); // NFNL_BATCH_GENID
             }
@@ -354,28 +413,23 @@ impl Batch {
         b
     }
 
-    /// Appends a message. `what` (its description) is `None` for the batch framing, which is not
-    /// acknowledged.
-    fn msg(
-        &mut self,
-        kind: u16,
-        flags: u16,
-        family: u8,
-        what: Option<String>,
-        f: impl FnOnce(&mut Buf),
-    ) {
-        let (kind, res_id, seq) = match what {
+    /// Appends a message, written in place. `what` is `None` for the batch framing, which is not
+    /// acknowledged; the others are nf_tables messages of the `inet` family.
+    fn msg(&mut self, kind: u16, flags: u16, what: Option<What<'a>>, f: impl FnOnce(&mut Buf)) {
+        let (kind, family, res_id, seq) = match what {
             Some(w) => {
                 self.what.push(w);
                 (
                     (NFNL_SUBSYS_NFTABLES << 8) | kind,
+                    NFPROTO_INET,
                     0u16,
                     self.what.len() as u32,
                 )
             }
-            None => (kind, NFNL_SUBSYS_NFTABLES, 0),
+            None => (kind, 0, NFNL_SUBSYS_NFTABLES, 0),
         };
-        let mut b = Buf(Vec::with_capacity(256));
+        let mut b = Buf(std::mem::take(&mut self.buf));
+        let start = b.0.len();
         b.0.extend_from_slice(&[0; 4]);
         b.0.extend_from_slice(&kind.to_ne_bytes());
         b.0.extend_from_slice(&flags.to_ne_bytes());
@@ -384,62 +438,42 @@ impl Batch {
         b.0.extend_from_slice(&[family, 0]);
         b.0.extend_from_slice(&res_id.to_be_bytes());
         f(&mut b);
-        let len = b.0.len() as u32;
-        b.0[..4].copy_from_slice(&len.to_ne_bytes());
-        self.buf.extend_from_slice(&b.0);
+        let len = (b.0.len() - start) as u32;
+        b.0[start..start + 4].copy_from_slice(&len.to_ne_bytes());
+        self.buf = b.0;
     }
 
     /// `add table` + `delete table`: removes the table whether or not it exists.
     pub fn remove_table(&mut self, t: TableId) {
-        let name = t.name();
         self.msg(
             NFT_MSG_NEWTABLE,
-            NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE,
-            NFPROTO_INET,
-            Some(format!("add table inet {name}")),
+            ACKED | NLM_F_CREATE,
+            Some(What::AddTable(t)),
             |b| {
-                b.str(1, name);
+                b.str(1, t.name());
             },
         );
-        self.msg(
-            NFT_MSG_DELTABLE,
-            NLM_F_REQUEST | NLM_F_ACK,
-            NFPROTO_INET,
-            Some(format!("delete table inet {name}")),
-            |b| {
-                b.str(1, name);
-            },
-        );
+        self.msg(NFT_MSG_DELTABLE, ACKED, Some(What::DeleteTable(t)), |b| {
+            b.str(1, t.name());
+        });
     }
 
     /// Creates `t` from scratch with its chains and its rules in final order.
-    pub fn table(&mut self, t: &Table, groups: &dyn Groups) -> Result<(), UnknownGroup> {
+    pub fn table(&mut self, t: &'a Table, groups: &dyn Groups) -> Result<(), UnknownGroup> {
         let name = t.id.name();
         self.msg(
             NFT_MSG_NEWTABLE,
-            NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE,
-            NFPROTO_INET,
-            Some(format!("add table inet {name}")),
+            ACKED | NLM_F_CREATE,
+            Some(What::AddTable(t.id)),
             |b| {
                 b.str(1, name);
             },
         );
         for c in &t.chains {
-            let what = match c.base {
-                Some(base) => format!(
-                    "add chain inet {name} {} {{ type {} hook {} priority {} ; }}",
-                    c.name,
-                    base.kind.as_str(),
-                    base.hook.as_str(),
-                    base.priority
-                ),
-                None => format!("add chain inet {name} {}", c.name),
-            };
             self.msg(
                 NFT_MSG_NEWCHAIN,
-                NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE,
-                NFPROTO_INET,
-                Some(what),
+                ACKED | NLM_F_CREATE,
+                Some(What::AddChain(t.id, c)),
                 |b| {
                     b.str(1, name); // NFTA_CHAIN_TABLE
                     b.str(3, c.name); // NFTA_CHAIN_NAME
@@ -462,7 +496,7 @@ impl Batch {
         }
         for c in &t.chains {
             for rule in t.chain_rules(c.name) {
-                self.rule(name, c.name, rule, groups)?;
+                self.rule(t.id, c.name, rule, groups)?;
             }
         }
         Ok(())
@@ -470,75 +504,65 @@ impl Batch {
 
     fn rule(
         &mut self,
-        table: &str,
-        chain: &str,
-        rule: &Rule,
+        table: TableId,
+        chain: &'static str,
+        rule: &'a Rule,
         groups: &dyn Groups,
     ) -> Result<(), UnknownGroup> {
-        // Anonymous sets go before the rule that looks them up.
-        let mut set_ids = Vec::new();
+        let name = table.name();
+        // Anonymous sets go before the rule that looks them up (Istio's rules have at most one).
+        let mut set_ids = [0u32; 4];
+        let mut sets = 0;
         for s in &rule.stmts {
             if let Stmt::PortNotIn { ports, .. } = s {
                 let id = self.next_set;
                 self.next_set += 1;
-                set_ids.push(id);
-                let what = format!(
-                    "the anonymous set of `add rule inet {table} {chain} {}`",
-                    rule_text(rule)
-                );
-                self.msg(
-                    NFT_MSG_NEWSET,
-                    NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE,
-                    NFPROTO_INET,
-                    Some(what.clone()),
-                    |b| {
-                        b.str(1, table); // NFTA_SET_TABLE
-                        b.str(2, "__set%d"); // NFTA_SET_NAME
-                        b.u32(3, 0x1 | 0x2); // NFTA_SET_FLAGS: ANONYMOUS | CONSTANT
-                        b.u32(4, 13); // NFTA_SET_KEY_TYPE: inet_service
-                        b.u32(5, 2); // NFTA_SET_KEY_LEN
-                        b.u32(10, id); // NFTA_SET_ID
-                        b.nest(9, |b| b.u32(1, ports.len() as u32)); // NFTA_SET_DESC { SIZE }
-                    },
-                );
-                self.msg(
-                    NFT_MSG_NEWSETELEM,
-                    NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE,
-                    NFPROTO_INET,
-                    Some(what),
-                    |b| {
-                        b.str(1, table); // NFTA_SET_ELEM_LIST_TABLE
-                        b.str(2, "__set%d"); // NFTA_SET_ELEM_LIST_SET
-                        b.u32(4, id); // NFTA_SET_ELEM_LIST_SET_ID
-                        b.nest(3, |b| {
-                            for p in ports {
-                                b.nest(NFTA_LIST_ELEM, |b| b.data(1, &p.to_be_bytes()));
-                            }
-                        });
-                    },
-                );
+                if let Some(slot) = set_ids.get_mut(sets) {
+                    *slot = id;
+                    sets += 1;
+                }
+                let what = Some(What::SetOf(table, chain, rule));
+                self.msg(NFT_MSG_NEWSET, ACKED | NLM_F_CREATE, what, |b| {
+                    b.str(1, name); // NFTA_SET_TABLE
+                    b.str(2, "__set%d"); // NFTA_SET_NAME
+                    b.u32(3, 0x1 | 0x2); // NFTA_SET_FLAGS: ANONYMOUS | CONSTANT
+                    b.u32(4, 13); // NFTA_SET_KEY_TYPE: inet_service
+                    b.u32(5, 2); // NFTA_SET_KEY_LEN
+                    b.u32(10, id); // NFTA_SET_ID
+                    b.nest(9, |b| b.u32(1, ports.len() as u32)); // NFTA_SET_DESC { SIZE }
+                });
+                self.msg(NFT_MSG_NEWSETELEM, ACKED | NLM_F_CREATE, what, |b| {
+                    b.str(1, name); // NFTA_SET_ELEM_LIST_TABLE
+                    b.str(2, "__set%d"); // NFTA_SET_ELEM_LIST_SET
+                    b.u32(4, id); // NFTA_SET_ELEM_LIST_SET_ID
+                    b.nest(3, |b| {
+                        for p in ports {
+                            b.nest(NFTA_LIST_ELEM, |b| b.data(1, &p.to_be_bytes()));
+                        }
+                    });
+                });
             }
         }
-        let mut exprs = Buf(Vec::with_capacity(512));
-        encode_rule(&mut exprs, rule, groups, &set_ids)?;
-        let what = format!("add rule inet {table} {chain} {}", rule_text(rule));
+        let mut result = Ok(());
+        let what = Some(What::AddRule(table, chain, rule));
         self.msg(
             NFT_MSG_NEWRULE,
-            NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_APPEND,
-            NFPROTO_INET,
-            Some(what),
+            ACKED | NLM_F_CREATE | NLM_F_APPEND,
+            what,
             |b| {
-                b.str(1, table); // NFTA_RULE_TABLE
+                b.str(1, name); // NFTA_RULE_TABLE
                 b.str(2, chain); // NFTA_RULE_CHAIN
-                b.nest(4, |b| b.0.extend_from_slice(&exprs.0)); // NFTA_RULE_EXPRESSIONS
+                b.nest(4, |b| {
+                    result = encode_rule(b, rule, groups, &set_ids[..sets])
+                }); // NFTA_RULE_EXPRESSIONS
             },
         );
-        Ok(())
+        result
     }
 
-    /// The finished batch and the description of each acknowledged message (sequence number `i + 1`).
-    pub fn finish(mut self) -> (Vec<u8>, Vec<String>) {
-        self.msg(NFNL_MSG_BATCH_END, NLM_F_REQUEST, 0, None, |_| {});
+    /// The finished batch and what each acknowledged message does (sequence number `i + 1`).
+    pub fn finish(mut self) -> (Vec<u8>, Vec<What<'a>>) {
+        self.msg(NFNL_MSG_BATCH_END, NLM_F_REQUEST, None, |_| {});
         (self.buf, self.what)
     }
 }
@@ -697,8 +721,6 @@ fn l4proto(p: Proto) -> u8 {
 /// An open `NETLINK_NETFILTER` socket in the calling thread's network namespace.
 pub struct Socket {
     fd: OwnedFd,
-    /// One receive buffer for every answer (a dump datagram is at most a few pages).
-    buf: std::cell::RefCell<Vec<u8>>,
 }
 
 impl Socket {
@@ -715,10 +737,7 @@ impl Socket {
             .map_err(NetlinkError::Socket)?;
         // Room for the acknowledgements of a large batch.
         let _ = setsockopt(&fd, sockopt::RcvBuf, &(1 << 20));
-        Ok(Socket {
-            fd,
-            buf: std::cell::RefCell::new(vec![0u8; 32 * 1024]),
-        })
+        Ok(Socket { fd })
     }
 
     /// Sends one request and collects the payloads (after `nfgenmsg`) of the answers of type `want`,
@@ -754,7 +773,8 @@ impl Socket {
         .map_err(|errno| NetlinkError::Io { op: "send", errno })?;
         let want = (NFNL_SUBSYS_NFTABLES << 8) | want;
         let mut out = Vec::new();
-        let mut buf = self.buf.borrow_mut();
+        // A dump datagram is at most 32 KiB (the kernel sizes it to what the reader takes).
+        let mut buf = [0u8; 32 * 1024];
         loop {
             let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(|errno| {
                 NetlinkError::Io {
@@ -834,7 +854,7 @@ impl Socket {
 
     /// Sends `batch` and waits for one acknowledgement per described message; the first refusal is
     /// returned with the description of the message it refers to.
-    pub fn send_batch(&self, batch: &[u8], what: &[String]) -> Result<(), NetlinkError> {
+    pub fn send_batch(&self, batch: &[u8], what: &[What<'_>]) -> Result<(), NetlinkError> {
         sendto(
             self.fd.as_raw_fd(),
             batch,
@@ -845,7 +865,8 @@ impl Socket {
         let mut acked = vec![false; what.len()];
         let mut pending = what.len();
         let mut first_error: Option<(usize, Errno)> = None;
-        let mut buf = self.buf.borrow_mut();
+        // A dump datagram is at most 32 KiB (the kernel sizes it to what the reader takes).
+        let mut buf = [0u8; 32 * 1024];
         while pending > 0 {
             // Once a message failed the kernel has queued every answer: read what is there, then stop.
             let flags = if first_error.is_some() {
@@ -899,7 +920,7 @@ impl Socket {
         }
         match first_error {
             Some((i, errno)) => Err(NetlinkError::Refused {
-                what: what.get(i).cloned().unwrap_or_default(),
+                what: what.get(i).map(ToString::to_string).unwrap_or_default(),
                 errno,
             }),
             None => Ok(()),
@@ -950,6 +971,7 @@ mod tests {
         let mut b = Batch::new(None);
         b.remove_table(TableId::Raw);
         let (bytes, what) = b.finish();
+        let what: Vec<String> = what.iter().map(ToString::to_string).collect();
         assert_eq!(
             what,
             [
@@ -1003,7 +1025,7 @@ mod tests {
             ],
         };
         assert_eq!(
-            b.rule("t", "c", &rule, &GroupFile(String::new())),
+            b.rule(TableId::Nat, "c", &rule, &GroupFile(String::new())),
             Err(UnknownGroup("nosuch".into()))
         );
     }
