@@ -248,8 +248,8 @@ fn ct_state_bits(s: CtState) -> u32 {
     }
 }
 
-/// A CIDR match as nft compiles it: the prefix's whole bytes loaded and compared, and a partial
-/// byte masked first; host bits cleared.
+/// A CIDR match as nft compiles it: a byte-aligned prefix loads and compares just its bytes; any
+/// other (and `/0`) loads the whole address and masks it first. Host bits are cleared.
 fn addr_match(b: &mut Buf, dir: Dir, neq: bool, c: &Cidr) {
     let (bytes, base_off): (Vec<u8>, u32) = match c.addr {
         std::net::IpAddr::V4(a) => (
@@ -259,22 +259,26 @@ fn addr_match(b: &mut Buf, dir: Dir, neq: bool, c: &Cidr) {
         std::net::IpAddr::V6(a) => (a.octets().to_vec(), if dir == Dir::Source { 8 } else { 24 }),
     };
     let len = usize::from(c.len).min(bytes.len() * 8);
-    let nbytes = len.div_ceil(8);
-    let mut mask = vec![0u8; nbytes];
-    for (i, m) in mask.iter_mut().enumerate() {
-        let bits = len.saturating_sub(i * 8).min(8);
-        *m = if bits == 0 { 0 } else { 0xffu8 << (8 - bits) };
-    }
-    let value: Vec<u8> = bytes[..nbytes]
-        .iter()
-        .zip(&mask)
-        .map(|(a, m)| a & m)
+    let mask: Vec<u8> = (0..bytes.len())
+        .map(|i| {
+            let bits = len.saturating_sub(i * 8).min(8);
+            if bits == 0 {
+                0
+            } else {
+                0xffu8 << (8 - bits)
+            }
+        })
         .collect();
-    payload(b, PAYLOAD_NETWORK, base_off, nbytes as u32);
-    if len % 8 != 0 {
+    let value: Vec<u8> = bytes.iter().zip(&mask).map(|(a, m)| a & m).collect();
+    if len % 8 == 0 && len > 0 {
+        let n = len / 8;
+        payload(b, PAYLOAD_NETWORK, base_off, n as u32);
+        cmp(b, neq, &value[..n]);
+    } else {
+        payload(b, PAYLOAD_NETWORK, base_off, bytes.len() as u32);
         bitwise(b, &mask);
+        cmp(b, neq, &value);
     }
-    cmp(b, neq, &value);
 }
 
 /// The value of the first attribute of type `kind` among `attrs`.

@@ -1155,3 +1155,121 @@ fn run_validation_passes_after_a_native_apply() {
         );
     }
 }
+
+/// Configurations beyond the public goldens (partial-byte and `/0` prefixes, capture-all DNS, `-o`/`-q`
+/// ports, TPROXY variants, empty `-b`): a real run gives what `nft -f` makes of our own dry run, so
+/// the encoder compiles every statement as nft does.
+#[test]
+fn real_runs_equal_nft_compiling_our_dry_run_beyond_the_goldens() {
+    require_root_and_nft();
+    let configs: &[&[&str]] = &[
+        &["-u", "1337", "-m", "TPROXY", "-b", "", "--ipv6", "true"],
+        &["-u", "1337", "-b", ",", "--ipv6", "false"],
+        &[
+            "-u",
+            "1337",
+            "--redirect-dns",
+            "--capture-all-dns",
+            "--ipv6",
+            "true",
+        ],
+        &[
+            "-u",
+            "1337",
+            "-o",
+            "9090,9091",
+            "-q",
+            "80,443",
+            "-i",
+            "*",
+            "--ipv6",
+            "true",
+        ],
+        &[
+            "-u",
+            "1337",
+            "-i",
+            "10.16.0.0/12,2001:db8::/33",
+            "-x",
+            "0.0.0.0/0,10.0.0.1/31,::/0",
+            "-k",
+            "eth0",
+            "--ipv6",
+            "true",
+        ],
+        &["-u", "1337", "-i", "127.0.0.1/32", "--ipv6", "false"],
+        &[
+            "-u",
+            "1337,1338",
+            "-g",
+            "1337",
+            "-m",
+            "TPROXY",
+            "-b",
+            "80,81",
+            "-c",
+            "eth9",
+            "--drop-invalid",
+            "-t",
+            "7",
+            "-r",
+            "70",
+            "--ipv6",
+            "true",
+        ],
+        &[
+            "-u",
+            "1337",
+            "-b",
+            "*",
+            "-d",
+            "15090,15021",
+            "-m",
+            "TPROXY",
+            "--redirect-dns",
+            "--dns-servers",
+            "10.0.0.10,fd00::10",
+            "-k",
+            "eth1",
+            "-i",
+            "*",
+            "--ipv6",
+            "true",
+        ],
+    ];
+    let mut failures = Vec::new();
+    for args in configs {
+        let case = Case {
+            name: "extra".into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
+        };
+        let result = (|| -> Result<()> {
+            let out = ours(&case, &["--dry-run"]).output()?;
+            ensure!(
+                out.status.success(),
+                "dry run: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let text = transaction_of(&String::from_utf8(out.stdout)?);
+            let d = Ns::new("nftx-d");
+            d.nft_load(&text).context("nft -f of our dry run")?;
+            let r = Ns::new("nftx-r");
+            let out = real_run(&r, &case, &[])?;
+            ensure!(
+                out.status.success(),
+                "real run: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            compare(
+                "real run vs nft -f of the dry run",
+                &r.views()?,
+                &d.views()?,
+            )
+        })();
+        if let Err(e) = result {
+            failures.push(format!("{args:?}: {e:#}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
