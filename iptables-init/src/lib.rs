@@ -118,7 +118,15 @@ pub fn run_with(
         if let Some(path) = &cfg.dry_run_file {
             if cfg.cleanup_only {
                 tracing::warn!(path = %path.display(), "DRY_RUN_FILE_PATH is not written with --cleanup-only");
-            } else if let Err(e) = std::fs::write(path, render::dry_run_record(&plan)) {
+            } else if let Err(e) = std::fs::write(
+                path,
+                if cfg.native_nftables {
+                    // Istio's nftables goldens are the transaction itself.
+                    nft::render::transaction(&nft::model::build(&cfg))
+                } else {
+                    render::dry_run_record(&plan)
+                },
+            ) {
                 report(&format!(
                     "DRY_RUN_FILE_PATH={}: cannot write the dry-run record: {e}",
                     path.display()

@@ -304,11 +304,21 @@ fn compare(what: &str, ours: &(String, String), golden: &(String, String)) -> Re
 fn dry_run_case(case: &Case) -> Result<()> {
     ensure_groups(case);
     let golden = std::fs::read_to_string(testdata().join(format!("{}.golden", case.name)))?;
-    let out = ours(case, &["--dry-run"]).output()?;
+    let record =
+        std::env::temp_dir().join(format!("nft-record-{}-{}", std::process::id(), case.name));
+    let out = ours(case, &["--dry-run"])
+        .env("DRY_RUN_FILE_PATH", &record)
+        .output()?;
     ensure!(
         out.status.success(),
         "dry run failed: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let recorded = std::fs::read_to_string(&record);
+    let _ = std::fs::remove_file(&record);
+    ensure!(
+        recorded? == golden,
+        "DRY_RUN_FILE_PATH does not hold the golden's text"
     );
     let text = transaction_of(&String::from_utf8(out.stdout)?);
     // The printed transaction is Istio's golden text itself.
