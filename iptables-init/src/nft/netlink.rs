@@ -739,8 +739,6 @@ impl Socket {
         // Bounds every wait: a missing acknowledgement must fail the run, not hang it.
         setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(5, 0))
             .map_err(NetlinkError::Socket)?;
-        // Room for the acknowledgements of a large batch.
-        let _ = setsockopt(&fd, sockopt::RcvBuf, &(1 << 20));
         Ok(Socket { fd })
     }
 
@@ -859,6 +857,17 @@ impl Socket {
     /// Sends `batch` and waits for one acknowledgement per described message; the first refusal is
     /// returned with the description of the message it refers to.
     pub fn send_batch(&self, batch: &[u8], what: &[What<'_>]) -> Result<(), NetlinkError> {
+        // The kernel takes a batch only as one datagram within the send buffer, and queues every
+        // acknowledgement (about 1 KiB of buffer each) before we read one: size both buffers for this
+        // batch, past the sysctl limits where CAP_NET_ADMIN allows, as nft does.
+        let send_size = batch.len() + 4096;
+        let recv_size = (what.len() + 16) * 1024;
+        if setsockopt(&self.fd, sockopt::SndBufForce, &send_size).is_err() {
+            let _ = setsockopt(&self.fd, sockopt::SndBuf, &send_size);
+        }
+        if setsockopt(&self.fd, sockopt::RcvBufForce, &recv_size).is_err() {
+            let _ = setsockopt(&self.fd, sockopt::RcvBuf, &recv_size);
+        }
         sendto(
             self.fd.as_raw_fd(),
             batch,

@@ -1167,7 +1167,7 @@ fn run_validation_passes_after_a_native_apply() {
 }
 
 /// Configurations beyond the public goldens (partial-byte and `/0` prefixes, capture-all DNS, `-o`/`-q`
-/// ports, TPROXY variants, empty `-b`): a real run gives what `nft -f` makes of our own dry run, so
+/// ports, TPROXY variants, empty `-b`, a batch beyond the default socket buffers): a real run gives what `nft -f` makes of our own dry run, so
 /// the encoder compiles every statement as nft does.
 #[test]
 fn real_runs_equal_nft_compiling_our_dry_run_beyond_the_goldens() {
@@ -1247,11 +1247,26 @@ fn real_runs_equal_nft_compiling_our_dry_run_beyond_the_goldens() {
             "true",
         ],
     ];
+    let mut all: Vec<Vec<String>> = configs
+        .iter()
+        .map(|a| a.iter().map(|s| s.to_string()).collect())
+        .collect();
+    // A batch larger than the default socket buffers (about 1500 messages).
+    let many: Vec<String> = (0..1500)
+        .map(|i| format!("10.{}.{}.0/24", i / 250, i % 250))
+        .collect();
+    all.push(
+        ["-u", "1337", "-i", "*", "--ipv6", "false", "-x"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([many.join(",")])
+            .collect(),
+    );
     let mut failures = Vec::new();
-    for args in configs {
+    for args in &all {
         let case = Case {
             name: "extra".into(),
-            args: args.iter().map(|s| s.to_string()).collect(),
+            args: args.clone(),
             env: Vec::new(),
         };
         let result = (|| -> Result<()> {
@@ -1278,7 +1293,11 @@ fn real_runs_equal_nft_compiling_our_dry_run_beyond_the_goldens() {
             )
         })();
         if let Err(e) = result {
-            failures.push(format!("{args:?}: {e:#}"));
+            let shown: Vec<&str> = args
+                .iter()
+                .map(|a| if a.len() > 80 { &a[..80] } else { a })
+                .collect();
+            failures.push(format!("{shown:?}: {e:#}"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
