@@ -305,7 +305,7 @@ pub struct Args {
     #[arg(long = "force-apply", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub force_apply: Option<bool>,
 
-    /// Istio's nftables backend; accepted, but rules are applied through iptables-restore [env: NATIVE_NFTABLES]
+    /// Istio's nftables backend: inet tables applied in-process over netlink [env: NATIVE_NFTABLES]
     #[arg(long = "native-nftables", value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = parse_go_bool)]
     pub native_nftables: Option<bool>,
 
