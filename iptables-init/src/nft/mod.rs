@@ -1,6 +1,7 @@
-//! The native nftables backend (`--native-nftables`): Istio's `istio-proxy-*` tables, printed as the
-//! `nft -f` text Istio pipes ([`render`]) and applied in-process as one nf_tables netlink batch
-//! ([`apply`], [`netlink`]), with no `nft`, `iptables` or `ip` binary.
+//! The native nftables backend (`--native-nftables`): Istio's `istio-proxy-*` tables built from the
+//! resolved configuration ([`model`]), printed as the `nft -f` text Istio pipes ([`render`]), and
+//! applied in-process as one nf_tables netlink batch ([`netlink`], [`apply`]) unless the kernel already
+//! holds exactly them ([`state`]), with no `nft`, `iptables` or `ip` binary.
 
 pub mod apply;
 pub mod model;
