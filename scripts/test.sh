@@ -12,6 +12,7 @@ fi
 need=()
 command -v iptables-restore >/dev/null || need+=(iptables)
 command -v ip >/dev/null || need+=(iproute2)
+command -v nft >/dev/null || need+=(nftables)
 command -v file >/dev/null || need+=(file)
 [ -x /usr/bin/time ] || need+=(time)
 command -v setpriv >/dev/null || need+=(util-linux)
@@ -31,4 +32,4 @@ bash scripts/check-static-init.sh
 cargo test --workspace --locked
 # The netfilter end-to-end tests once more, against the binary the image ships (static musl release).
 E2E_IPTABLES_INIT="$(pwd)/target/x86_64-unknown-linux-musl/release/iptables-init" \
-  cargo test --locked -p e2e --test e2e -- iptables:: iptables_parity::
+  cargo test --locked -p e2e --test e2e -- iptables:: iptables_parity:: nftables::

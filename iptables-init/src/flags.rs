@@ -503,7 +503,7 @@ pub static NATIVE_NFTABLES: Flag = Flag {
     value_name: "BOOL",
     env: &["NATIVE_NFTABLES"],
     default: Off,
-    help: "Istio's nftables backend; accepted, but rules are applied through iptables-restore",
+    help: "Istio's nftables backend: inet tables applied in-process over netlink",
     group: Group::Istio,
 };
 pub static FORCE_IPTABLES_BINARY: Flag = Flag {

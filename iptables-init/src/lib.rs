@@ -19,7 +19,9 @@ pub mod config;
 pub mod detect;
 pub mod flags;
 pub mod logging;
+pub mod nft;
 pub mod render;
+pub mod rtnetlink;
 pub mod rules;
 pub mod validation;
 
@@ -118,7 +120,15 @@ pub fn run_with(
         if let Some(path) = &cfg.dry_run_file {
             if cfg.cleanup_only {
                 tracing::warn!(path = %path.display(), "DRY_RUN_FILE_PATH is not written with --cleanup-only");
-            } else if let Err(e) = std::fs::write(path, render::dry_run_record(&plan)) {
+            } else if let Err(e) = std::fs::write(
+                path,
+                if cfg.native_nftables {
+                    // Istio's nftables goldens are the transaction itself.
+                    nft::render::transaction(&nft::model::build(&cfg))
+                } else {
+                    render::dry_run_record(&plan)
+                },
+            ) {
                 report(&format!(
                     "DRY_RUN_FILE_PATH={}: cannot write the dry-run record: {e}",
                     path.display()
@@ -127,7 +137,13 @@ pub fn run_with(
             }
         }
         // With --cleanup-only nothing would be applied: the dry run shows the removal instead.
-        let text = if cfg.cleanup_only {
+        let text = if cfg.native_nftables {
+            if cfg.cleanup_only {
+                nft::render::cleanup_transaction(&nft::model::build(&cfg))
+            } else {
+                nft::render::dry_run(&nft::model::build(&cfg))
+            }
+        } else if cfg.cleanup_only {
             apply::cleanup_dry_run(&plan)
         } else {
             render::dry_run(&plan)
@@ -139,10 +155,12 @@ pub fn run_with(
         }
     } else if cfg.skip_rule_apply {
         tracing::info!("--skip-rule-apply: not applying rules");
-    } else {
-        if cfg.native_nftables {
-            tracing::warn!("--native-nftables is not supported; applying the same rules through iptables-restore");
+    } else if cfg.native_nftables {
+        if let Err(e) = nft::apply::run(&cfg) {
+            report(&e.to_string());
+            return ExitCode::from(EXIT_ERROR);
         }
+    } else {
         let opts = apply_options(&cfg);
         // The exec path ends this process, so it is only for a run in which nothing follows the apply.
         if !cfg.run_validation {

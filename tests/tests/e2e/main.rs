@@ -2,4 +2,5 @@
 
 mod iptables;
 mod iptables_parity;
+mod nftables;
 mod webhook;

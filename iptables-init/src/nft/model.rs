@@ -1,0 +1,1120 @@
+//! The nftables rule model: Istio's `istio-proxy-*` tables, built from the same resolved
+//! [`Config`] as the iptables plan, in the order of `Run` in Istio's `tools/istio-nftables/pkg/capture/run.go`.
+//!
+//! Each rule is a list of typed statements, so one model feeds both the `nft -f` text
+//! ([`super::render`]) and the netlink encoder ([`super::netlink`]). The model keeps each table's
+//! operations as Istio issues them (appends and `insert … index N`), and [`Table::chain_rules`]
+//! resolves them to the final order the kernel ends up with.
+
+use crate::config::{Cidr, Config, InboundPorts, InterceptionMode, OutboundInclude, OwnerGroups};
+use crate::rules::{RouteAction, DNS_PROXY_PORT, OUTBOUND_MARK};
+
+/// One of Istio's three `inet` tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TableId {
+    Nat,
+    Mangle,
+    Raw,
+}
+
+impl TableId {
+    /// Every table, in the order Istio's transaction has them.
+    pub const ALL: [TableId; 3] = [TableId::Nat, TableId::Mangle, TableId::Raw];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TableId::Nat => "istio-proxy-nat",
+            TableId::Mangle => "istio-proxy-mangle",
+            TableId::Raw => "istio-proxy-raw",
+        }
+    }
+
+    /// The table's chains in Istio's spec-list order (`addIstio*TableRules` in `run.go`); only those
+    /// that get a rule are created.
+    fn chain_specs(self) -> &'static [Chain] {
+        const fn base(name: &'static str, kind: ChainType, hook: Hook, priority: i32) -> Chain {
+            Chain {
+                name,
+                base: Some(BaseChain {
+                    kind,
+                    hook,
+                    priority,
+                }),
+            }
+        }
+        const fn regular(name: &'static str) -> Chain {
+            Chain { name, base: None }
+        }
+        const NAT: &[Chain] = &[
+            base(PREROUTING, ChainType::Nat, Hook::Prerouting, -100),
+            base(OUTPUT, ChainType::Nat, Hook::Output, -100),
+            regular(INBOUND),
+            regular(REDIRECT),
+            regular(IN_REDIRECT),
+            regular(ISTIO_OUTPUT),
+            regular(OUTPUT_DNS),
+        ];
+        const MANGLE: &[Chain] = &[
+            base(PREROUTING, ChainType::Filter, Hook::Prerouting, -150),
+            base(OUTPUT, ChainType::Route, Hook::Output, -150),
+            regular(DIVERT),
+            regular(TPROXY),
+            regular(INBOUND),
+            regular(DROP),
+        ];
+        const RAW: &[Chain] = &[
+            base(PREROUTING, ChainType::Filter, Hook::Prerouting, -300),
+            base(OUTPUT, ChainType::Filter, Hook::Output, -300),
+            regular(INBOUND),
+            regular(OUTPUT_DNS),
+        ];
+        match self {
+            TableId::Nat => NAT,
+            TableId::Mangle => MANGLE,
+            TableId::Raw => RAW,
+        }
+    }
+}
+
+pub const PREROUTING: &str = "prerouting";
+pub const OUTPUT: &str = "output";
+pub const INBOUND: &str = "istio-inbound";
+pub const REDIRECT: &str = "istio-redirect";
+pub const IN_REDIRECT: &str = "istio-in-redirect";
+pub const ISTIO_OUTPUT: &str = "istio-output";
+pub const OUTPUT_DNS: &str = "istio-output-dns";
+pub const DIVERT: &str = "istio-divert";
+pub const TPROXY: &str = "istio-tproxy";
+pub const DROP: &str = "istio-drop";
+
+/// A base chain's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainType {
+    Nat,
+    Filter,
+    Route,
+}
+
+impl ChainType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChainType::Nat => "nat",
+            ChainType::Filter => "filter",
+            ChainType::Route => "route",
+        }
+    }
+}
+
+/// A base chain's hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    Prerouting,
+    Output,
+}
+
+impl Hook {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hook::Prerouting => "prerouting",
+            Hook::Output => "output",
+        }
+    }
+}
+
+/// Type, hook and priority of a base chain (no policy: the default `accept`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BaseChain {
+    pub kind: ChainType,
+    pub hook: Hook,
+    pub priority: i32,
+}
+
+/// A chain: a base chain when `base` is set, else a regular one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chain {
+    pub name: &'static str,
+    pub base: Option<BaseChain>,
+}
+
+/// A transport protocol of a match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    Tcp,
+    Udp,
+}
+
+impl Proto {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        }
+    }
+}
+
+/// An address family of a match (`ip` or `ip6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ip {
+    V4,
+    V6,
+}
+
+/// Which address or port of a packet a match looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    Source,
+    Destination,
+}
+
+/// A conntrack state set of a `ct state` match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CtState {
+    Invalid,
+    RelatedEstablished,
+}
+
+/// A socket owner group: a gid, or a name nft would resolve through `/etc/group`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Group {
+    Id(u32),
+    Name(String),
+}
+
+impl Group {
+    /// A group as Istio writes it: digits are a gid, anything else a name.
+    pub fn parse(s: &str) -> Group {
+        s.parse()
+            .map_or_else(|_| Group::Name(s.to_string()), Group::Id)
+    }
+}
+
+/// One statement of a rule, in the form Istio writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stmt {
+    /// `iifname NAME` / `oifname NAME` (`output` false / true).
+    Ifname { output: bool, name: String },
+    /// `meta l4proto tcp|udp`.
+    L4proto(Proto),
+    /// `ip|ip6 saddr|daddr [!=] CIDR`.
+    Addr { dir: Dir, neq: bool, cidr: Cidr },
+    /// `tcp|udp sport|dport [!=] PORT`.
+    Port {
+        proto: Proto,
+        dir: Dir,
+        neq: bool,
+        port: u16,
+    },
+    /// `tcp dport != { P1, P2 }`: an anonymous set lookup, inverted.
+    PortNotIn { proto: Proto, ports: Vec<u16> },
+    /// `[meta] skuid [!=] UID` (`meta` is how Istio writes it in the raw table).
+    SkUid { neq: bool, uid: u32, meta: bool },
+    /// `[meta] skgid [!=] GROUP`.
+    SkGid { neq: bool, group: Group, meta: bool },
+    /// `mark [!=] MARK`.
+    Mark { neq: bool, mark: u32 },
+    /// `ct mark MARK`.
+    CtMark(u32),
+    /// `ct state …`.
+    CtState(CtState),
+    /// `counter`.
+    Counter,
+    /// `return`.
+    Return,
+    /// `jump CHAIN`.
+    Jump(&'static str),
+    /// `accept`.
+    Accept,
+    /// `drop`.
+    Drop,
+    /// `redirect to :PORT`.
+    Redirect(u16),
+    /// `tproxy ip|ip6 to :PORT`.
+    Tproxy { ip: Ip, port: u16 },
+    /// `meta mark set MARK`.
+    SetMark(u32),
+    /// `ct mark set mark`.
+    CtMarkSetMark,
+    /// `meta mark set ct mark`.
+    MarkSetCtMark,
+    /// `ct zone set ZONE`.
+    CtZoneSet(u16),
+}
+
+/// A rule: its statements, the `counter` already in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub stmts: Vec<Stmt>,
+}
+
+impl Rule {
+    /// A rule from its statements with `counter` put where Istio's builder puts it: before the last
+    /// statement (the verdict or the action).
+    fn counted(mut stmts: Vec<Stmt>) -> Rule {
+        let at = stmts.len().saturating_sub(1);
+        stmts.insert(at, Stmt::Counter);
+        Rule { stmts }
+    }
+}
+
+/// An operation on a chain, as Istio's transaction has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `add rule`: at the end.
+    Append,
+    /// `insert rule … index N`: before the chain's rule N (which exists).
+    Insert(usize),
+}
+
+/// One `add rule` / `insert rule` of a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub chain: &'static str,
+    pub op: Op,
+    pub rule: Rule,
+}
+
+/// A table with the chains it needs and its rule operations in transaction order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    pub id: TableId,
+    /// The chains that get a rule, in Istio's order.
+    pub chains: Vec<Chain>,
+    pub entries: Vec<Entry>,
+}
+
+impl Table {
+    /// The rules of `chain` in the order the kernel holds them once the transaction is applied.
+    pub fn chain_rules(&self, chain: &str) -> Vec<&Rule> {
+        let mut out: Vec<&Rule> = Vec::new();
+        for e in self.entries.iter().filter(|e| e.chain == chain) {
+            match e.op {
+                Op::Append => out.push(&e.rule),
+                Op::Insert(i) => out.insert(i.min(out.len()), &e.rule),
+            }
+        }
+        out
+    }
+}
+
+/// Everything a `--native-nftables` run installs: the tables (only those with rules) and the route
+/// actions done after them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ruleset {
+    pub tables: Vec<Table>,
+    pub routes: Vec<RouteAction>,
+}
+
+/// Collects rules per table in call order, as Istio's `NftablesRuleBuilder` does.
+struct Builder {
+    ipv6: bool,
+    rules: [Vec<(&'static str, Option<usize>, Rule)>; 3],
+}
+
+impl Builder {
+    fn list(&mut self, table: TableId) -> &mut Vec<(&'static str, Option<usize>, Rule)> {
+        match table {
+            TableId::Nat => &mut self.rules[0],
+            TableId::Mangle => &mut self.rules[1],
+            TableId::Raw => &mut self.rules[2],
+        }
+    }
+
+    fn append(&mut self, table: TableId, chain: &'static str, stmts: Vec<Stmt>) {
+        self.list(table).push((chain, None, Rule::counted(stmts)));
+    }
+
+    fn append_v6(&mut self, table: TableId, chain: &'static str, stmts: Vec<Stmt>) {
+        if self.ipv6 {
+            self.append(table, chain, stmts);
+        }
+    }
+
+    fn insert(&mut self, table: TableId, chain: &'static str, index: usize, stmts: Vec<Stmt>) {
+        self.list(table)
+            .push((chain, Some(index), Rule::counted(stmts)));
+    }
+
+    fn insert_v6(&mut self, table: TableId, chain: &'static str, index: usize, stmts: Vec<Stmt>) {
+        if self.ipv6 {
+            self.insert(table, chain, index, stmts);
+        }
+    }
+
+    /// The tables with rules, each with its used chains, inserts past a chain's end turned into
+    /// appends (Istio's `addIstioTableRules`).
+    fn finish(self) -> Vec<Table> {
+        let mut tables = Vec::new();
+        for (id, rules) in TableId::ALL.into_iter().zip(self.rules) {
+            if rules.is_empty() {
+                continue;
+            }
+            let chains = id
+                .chain_specs()
+                .iter()
+                .filter(|c| rules.iter().any(|(name, _, _)| *name == c.name))
+                .copied()
+                .collect();
+            let mut counts: std::collections::HashMap<&str, usize> = Default::default();
+            let mut entries = Vec::with_capacity(rules.len());
+            for (chain, index, rule) in rules {
+                let count = counts.entry(chain).or_default();
+                let op = match index {
+                    Some(i) if i < *count => Op::Insert(i),
+                    _ => Op::Append,
+                };
+                *count += 1;
+                entries.push(Entry { chain, op, rule });
+            }
+            tables.push(Table {
+                id,
+                chains,
+                entries,
+            });
+        }
+        tables
+    }
+}
+
+fn v4_host(a: std::net::Ipv4Addr) -> Cidr {
+    Cidr {
+        addr: a.into(),
+        len: 32,
+    }
+}
+
+fn v6_host(a: std::net::Ipv6Addr) -> Cidr {
+    Cidr {
+        addr: a.into(),
+        len: 128,
+    }
+}
+
+fn v6_loopback() -> Cidr {
+    v6_host(std::net::Ipv6Addr::LOCALHOST)
+}
+
+fn daddr(neq: bool, cidr: Cidr) -> Stmt {
+    Stmt::Addr {
+        dir: Dir::Destination,
+        neq,
+        cidr,
+    }
+}
+
+fn saddr(cidr: Cidr) -> Stmt {
+    Stmt::Addr {
+        dir: Dir::Source,
+        neq: false,
+        cidr,
+    }
+}
+
+fn dport(proto: Proto, neq: bool, port: u16) -> Stmt {
+    Stmt::Port {
+        proto,
+        dir: Dir::Destination,
+        neq,
+        port,
+    }
+}
+
+fn sport(proto: Proto, port: u16) -> Stmt {
+    Stmt::Port {
+        proto,
+        dir: Dir::Source,
+        neq: false,
+        port,
+    }
+}
+
+fn iif(name: &str) -> Stmt {
+    Stmt::Ifname {
+        output: false,
+        name: name.to_string(),
+    }
+}
+
+fn oif(name: &str) -> Stmt {
+    Stmt::Ifname {
+        output: true,
+        name: name.to_string(),
+    }
+}
+
+const TCP: Stmt = Stmt::L4proto(Proto::Tcp);
+
+/// The ruleset Istio's nftables backend builds for `cfg` (`Run` in its `run.go`), with the route
+/// actions of the iptables plan (the same `tproxy.ConfigureRoutes` runs after either backend).
+pub fn build(cfg: &Config) -> Ruleset {
+    let mut b = Builder {
+        ipv6: cfg.ipv6,
+        rules: Default::default(),
+    };
+    let tproxy = cfg.mode == InterceptionMode::Tproxy;
+    let dns = cfg.dns_capture();
+    let lo4 = cfg.loopback_cidr;
+    let lo6 = v6_loopback();
+    let src6 = v6_host(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6));
+    let src4 = v4_host(std::net::Ipv4Addr::new(127, 0, 0, 6));
+    use TableId::{Mangle, Nat};
+
+    // Exclude interfaces (`shortCircuitExcludeInterfaces`).
+    for c in &cfg.exclude_interfaces {
+        b.append(Nat, PREROUTING, vec![iif(c), Stmt::Return]);
+        b.append(Nat, OUTPUT, vec![oif(c), Stmt::Return]);
+    }
+    if tproxy {
+        for c in &cfg.exclude_interfaces {
+            b.append(Mangle, PREROUTING, vec![iif(c), Stmt::Return]);
+            b.append(Mangle, OUTPUT, vec![oif(c), Stmt::Return]);
+        }
+    }
+    // Kube-virt interfaces (`shortCircuitKubeInternalInterface`).
+    for k in &cfg.kube_virt_interfaces {
+        b.insert(Nat, PREROUTING, 0, vec![iif(k), Stmt::Return]);
+    }
+    if cfg.drop_invalid {
+        b.append(
+            Mangle,
+            PREROUTING,
+            vec![TCP, Stmt::CtState(CtState::Invalid), Stmt::Jump(DROP)],
+        );
+        b.append(Mangle, DROP, vec![Stmt::Drop]);
+    }
+    b.append(
+        Nat,
+        INBOUND,
+        vec![
+            TCP,
+            dport(Proto::Tcp, false, cfg.inbound_tunnel_port),
+            Stmt::Return,
+        ],
+    );
+    b.append(Nat, REDIRECT, vec![TCP, Stmt::Redirect(cfg.proxy_port)]);
+    b.append(
+        Nat,
+        IN_REDIRECT,
+        vec![TCP, Stmt::Redirect(cfg.inbound_capture_port)],
+    );
+
+    // Inbound (`handleInboundPortsInclude`).
+    if cfg.inbound_ports != InboundPorts::None {
+        let z = cfg.inbound_capture_port;
+        let m = cfg.tproxy_mark;
+        let table = if tproxy {
+            b.append(Mangle, DIVERT, vec![Stmt::SetMark(m)]);
+            b.append(Mangle, DIVERT, vec![Stmt::Accept]);
+            b.append(
+                Mangle,
+                TPROXY,
+                vec![
+                    TCP,
+                    daddr(true, lo4),
+                    Stmt::Tproxy {
+                        ip: Ip::V4,
+                        port: z,
+                    },
+                    Stmt::SetMark(m),
+                    Stmt::Accept,
+                ],
+            );
+            b.append_v6(
+                Mangle,
+                TPROXY,
+                vec![
+                    TCP,
+                    daddr(true, lo6),
+                    Stmt::Tproxy {
+                        ip: Ip::V6,
+                        port: z,
+                    },
+                    Stmt::SetMark(m),
+                    Stmt::Accept,
+                ],
+            );
+            Mangle
+        } else {
+            Nat
+        };
+        b.append(table, PREROUTING, vec![TCP, Stmt::Jump(INBOUND)]);
+        match &cfg.inbound_ports {
+            InboundPorts::All => {
+                for &p in &cfg.inbound_exclude_ports {
+                    b.append(
+                        table,
+                        INBOUND,
+                        vec![TCP, dport(Proto::Tcp, false, p), Stmt::Return],
+                    );
+                }
+                if tproxy {
+                    b.append(
+                        Mangle,
+                        INBOUND,
+                        vec![
+                            TCP,
+                            Stmt::CtState(CtState::RelatedEstablished),
+                            Stmt::Jump(DIVERT),
+                        ],
+                    );
+                    b.append(Mangle, INBOUND, vec![TCP, Stmt::Jump(TPROXY)]);
+                } else {
+                    b.append(Nat, INBOUND, vec![TCP, Stmt::Jump(IN_REDIRECT)]);
+                }
+            }
+            InboundPorts::List(ports) => {
+                for &p in ports {
+                    if tproxy {
+                        b.append(
+                            Mangle,
+                            INBOUND,
+                            vec![
+                                TCP,
+                                Stmt::CtState(CtState::RelatedEstablished),
+                                dport(Proto::Tcp, false, p),
+                                Stmt::Jump(DIVERT),
+                            ],
+                        );
+                        b.append(
+                            Mangle,
+                            INBOUND,
+                            vec![TCP, dport(Proto::Tcp, false, p), Stmt::Jump(TPROXY)],
+                        );
+                    } else {
+                        b.append(
+                            Nat,
+                            INBOUND,
+                            vec![TCP, dport(Proto::Tcp, false, p), Stmt::Jump(IN_REDIRECT)],
+                        );
+                    }
+                }
+            }
+            InboundPorts::None => {}
+        }
+    }
+
+    b.append(Nat, OUTPUT, vec![Stmt::Jump(ISTIO_OUTPUT)]);
+    for &p in &cfg.outbound_exclude_ports {
+        b.append(
+            Nat,
+            ISTIO_OUTPUT,
+            vec![dport(Proto::Tcp, false, p), Stmt::Return],
+        );
+        b.append(
+            Nat,
+            ISTIO_OUTPUT,
+            vec![dport(Proto::Udp, false, p), Stmt::Return],
+        );
+    }
+    b.append(
+        Nat,
+        ISTIO_OUTPUT,
+        vec![oif("lo"), saddr(src4), Stmt::Return],
+    );
+    b.append_v6(
+        Nat,
+        ISTIO_OUTPUT,
+        vec![oif("lo"), saddr(src6), Stmt::Return],
+    );
+
+    // Proxy uids, then gids.
+    let include_loopback = match &cfg.outbound_include {
+        OutboundInclude::All => false,
+        OutboundInclude::List(list) => list.has_loopback(),
+    };
+    let t = cfg.inbound_tunnel_port;
+    let tunnel_ports = |dns: bool| {
+        if dns {
+            Stmt::PortNotIn {
+                proto: Proto::Tcp,
+                ports: vec![53, t],
+            }
+        } else {
+            dport(Proto::Tcp, true, t)
+        }
+    };
+    for &u in &cfg.proxy_uids {
+        let uid = |neq| Stmt::SkUid {
+            neq,
+            uid: u,
+            meta: false,
+        };
+        for lo in [Some(lo4), cfg.ipv6.then_some(lo6)].into_iter().flatten() {
+            b.append(
+                Nat,
+                ISTIO_OUTPUT,
+                vec![
+                    oif("lo"),
+                    TCP,
+                    daddr(true, lo),
+                    tunnel_ports(dns),
+                    uid(false),
+                    Stmt::Jump(IN_REDIRECT),
+                ],
+            );
+        }
+        if !include_loopback {
+            let mut stmts = vec![oif("lo")];
+            if dns {
+                stmts.extend([TCP, dport(Proto::Tcp, true, 53)]);
+            }
+            stmts.extend([uid(true), Stmt::Return]);
+            b.append(Nat, ISTIO_OUTPUT, stmts);
+        }
+        b.append(Nat, ISTIO_OUTPUT, vec![uid(false), Stmt::Return]);
+    }
+    for &g in &cfg.proxy_gids {
+        let gid = |neq| Stmt::SkGid {
+            neq,
+            group: Group::Id(g),
+            meta: false,
+        };
+        // Always the non-DNS tunnel match here, as Istio does (an asymmetry with the uid rule).
+        for lo in [Some(lo4), cfg.ipv6.then_some(lo6)].into_iter().flatten() {
+            b.append(
+                Nat,
+                ISTIO_OUTPUT,
+                vec![
+                    oif("lo"),
+                    TCP,
+                    daddr(true, lo),
+                    tunnel_ports(false),
+                    gid(false),
+                    Stmt::Jump(IN_REDIRECT),
+                ],
+            );
+        }
+        if !include_loopback {
+            let mut stmts = vec![oif("lo")];
+            if dns {
+                stmts.extend([TCP, dport(Proto::Tcp, true, 53)]);
+            }
+            stmts.extend([gid(true), Stmt::Return]);
+            b.append(Nat, ISTIO_OUTPUT, stmts);
+        }
+        b.append(Nat, ISTIO_OUTPUT, vec![gid(false), Stmt::Return]);
+    }
+
+    // Owner groups (`handleCaptureByOwnerGroup`).
+    match &cfg.owner_groups {
+        OwnerGroups::AllExcept(groups) => {
+            for g in groups {
+                b.append(
+                    Nat,
+                    ISTIO_OUTPUT,
+                    vec![
+                        Stmt::SkGid {
+                            neq: false,
+                            group: Group::parse(g),
+                            meta: false,
+                        },
+                        Stmt::Return,
+                    ],
+                );
+            }
+        }
+        OwnerGroups::Only(groups) => {
+            let mut stmts: Vec<Stmt> = groups
+                .iter()
+                .map(|g| Stmt::SkGid {
+                    neq: true,
+                    group: Group::parse(g),
+                    meta: false,
+                })
+                .collect();
+            stmts.push(Stmt::Return);
+            b.append(Nat, ISTIO_OUTPUT, stmts);
+        }
+    }
+
+    if dns {
+        dns_rules(&mut b, cfg);
+    }
+
+    b.append(Nat, ISTIO_OUTPUT, vec![daddr(false, lo4), Stmt::Return]);
+    b.append_v6(Nat, ISTIO_OUTPUT, vec![daddr(false, lo6), Stmt::Return]);
+    for &c in &cfg.outbound_exclude.v4 {
+        b.append(Nat, ISTIO_OUTPUT, vec![daddr(false, c), Stmt::Return]);
+    }
+    for &c in &cfg.outbound_exclude.v6 {
+        b.append_v6(Nat, ISTIO_OUTPUT, vec![daddr(false, c), Stmt::Return]);
+    }
+    for &p in &cfg.outbound_ports {
+        b.append(
+            Nat,
+            ISTIO_OUTPUT,
+            vec![dport(Proto::Tcp, false, p), Stmt::Jump(REDIRECT)],
+        );
+    }
+
+    // Outbound include (`handleOutboundIncludeRules`).
+    match &cfg.outbound_include {
+        OutboundInclude::All => {
+            b.append(Nat, ISTIO_OUTPUT, vec![Stmt::Jump(REDIRECT)]);
+            for k in &cfg.kube_virt_interfaces {
+                b.insert(Nat, PREROUTING, 0, vec![iif(k), Stmt::Jump(REDIRECT)]);
+            }
+        }
+        OutboundInclude::List(list) => {
+            for &c in &list.v4 {
+                for k in &cfg.kube_virt_interfaces {
+                    b.insert(
+                        Nat,
+                        PREROUTING,
+                        0,
+                        vec![iif(k), daddr(false, c), Stmt::Jump(REDIRECT)],
+                    );
+                }
+                b.append(
+                    Nat,
+                    ISTIO_OUTPUT,
+                    vec![daddr(false, c), Stmt::Jump(REDIRECT)],
+                );
+            }
+            for &c in &list.v6 {
+                for k in &cfg.kube_virt_interfaces {
+                    b.insert_v6(
+                        Nat,
+                        PREROUTING,
+                        0,
+                        vec![iif(k), daddr(false, c), Stmt::Jump(REDIRECT)],
+                    );
+                }
+                b.append_v6(
+                    Nat,
+                    ISTIO_OUTPUT,
+                    vec![daddr(false, c), Stmt::Jump(REDIRECT)],
+                );
+            }
+        }
+    }
+
+    if tproxy {
+        let m = cfg.tproxy_mark;
+        b.append(
+            Mangle,
+            PREROUTING,
+            vec![
+                TCP,
+                Stmt::Mark {
+                    neq: false,
+                    mark: m,
+                },
+                Stmt::CtMarkSetMark,
+            ],
+        );
+        b.append(
+            Mangle,
+            OUTPUT,
+            vec![
+                oif("lo"),
+                TCP,
+                Stmt::Mark {
+                    neq: false,
+                    mark: m,
+                },
+                Stmt::Return,
+            ],
+        );
+        let owners = cfg
+            .proxy_uids
+            .iter()
+            .map(|&uid| Stmt::SkUid {
+                neq: false,
+                uid,
+                meta: false,
+            })
+            .chain(cfg.proxy_gids.iter().map(|&g| Stmt::SkGid {
+                neq: false,
+                group: Group::Id(g),
+                meta: false,
+            }));
+        for owner in owners {
+            for lo in [Some(lo4), cfg.ipv6.then_some(lo6)].into_iter().flatten() {
+                b.append(
+                    Mangle,
+                    OUTPUT,
+                    vec![
+                        oif("lo"),
+                        TCP,
+                        daddr(true, lo),
+                        owner.clone(),
+                        Stmt::SetMark(OUTBOUND_MARK),
+                    ],
+                );
+            }
+        }
+        b.append(
+            Mangle,
+            OUTPUT,
+            vec![TCP, Stmt::CtMark(m), Stmt::MarkSetCtMark],
+        );
+        b.insert(
+            Mangle,
+            INBOUND,
+            0,
+            vec![
+                TCP,
+                Stmt::Mark {
+                    neq: false,
+                    mark: m,
+                },
+                Stmt::Return,
+            ],
+        );
+        b.insert(
+            Mangle,
+            INBOUND,
+            1,
+            vec![iif("lo"), TCP, saddr(src4), Stmt::Return],
+        );
+        b.insert_v6(
+            Mangle,
+            INBOUND,
+            1,
+            vec![iif("lo"), TCP, saddr(src6), Stmt::Return],
+        );
+        b.insert(
+            Mangle,
+            INBOUND,
+            2,
+            vec![
+                iif("lo"),
+                TCP,
+                Stmt::Mark {
+                    neq: true,
+                    mark: OUTBOUND_MARK,
+                },
+                Stmt::Return,
+            ],
+        );
+    }
+
+    Ruleset {
+        tables: b.finish(),
+        routes: crate::rules::build(cfg).routes,
+    }
+}
+
+/// DNS capture (`SetupDNSRedir` and `addDNSConntrackZones` in Istio's `run.go`).
+fn dns_rules(b: &mut Builder, cfg: &Config) {
+    use TableId::{Nat, Raw};
+    let all = cfg.capture_all_dns;
+    let (s4, s6) = (&cfg.dns_servers_v4, &cfg.dns_servers_v6);
+    b.append(Raw, OUTPUT, vec![Stmt::Jump(OUTPUT_DNS)]);
+    b.append(Nat, ISTIO_OUTPUT, vec![Stmt::Jump(OUTPUT_DNS)]);
+    for proto in [Proto::Tcp, Proto::Udp] {
+        if all {
+            let mut stmts = Vec::new();
+            if proto == Proto::Tcp {
+                stmts.push(TCP);
+            }
+            stmts.extend([dport(proto, false, 53), Stmt::Redirect(DNS_PROXY_PORT)]);
+            b.append(Nat, OUTPUT_DNS, stmts);
+        } else {
+            for &s in s4 {
+                b.append(
+                    Nat,
+                    OUTPUT_DNS,
+                    vec![
+                        daddr(false, v4_host(s)),
+                        dport(proto, false, 53),
+                        Stmt::Redirect(DNS_PROXY_PORT),
+                    ],
+                );
+            }
+            for &s in s6 {
+                b.append_v6(
+                    Nat,
+                    OUTPUT_DNS,
+                    vec![
+                        daddr(false, v6_host(s)),
+                        dport(proto, false, 53),
+                        Stmt::Redirect(DNS_PROXY_PORT),
+                    ],
+                );
+            }
+        }
+    }
+    let owners = cfg
+        .proxy_uids
+        .iter()
+        .map(|&uid| Stmt::SkUid {
+            neq: false,
+            uid,
+            meta: true,
+        })
+        .chain(cfg.proxy_gids.iter().map(|&g| Stmt::SkGid {
+            neq: false,
+            group: Group::Id(g),
+            meta: true,
+        }));
+    for owner in owners {
+        b.append(
+            Raw,
+            OUTPUT_DNS,
+            vec![
+                dport(Proto::Udp, false, 53),
+                owner.clone(),
+                Stmt::CtZoneSet(1),
+            ],
+        );
+        b.append(
+            Raw,
+            OUTPUT_DNS,
+            vec![sport(Proto::Udp, DNS_PROXY_PORT), owner, Stmt::CtZoneSet(2)],
+        );
+    }
+    b.append(Raw, PREROUTING, vec![Stmt::Jump(INBOUND)]);
+    if all {
+        b.append(
+            Raw,
+            OUTPUT_DNS,
+            vec![dport(Proto::Udp, false, 53), Stmt::CtZoneSet(2)],
+        );
+        b.append(
+            Raw,
+            INBOUND,
+            vec![sport(Proto::Udp, 53), Stmt::CtZoneSet(1)],
+        );
+    } else {
+        let v4 = s4.iter().map(|&s| (v4_host(s), true));
+        let v6 = s6.iter().map(|&s| (v6_host(s), false));
+        for (s, v4) in v4.chain(v6) {
+            let add = |b: &mut Builder, chain, stmts| {
+                if v4 {
+                    b.append(Raw, chain, stmts);
+                } else {
+                    b.append_v6(Raw, chain, stmts);
+                }
+            };
+            add(
+                b,
+                OUTPUT_DNS,
+                vec![
+                    dport(Proto::Udp, false, 53),
+                    daddr(false, s),
+                    Stmt::CtZoneSet(2),
+                ],
+            );
+            add(
+                b,
+                INBOUND,
+                vec![sport(Proto::Udp, 53), saddr(s), Stmt::CtZoneSet(1)],
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::render::transaction;
+
+    /// Istio's injected arguments (`-i '*' -b '*' -d 15090,15021,15020`), for which Istio has no golden:
+    /// the transaction `run.go` builds, derived by hand from `Run` (inbound-ports-wildcard plus the
+    /// three exclusions and the wildcard redirect).
+    #[test]
+    fn the_injected_configuration_gives_istios_transaction() {
+        let cfg = Config {
+            inbound_ports: InboundPorts::All,
+            inbound_exclude_ports: vec![15090, 15021, 15020],
+            outbound_include: OutboundInclude::All,
+            ..Config::default()
+        };
+        let expected = "\
+add table inet istio-proxy-nat
+flush table inet istio-proxy-nat
+add chain inet istio-proxy-nat prerouting { type nat hook prerouting priority -100 ; }
+add chain inet istio-proxy-nat output { type nat hook output priority -100 ; }
+add chain inet istio-proxy-nat istio-inbound
+add chain inet istio-proxy-nat istio-redirect
+add chain inet istio-proxy-nat istio-in-redirect
+add chain inet istio-proxy-nat istio-output
+add rule inet istio-proxy-nat istio-inbound meta l4proto tcp tcp dport 15008 counter return
+add rule inet istio-proxy-nat istio-redirect meta l4proto tcp counter redirect to :15001
+add rule inet istio-proxy-nat istio-in-redirect meta l4proto tcp counter redirect to :15006
+add rule inet istio-proxy-nat prerouting meta l4proto tcp counter jump istio-inbound
+add rule inet istio-proxy-nat istio-inbound meta l4proto tcp tcp dport 15090 counter return
+add rule inet istio-proxy-nat istio-inbound meta l4proto tcp tcp dport 15021 counter return
+add rule inet istio-proxy-nat istio-inbound meta l4proto tcp tcp dport 15020 counter return
+add rule inet istio-proxy-nat istio-inbound meta l4proto tcp counter jump istio-in-redirect
+add rule inet istio-proxy-nat output counter jump istio-output
+add rule inet istio-proxy-nat istio-output oifname lo ip saddr 127.0.0.6/32 counter return
+add rule inet istio-proxy-nat istio-output oifname lo meta l4proto tcp ip daddr != 127.0.0.1/32 tcp dport != 15008 skuid 1337 counter jump istio-in-redirect
+add rule inet istio-proxy-nat istio-output oifname lo skuid != 1337 counter return
+add rule inet istio-proxy-nat istio-output skuid 1337 counter return
+add rule inet istio-proxy-nat istio-output oifname lo meta l4proto tcp ip daddr != 127.0.0.1/32 tcp dport != 15008 skgid 1337 counter jump istio-in-redirect
+add rule inet istio-proxy-nat istio-output oifname lo skgid != 1337 counter return
+add rule inet istio-proxy-nat istio-output skgid 1337 counter return
+add rule inet istio-proxy-nat istio-output ip daddr 127.0.0.1/32 counter return
+add rule inet istio-proxy-nat istio-output counter jump istio-redirect
+";
+        let rs = build(&cfg);
+        assert_eq!(transaction(&rs), expected);
+        assert!(rs.routes.is_empty());
+    }
+
+    #[test]
+    fn inserts_past_the_end_become_appends_and_resolve_in_order() {
+        let cfg = Config {
+            kube_virt_interfaces: vec!["eth1".into(), "eth2".into()],
+            outbound_include: OutboundInclude::All,
+            ..Config::default()
+        };
+        let rs = build(&cfg);
+        let nat = &rs.tables[0];
+        let ops: Vec<Op> = nat
+            .entries
+            .iter()
+            .filter(|e| e.chain == PREROUTING)
+            .map(|e| e.op)
+            .collect();
+        assert_eq!(
+            ops,
+            [Op::Append, Op::Insert(0), Op::Insert(0), Op::Insert(0)]
+        );
+        let order: Vec<String> = nat
+            .chain_rules(PREROUTING)
+            .iter()
+            .map(|r| crate::nft::render::rule_text(r))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "iifname eth2 counter jump istio-redirect",
+                "iifname eth1 counter jump istio-redirect",
+                "iifname eth2 counter return",
+                "iifname eth1 counter return",
+            ]
+        );
+    }
+
+    #[test]
+    fn tproxy_adds_mangle_and_routes_and_ipv6_twins() {
+        let cfg = Config {
+            mode: InterceptionMode::Tproxy,
+            inbound_ports: InboundPorts::List(vec![8080]),
+            ipv6: true,
+            ..Config::default()
+        };
+        let rs = build(&cfg);
+        let ids: Vec<TableId> = rs.tables.iter().map(|t| t.id).collect();
+        assert_eq!(ids, [TableId::Nat, TableId::Mangle]);
+        let mangle = &rs.tables[1];
+        let inbound: Vec<String> = mangle
+            .chain_rules(INBOUND)
+            .iter()
+            .map(|r| crate::nft::render::rule_text(r))
+            .collect();
+        assert_eq!(inbound[0], "meta l4proto tcp mark 1337 counter return");
+        assert_eq!(
+            inbound[1],
+            "iifname lo meta l4proto tcp ip6 saddr ::6/128 counter return"
+        );
+        assert_eq!(
+            inbound[2],
+            "iifname lo meta l4proto tcp mark != 1338 counter return"
+        );
+        assert_eq!(rs.routes.len(), 5);
+    }
+}
