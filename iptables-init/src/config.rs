@@ -262,7 +262,7 @@ pub struct Config {
     pub cni_mode: bool,
     /// `--network-namespace`.
     pub network_namespace: Option<String>,
-    /// `--native-nftables`: Istio's nftables rules, applied over netlink (`crate::nft`).
+    /// `--native-nftables`: Istio's nftables rules, applied over netlink by the `nft` module.
     pub native_nftables: bool,
     /// `--dual-stack`.
     pub dual_stack: bool,
