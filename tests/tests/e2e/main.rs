@@ -3,3 +3,4 @@
 mod iptables;
 mod iptables_parity;
 mod webhook;
+mod webhook_config;
