@@ -97,8 +97,8 @@ pub enum WebhookConfigError {
     /// A revision or tag that cannot be a label value and part of an object name.
     #[error("{flag} {value:?}: not a DNS label (lowercase letters, digits and '-', at most 63)")]
     Name { flag: &'static str, value: String },
-    /// `--webhook-name` that cannot be an object name.
-    #[error("--webhook-name {value:?}: not a DNS subdomain name")]
+    /// `--webhook-name` that cannot be an object name, or is too long for the tag configurations' names.
+    #[error("--webhook-name {value:?}: not a DNS subdomain name of at most 185 characters")]
     WebhookName { value: String },
     /// A path the API server refuses.
     #[error("--path {value:?}: must start with '/'")]
@@ -290,8 +290,8 @@ impl Args {
                 });
             }
         }
-        if self.webhook_name.is_empty()
-            || self.webhook_name.len() > 200
+        // The longest name generated is `<webhook-name>-tag-<63-character tag>`; object names stop at 253.
+        if self.webhook_name.len() + "-tag-".len() + 63 > 253
             || !self.webhook_name.split('.').all(dns_label)
         {
             return Err(WebhookConfigError::WebhookName {
@@ -865,6 +865,16 @@ mod tests {
                 .expect_err(&format!("{flags:?} accepted"));
             assert!(err.to_string().contains(want), "{flags:?}: {err}");
         }
+        // Dot-separated labels of at most 63: 186 characters is one too many, 185 fits.
+        let name = |last: usize| format!("{0}.{0}.{1}", "a".repeat(62), "a".repeat(last));
+        let err = args(&["--webhook-name", &name(60)])
+            .configurations(None)
+            .expect_err("a name too long for the tag configurations");
+        assert!(err.to_string().contains("at most 185"), "{err}");
+        let fits = args(&["--webhook-name", &name(59), "--tag", &"t".repeat(63)])
+            .configurations(None)
+            .expect("185 characters fit");
+        assert_eq!(fits[1].metadata.name.as_ref().map(String::len), Some(253));
         assert!(Cli::try_parse_from(["x", "--timeout-seconds", "31"]).is_err());
         assert!(Cli::try_parse_from(["x", "--reinvocation-policy", "always"]).is_err());
     }
