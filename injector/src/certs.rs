@@ -1,6 +1,6 @@
 //! `injector certs`: a CA, a serving certificate for `<service>.<namespace>.svc` and the
-//! MutatingWebhookConfiguration carrying the CA as its `caBundle` — everything needed to register the
-//! webhook without cert-manager.
+//! MutatingWebhookConfigurations of `injector webhook-config` carrying the CA as their `caBundle` —
+//! everything needed to register the webhook without cert-manager.
 //!
 //! Also writes the pair as a `kubernetes.io/tls` Secret manifest (`secret.yaml`), ready for
 //! `kubectl apply` or a kustomize patch.
@@ -19,7 +19,7 @@ use rcgen::{
     Issuer, KeyPair, KeyUsagePurpose,
 };
 
-use crate::webhook_config::{self, ReinvocationPolicy, WebhookOptions};
+use crate::webhook_config;
 
 /// File names written to `--out-dir` (the serving pair uses the names of a `kubernetes.io/tls` Secret).
 pub const CA_CERT: &str = "ca.crt";
@@ -33,12 +33,9 @@ pub const SECRET: &str = "secret.yaml";
 /// `injector certs` arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Service name in front of the injector.
-    #[arg(long, default_value = "sidecar-injector")]
-    pub service: String,
-    /// Namespace of the service (excluded from injection).
-    #[arg(long, default_value = "sidecar-injector")]
-    pub namespace: String,
+    /// Service, namespace, revision, tags and the rest of the MutatingWebhookConfigurations written.
+    #[command(flatten)]
+    pub webhook: webhook_config::Args,
     /// Extra subject alternative names (DNS names or IP addresses), e.g. `localhost`, `127.0.0.1`.
     #[arg(long = "san")]
     pub sans: Vec<String>,
@@ -54,27 +51,9 @@ pub struct Args {
     /// Generate a new CA even when `ca.crt`/`ca.key` exist in `--out-dir`.
     #[arg(long)]
     pub new_ca: bool,
-    /// The revision the injector serves: the webhook then selects namespaces labelled `istio.io/rev=<R>`.
-    #[arg(long)]
-    pub revision: Option<String>,
-    /// The webhook's reinvocationPolicy.
-    #[arg(long, value_enum, default_value = "never")]
-    pub reinvocation_policy: ReinvocationPolicy,
-    /// Name of the MutatingWebhookConfiguration (the revision is appended).
-    #[arg(long, default_value = "sidecar-injector")]
-    pub webhook_name: String,
-    /// URL path the API server calls.
-    #[arg(long, default_value = "/inject")]
-    pub path: String,
-    /// Service port the API server calls.
-    #[arg(long, default_value_t = 443)]
-    pub port: i32,
     /// Name of the `kubernetes.io/tls` Secret written to `secret.yaml` (in `--namespace`).
     #[arg(long, default_value = "sidecar-injector-tls")]
     pub secret_name: String,
-    /// Seconds the API server waits for the webhook.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=30))]
-    pub timeout_seconds: i32,
 }
 
 /// What [`generate`] produced, PEM-encoded.
@@ -133,8 +112,8 @@ pub fn generate(args: &Args, existing_ca: Option<(String, String)>) -> anyhow::R
     let issuer =
         Issuer::from_ca_cert_pem(&ca_cert_pem, ca_key).context("reading the CA certificate")?;
 
-    let svc = &args.service;
-    let ns = &args.namespace;
+    let svc = &args.webhook.service;
+    let ns = &args.webhook.namespace;
     let mut names = vec![
         format!("{svc}.{ns}.svc"),
         format!("{svc}.{ns}.svc.cluster.local"),
@@ -172,20 +151,9 @@ pub fn generate(args: &Args, existing_ca: Option<(String, String)>) -> anyhow::R
     })
 }
 
-/// The MutatingWebhookConfiguration for `args` with `ca_pem` as caBundle, as YAML.
+/// The MutatingWebhookConfigurations for `args` with `ca_pem` as caBundle, as a YAML stream.
 pub fn webhook_yaml(args: &Args, ca_pem: &str) -> anyhow::Result<String> {
-    let mwc = webhook_config::mutating_webhook_configuration(&WebhookOptions {
-        name: args.webhook_name.clone(),
-        service: args.service.clone(),
-        namespace: args.namespace.clone(),
-        path: args.path.clone(),
-        port: args.port,
-        revision: args.revision.clone(),
-        reinvocation_policy: args.reinvocation_policy,
-        timeout_seconds: args.timeout_seconds,
-        ca_bundle: ca_pem.as_bytes().to_vec(),
-    });
-    serde_saphyr::to_string(&mwc).context("serialising the MutatingWebhookConfiguration")
+    Ok(args.webhook.yaml(Some(ca_pem.as_bytes()))?)
 }
 
 /// The serving pair as a `kubernetes.io/tls` Secret in the service's namespace, as YAML.
@@ -205,7 +173,7 @@ pub fn secret_yaml(args: &Args, cert_pem: &str, key_pem: &str) -> anyhow::Result
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(args.secret_name.clone()),
-            namespace: Some(args.namespace.clone()),
+            namespace: Some(args.webhook.namespace.clone()),
             ..Default::default()
         },
         type_: Some("kubernetes.io/tls".to_string()),
@@ -266,8 +234,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     eprintln!(
         "{} CA, serving certificate for {}.{}.svc, {} and {} written to {}",
         if g.new_ca { "new" } else { "reused" },
-        args.service,
-        args.namespace,
+        args.webhook.service,
+        args.webhook.namespace,
         SECRET,
         WEBHOOK_CONFIG,
         args.out_dir.display()

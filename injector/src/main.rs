@@ -29,8 +29,10 @@ enum Command {
     KubeInject(injector::kube_inject::Args),
     /// Serve the MutatingAdmissionWebhook over HTTPS.
     Serve(injector::server::Args),
-    /// Generate a CA, a serving certificate and the MutatingWebhookConfiguration.
+    /// Generate a CA, a serving certificate and the MutatingWebhookConfigurations.
     Certs(injector::certs::Args),
+    /// Print the MutatingWebhookConfigurations Istio's charts would register for this injector.
+    WebhookConfig(injector::webhook_config::CommandArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,5 +41,6 @@ fn main() -> anyhow::Result<()> {
         Command::KubeInject(args) => injector::kube_inject::run(args),
         Command::Serve(args) => injector::server::run(args),
         Command::Certs(args) => injector::certs::run(args),
+        Command::WebhookConfig(args) => injector::webhook_config::run(args),
     }
 }

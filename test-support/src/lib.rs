@@ -1,13 +1,15 @@
 //! Helpers shared by the injector's tests and the end-to-end tests: Istio's test data in `testdata/istio`
 //! and its case tables ([`corpus`]), the workload-to-pod shaping of Istio's webhook test ([`pods`]), the
 //! comparison rule of `testdata/istio/inject/README.md` ([`semantic`]), the `istio-init` arguments Istio
-//! injects ([`istio_init`]), and the guards and scratch directories tests need ([`root`], [`tempdir`]).
+//! injects ([`istio_init`]), the API server's label selectors ([`label_selector`]), and the guards and
+//! scratch directories tests need ([`root`], [`tempdir`]).
 //!
 //! Written without the project's crates, so that a bug in them cannot hide itself here.
 
 pub mod corpus;
 pub mod error;
 pub mod istio_init;
+pub mod label_selector;
 pub mod pods;
 pub mod root;
 pub mod semantic;

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, MutatingWebhookConfiguration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
@@ -431,57 +431,59 @@ pub fn apply_patch(
     Ok(out)
 }
 
-/// Whether `selector` matches `labels`, with the API server's semantics (`NotIn` and `DoesNotExist`
-/// match an absent label; all requirements and matchLabels must hold; an empty selector matches all).
+/// Whether `selector` matches `labels`, with the API server's semantics (test-support's
+/// [`LabelSelector`](test_support::label_selector::LabelSelector)); panics on a selector the API server
+/// would refuse.
 pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    if let Some(ml) = &selector.match_labels {
-        if ml.iter().any(|(k, v)| labels.get(k) != Some(v)) {
-            return false;
-        }
-    }
-    selector.match_expressions.iter().flatten().all(|r| {
-        let have = labels.get(&r.key);
-        let values = r.values.clone().unwrap_or_default();
-        match r.operator.as_str() {
-            "In" => have.is_some_and(|v| values.contains(v)),
-            "NotIn" => have.is_none_or(|v| !values.contains(v)),
-            "Exists" => have.is_some(),
-            "DoesNotExist" => have.is_none(),
-            _ => false,
-        }
-    })
+    let json = serde_json::to_value(selector).expect("a LabelSelector serialises");
+    test_support::label_selector::LabelSelector::from_json(&json)
+        .unwrap_or_else(|e| panic!("invalid label selector {json}: {e}"))
+        .matches(labels)
 }
 
-/// Whether the API server would call the (first) webhook of `mwc` for a CREATE of a pod with
-/// `pod_labels` in a namespace with `ns_labels` (the API server adds `kubernetes.io/metadata.name`).
+/// The entries of `mwc` the API server would call for a CREATE of a pod with `pod_labels` in namespace
+/// `ns_name` with `ns_labels` (the API server adds `kubernetes.io/metadata.name`).
+pub fn webhooks_called<'a>(
+    mwc: &'a MutatingWebhookConfiguration,
+    ns_name: &str,
+    ns_labels: &BTreeMap<String, String>,
+    pod_labels: &BTreeMap<String, String>,
+) -> Vec<&'a MutatingWebhook> {
+    let mut ns = ns_labels.clone();
+    ns.insert("kubernetes.io/metadata.name".into(), ns_name.into());
+    let everything = LabelSelector::default();
+    mwc.webhooks
+        .iter()
+        .flatten()
+        .filter(|wh| {
+            let rule_ok = wh.rules.iter().flatten().any(|r| {
+                r.operations
+                    .iter()
+                    .flatten()
+                    .any(|o| o == "CREATE" || o == "*")
+                    && r.resources
+                        .iter()
+                        .flatten()
+                        .any(|x| x == "pods" || x == "*")
+            });
+            rule_ok
+                && selector_matches(wh.namespace_selector.as_ref().unwrap_or(&everything), &ns)
+                && selector_matches(
+                    wh.object_selector.as_ref().unwrap_or(&everything),
+                    pod_labels,
+                )
+        })
+        .collect()
+}
+
+/// Whether the API server would call any entry of `mwc` for such a pod (see [`webhooks_called`]).
 pub fn webhook_called(
     mwc: &MutatingWebhookConfiguration,
     ns_name: &str,
     ns_labels: &BTreeMap<String, String>,
     pod_labels: &BTreeMap<String, String>,
 ) -> bool {
-    let Some(wh) = mwc.webhooks.as_ref().and_then(|w| w.first()) else {
-        return false;
-    };
-    let mut ns = ns_labels.clone();
-    ns.insert("kubernetes.io/metadata.name".into(), ns_name.into());
-    let everything = LabelSelector::default();
-    let rule_ok = wh.rules.iter().flatten().any(|r| {
-        r.operations
-            .iter()
-            .flatten()
-            .any(|o| o == "CREATE" || o == "*")
-            && r.resources
-                .iter()
-                .flatten()
-                .any(|x| x == "pods" || x == "*")
-    });
-    rule_ok
-        && selector_matches(wh.namespace_selector.as_ref().unwrap_or(&everything), &ns)
-        && selector_matches(
-            wh.object_selector.as_ref().unwrap_or(&everything),
-            pod_labels,
-        )
+    !webhooks_called(mwc, ns_name, ns_labels, pod_labels).is_empty()
 }
 
 /// The `kubectl` binary. Panics when there is none: test helpers never install packages; scripts/test.sh

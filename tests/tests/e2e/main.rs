@@ -4,3 +4,4 @@ mod iptables;
 mod iptables_parity;
 mod nftables;
 mod webhook;
+mod webhook_config;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use e2e::apiserver::{
-    apply_patch, injector_certs, webhook_called, ApiServer, CertFiles, Conn, Http, Injector,
-    TempDir,
+    apply_patch, injector_certs, webhook_called, webhooks_called, ApiServer, CertFiles, Conn, Http,
+    Injector, TempDir,
 };
 use serde_json::{json, Value};
 use test_support::corpus::{self, Case, Config, ConfigFiles};
@@ -833,7 +833,9 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 /// The classic 8-row table of istio.io's "Automatic Sidecar Injection" page: the namespace-selector
 /// column through the selectors `injector certs` generates, evaluated as the API server does, and the pod
-/// column through the engine over HTTP.
+/// column through the engine over HTTP. As with Istio's chart today, row 7 with the override as a pod
+/// *label* is injected: the `object.` entry sends pods labelled `sidecar.istio.io/inject=true` from
+/// unlabelled namespaces, and the explicit `true` wins over policy `disabled`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_row_table_and_decisions_through_http() {
     let enabled = fixture(Value::Null, Value::Null, &[]);
@@ -855,7 +857,7 @@ async fn eight_row_table_and_decisions_through_http() {
         (5, false, true, None, true, false),
         (6, false, true, Some("false"), true, false),
         (7, false, false, Some("true"), false, false),
-        (7, false, false, Some("true"), true, false),
+        (7, false, false, Some("true"), true, true),
         (8, false, false, None, true, false),
     ];
     let mut n = 0;
@@ -878,9 +880,11 @@ async fn eight_row_table_and_decisions_through_http() {
         let called = webhook_called(mwc, "apps", ns_labels, &pod_labels);
         // The objectSelector keeps pods *labelled* inject=false away; an annotation is the engine's business.
         let label_opt_out = via_label && over == Some("false");
+        // The `object.` entry takes pods *labelled* inject=true from namespaces without injection labels.
+        let label_opt_in = via_label && over == Some("true");
         assert_eq!(
             called,
-            ns_match && !label_opt_out,
+            (ns_match && !label_opt_out) || (!ns_match && label_opt_in),
             "row {row}: selector verdict"
         );
         let injected = if called {
@@ -1141,9 +1145,66 @@ async fn deploy_kustomize_base() {
             }
             "MutatingWebhookConfiguration" => {
                 let m = typed!(MutatingWebhookConfiguration, d);
-                let wh = &m.webhooks.unwrap()[0];
+                assert_eq!(
+                    m.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("istio.io/rev"))
+                        .map(String::as_str),
+                    Some("default")
+                );
+                let hooks = m.webhooks.clone().unwrap();
+                let wh = &hooks[0];
                 assert_eq!(wh.failure_policy.as_deref(), Some("Fail"));
                 assert_eq!(wh.side_effects, "None");
+                // Istio's entries for the default revision, `object.` included, so an unlabelled
+                // namespace (a gateway's) still sends its pods labelled sidecar.istio.io/inject=true.
+                let names: Vec<&str> = hooks.iter().map(|w| w.name.as_str()).collect();
+                assert_eq!(
+                    names,
+                    [
+                        "rev.namespace.sidecar-injector.istio.io",
+                        "rev.object.sidecar-injector.istio.io",
+                        "namespace.sidecar-injector.istio.io",
+                        "object.sidecar-injector.istio.io"
+                    ]
+                );
+                for w in &hooks {
+                    assert_eq!(w.failure_policy.as_deref(), Some("Fail"), "{}", w.name);
+                    assert_eq!(w.side_effects, "None", "{}", w.name);
+                    let svc = w.client_config.service.as_ref().unwrap();
+                    assert_eq!(
+                        (svc.name.as_str(), svc.namespace.as_str()),
+                        ("sidecar-injector", "sidecar-injector"),
+                        "{}",
+                        w.name
+                    );
+                }
+                let gateway_pod = labels(&[("sidecar.istio.io/inject", "true"), ("app", "gw")]);
+                let called = webhooks_called(&m, "gateways", &BTreeMap::new(), &gateway_pod);
+                assert_eq!(called.len(), 1);
+                assert_eq!(called[0].name, "object.sidecar-injector.istio.io");
+                assert!(!webhook_called(
+                    &m,
+                    "gateways",
+                    &BTreeMap::new(),
+                    &labels(&[("app", "gw")])
+                ));
+                for ns in ["kube-system", "sidecar-injector"] {
+                    assert!(
+                        !webhook_called(&m, ns, &BTreeMap::new(), &gateway_pod),
+                        "{ns}"
+                    );
+                    assert!(
+                        !webhook_called(
+                            &m,
+                            ns,
+                            &labels(&[("istio-injection", "enabled")]),
+                            &gateway_pod
+                        ),
+                        "{ns}"
+                    );
+                }
             }
             "Deployment" => deployment = Some(typed!(Deployment, d)),
             "Service" => service = Some(typed!(Service, d)),
@@ -1311,11 +1372,16 @@ fn deploy_local_overlay_with_generated_certs() {
         mwc
     );
     let hooks = mwc.webhooks.unwrap();
-    assert_eq!(hooks.len(), 1);
-    assert_eq!(
-        hooks[0].client_config.ca_bundle.as_ref().unwrap().0,
-        std::fs::read(copy.join("local/certs/ca.crt")).unwrap()
-    );
+    // The base's four entries (`object.` included), each with the generated CA.
+    assert_eq!(hooks.len(), 4);
+    for h in &hooks {
+        assert_eq!(
+            h.client_config.ca_bundle.as_ref().unwrap().0,
+            std::fs::read(copy.join("local/certs/ca.crt")).unwrap(),
+            "{}",
+            h.name
+        );
+    }
 }
 
 /// `--max-connections` caps the connections served at once: a further client waits (in the kernel's
