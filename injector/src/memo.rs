@@ -723,6 +723,47 @@ mod tests {
         }
     }
 
+    /// A stored key whose hash equals another key's still answers only its own key: every part of the
+    /// key is compared on a hit, not just the hash.
+    #[test]
+    fn a_colliding_hash_with_another_pod_workload_mode_or_template_misses() {
+        let w = workload("hello");
+        let pod = json!({"metadata": {"labels": {"app": "hello"}}});
+        let stored = key(&w, &pod);
+        let rendered = json!({"spec": {"containers": [{"name": "istio-proxy"}]}});
+        let other_pod = json!({"metadata": {"labels": {"app": "other"}}});
+        let w2 = workload("other");
+        for k in [
+            Key {
+                pod: &other_pod,
+                ..stored
+            },
+            Key {
+                workload: &w2,
+                ..stored
+            },
+            Key {
+                mode: Mode::KubeInject,
+                ..stored
+            },
+            Key {
+                template: "init",
+                ..stored
+            },
+        ] {
+            let memo = RenderMemo::default();
+            offer(&memo, &stored, &rendered, 2);
+            assert_eq!(hit(memo.get(&stored)), Some(rendered.clone()));
+            // The stored entry now has the other key's hash, as a collision would give it.
+            {
+                let mut inner = memo.inner.lock().unwrap();
+                let entry = Arc::get_mut(&mut inner.entries[0]).unwrap();
+                entry.hash = k.hash().0;
+            }
+            assert!(hit(memo.get(&k)).is_none(), "{k:?}");
+        }
+    }
+
     #[test]
     fn hits_carry_the_text_of_rendered_containers_and_volumes() {
         let memo = RenderMemo::default();
