@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod annotations;
+pub mod cache;
 pub mod certs;
 pub mod config;
 pub mod decision;
