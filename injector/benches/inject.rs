@@ -176,6 +176,7 @@ fn profile(n: usize) {
 criterion_group!(benches, bench);
 
 /// As in `injector`'s main: see there why.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
