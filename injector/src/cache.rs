@@ -11,14 +11,14 @@
 //!   there are [`Bounds::max_entries`] or the weights together would exceed [`Bounds::max_total_weight`].
 //! * [`CacheCounters`] count hits, misses, stores and evictions and gauge the entries.
 //!
-//! The entries are few (tens), so they are a queue searched by hash rather than a hash table; the lock
-//! is held for that search and for pushes and pops only (values are shared out as [`Arc`]s, keys dropped
-//! and weighed outside it).
+//! The entries are few (tens), so they are a queue searched by hash rather than a hash table. Lookups
+//! share a read lock, held only for that search: the keys are compared after it (a thread preempted
+//! there must not hold up the others), and keys and values are weighed and dropped outside the lock.
 
 use std::collections::hash_map::RandomState;
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -80,7 +80,7 @@ struct Entry<K, V> {
 #[derive(Debug)]
 struct Inner<K, V> {
     /// Oldest first.
-    entries: VecDeque<Entry<K, V>>,
+    entries: VecDeque<Arc<Entry<K, V>>>,
     /// The weight of `entries`.
     total: usize,
     /// Hashes of recent misses, oldest first.
@@ -90,7 +90,7 @@ struct Inner<K, V> {
 /// The cache; see the module documentation.
 #[derive(Debug)]
 pub struct Cache<K, V, S = RandomState> {
-    inner: Mutex<Inner<K, V>>,
+    inner: RwLock<Inner<K, V>>,
     bounds: Bounds,
     counters: CacheCounters,
     hasher: S,
@@ -108,7 +108,7 @@ impl<K: Hash + Eq, V, S: BuildHasher> Cache<K, V, S> {
     pub fn with_hasher(bounds: Bounds, counters: CacheCounters, hasher: S) -> Self {
         counters.entries.set(0);
         Cache {
-            inner: Mutex::new(Inner {
+            inner: RwLock::new(Inner {
                 entries: VecDeque::new(),
                 total: 0,
                 seen: VecDeque::new(),
@@ -129,13 +129,18 @@ impl<K: Hash + Eq, V, S: BuildHasher> Cache<K, V, S> {
 
     /// The value stored for `key`, counted as a hit or a miss.
     pub fn get(&self, key: &Hashed<K>) -> Option<Arc<V>> {
-        let found = self.lock().and_then(|inner| {
+        let candidates: Vec<Arc<Entry<K, V>>> = self.read().map_or_else(Vec::new, |inner| {
             inner
                 .entries
                 .iter()
-                .find(|e| e.hash == key.hash && e.key == key.key)
-                .map(|e| Arc::clone(&e.value))
+                .filter(|e| e.hash == key.hash)
+                .cloned()
+                .collect()
         });
+        let found = candidates
+            .iter()
+            .find(|e| e.key == key.key)
+            .map(|e| Arc::clone(&e.value));
         let counter = if found.is_some() {
             &self.counters.hits
         } else {
@@ -150,7 +155,7 @@ impl<K: Hash + Eq, V, S: BuildHasher> Cache<K, V, S> {
     pub fn insert(&self, key: Hashed<K>, value: V, weigh: impl FnOnce(&K, &V) -> usize) -> bool {
         let hash = key.hash;
         {
-            let Some(mut inner) = self.lock() else {
+            let Some(mut inner) = self.write() else {
                 return false;
             };
             if !inner.seen.contains(&hash) {
@@ -171,7 +176,7 @@ impl<K: Hash + Eq, V, S: BuildHasher> Cache<K, V, S> {
         }
         let mut evicted = Vec::new();
         {
-            let Some(mut inner) = self.lock() else {
+            let Some(mut inner) = self.write() else {
                 return false;
             };
             if inner
@@ -193,12 +198,12 @@ impl<K: Hash + Eq, V, S: BuildHasher> Cache<K, V, S> {
                 }
             }
             inner.total += weight;
-            inner.entries.push_back(Entry {
+            inner.entries.push_back(Arc::new(Entry {
                 hash,
                 key: key.key,
                 value: Arc::new(value),
                 weight,
-            });
+            }));
             self.counters
                 .entries
                 .set(i64::try_from(inner.entries.len()).unwrap_or(i64::MAX));
@@ -212,7 +217,7 @@ impl<K: Hash + Eq, V, S: BuildHasher> Cache<K, V, S> {
 
     /// How many entries are stored.
     pub fn len(&self) -> usize {
-        self.lock().map_or(0, |i| i.entries.len())
+        self.read().map_or(0, |i| i.entries.len())
     }
 
     /// Whether nothing is stored.
@@ -222,13 +227,19 @@ impl<K: Hash + Eq, V, S: BuildHasher> Cache<K, V, S> {
 
     /// The weight of all entries.
     pub fn total_weight(&self) -> usize {
-        self.lock().map_or(0, |i| i.total)
+        self.read().map_or(0, |i| i.total)
     }
 
-    /// The lock; `None` once a panic poisoned it: every update is a single push or pop, so the state
-    /// would be consistent, but the cache is an optimisation and does without rather than trust it.
-    fn lock(&self) -> Option<MutexGuard<'_, Inner<K, V>>> {
-        self.inner.lock().ok()
+    /// The lock for lookups; `None` once a panic poisoned it: every update is a single push or pop, so
+    /// the state would be consistent, but the cache is an optimisation and does without rather than
+    /// trust it.
+    fn read(&self) -> Option<RwLockReadGuard<'_, Inner<K, V>>> {
+        self.inner.read().ok()
+    }
+
+    /// The lock for updates (`None` as for [`Cache::read`]).
+    fn write(&self) -> Option<RwLockWriteGuard<'_, Inner<K, V>>> {
+        self.inner.write().ok()
     }
 }
 
