@@ -374,12 +374,11 @@ fn answer(
     }
 
     // The working pod: managedFields dropped, namespace defaulted from the request (Istio's
-    // `webhook.go` `inject`). The
-    // request's object is ours, so a pod with metadata is normalised in place, and the patch is the diff
-    // of that normalised pod and the result: neither side then differs in namespace or managedFields,
-    // so the patch has no operation on them and leaves them as the API server holds them. A pod without
-    // metadata is copied instead, and the result's metadata restored before the diff (its patch must
-    // add `metadata` whole, without the defaulted namespace).
+    // `webhook.go` `inject`). The request's object is ours, so a pod with metadata is normalised in
+    // place, and the patch is the diff of that normalised pod and the result: neither side then differs
+    // in namespace or managedFields, so the patch has no operation on them and leaves them as the API
+    // server holds them. A pod without metadata is copied instead, and the result's metadata restored
+    // before the diff (its patch must add `metadata` whole, without the defaulted namespace).
     let orig_meta = original.field("metadata");
     let pod_ns = orig_meta
         .and_then(|m| m.field("namespace"))

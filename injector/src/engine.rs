@@ -245,21 +245,43 @@ impl Engine {
         merge::reapply_overwritten_containers(&mut merged, original, &template_pod, &proxy_config)
             .map_err(EngineError::Reapply)?;
 
+        self.post_process(
+            &mut merged,
+            req,
+            &template_pod,
+            mesh,
+            &proxy_config,
+            &url_env,
+        )?;
+        Ok(merged)
+    }
+
+    /// Istio's `postProcessPod` on the merged pod, with this engine's configuration.
+    fn post_process(
+        &self,
+        merged: &mut Value,
+        req: &InjectRequest<'_>,
+        template_pod: &Value,
+        mesh: &Value,
+        proxy_config: &Value,
+        url_env: &BTreeMap<String, String>,
+    ) -> Result<(), EngineError> {
+        let s = &self.settings;
         let no_annotations = BTreeMap::new();
         let params = PostProcessParams {
             values: &s.values,
             mesh,
-            proxy_config: &proxy_config,
+            proxy_config,
             injected_annotations: match req.mode {
                 Mode::Webhook => &s.injector.injected_annotations,
                 Mode::KubeInject => &no_annotations,
             },
             revision: &s.revision,
-            url_env: &url_env,
+            url_env,
             status: None,
         };
-        postprocess::post_process(&mut merged, original, &template_pod, &params)?;
-        Ok(merged)
+        postprocess::post_process(merged, req.pod, template_pod, &params)?;
+        Ok(())
     }
 
     /// Cluster and network (Istio's `webhook.go` `inject`): the URL path's environment with the resolved
