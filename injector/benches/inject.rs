@@ -3,21 +3,17 @@
 //!
 //! `cargo bench -p injector --bench inject -- --warm-up-time 1 --measurement-time 3`
 //!
-//! The bench uses the same global allocator as the `injector` binary (mimalloc), so it measures what
-//! `injector serve` runs.
+//! The bench uses the same global allocator as the `injector` binary (mimalloc, the default feature),
+//! so it measures what `injector serve` runs.
 //!
-//! Groups: `hello` (the same pod again and again, as a workload's replicas arrive: the render memo
-//! answers from the third on), `hello-cold` (4096 distinct pods: never a memo hit) and `large`.
-//!
-//! Measured 2026-11-29 (session 5) on the 2-core development machine, release profile (LTO), mimalloc,
-//! medians; this VM's speed drifts (the same floor measured 6.7-11.2 µs within an hour in session 4), so
-//! ratios come from the same run: hello floor 7.18 µs, inject 22.5 µs (3.1×; 2.3× against the hello-cold
-//! floor of 9.94 µs); hello-cold inject 86.2 µs; large floor 310 µs, inject 615 µs (2.0×). Session 4 had
-//! hello at 4.0-4.5× its floor. callgrind (thin LTO), instructions per injection: hello 172 k (277 k in
-//! session 4, 520 k in session 2; the memo's spare items, shared skeleton and status annotation, the
-//! in-place normalisation), floor 66 k; hello-cold 687 k; large 3.74 M.
+//! Groups, each through `admission::Webhook` (the server's front end, with its cache of finished
+//! patches): `hello` (the same pod again and again, as a workload's replicas arrive: the cache answers
+//! from the third on), `hello-cold` (4096 distinct pods: never a cache hit, and more pods than the cache
+//! remembers, so none is stored either) and `large` (one large pod, repeated: cache hits). Figures are
+//! kept in `bench/README.md` and closing notes, not here.
 
 use criterion::{criterion_group, Criterion};
+use injector::admission::Webhook;
 use injector::config::Settings;
 use injector::engine::Engine;
 use serde_json::{json, Value};
@@ -88,7 +84,7 @@ fn floor(body: &[u8]) -> Vec<u8> {
 }
 
 /// `n` `hello` pods that differ in a label the template reads (`app`, the canonical name), so that no
-/// two renders are the same: the engine's render memo (`injector::memo`) cannot help them.
+/// two patches are the same: the webhook's patch cache cannot help them.
 fn distinct_hello_bodies(n: usize) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| {
@@ -101,9 +97,7 @@ fn distinct_hello_bodies(n: usize) -> Vec<Vec<u8>> {
 
 fn bench(c: &mut Criterion) {
     let engine = Engine::new(Settings::default());
-    // `hello`: the same pod again and again, as the replicas of a Deployment arrive (the render memo
-    // answers from the third on). `hello-cold`: a different pod every time (no memo hits; 4096 pods,
-    // more than the memo remembers, so none is ever stored either).
+    let webhook = Webhook::new(Default::default());
     let cold = distinct_hello_bodies(4096);
     {
         let mut g = c.benchmark_group("hello-cold");
@@ -117,14 +111,14 @@ fn bench(c: &mut Criterion) {
         g.bench_function("inject", |b| {
             b.iter(|| {
                 i = (i + 1) % cold.len();
-                injector::admission::handle(&engine, black_box(&cold[i]), "/inject")
+                webhook.handle(&engine, 0, black_box(&cold[i]), "/inject")
             })
         });
         g.finish();
     }
     for (name, pod) in [("hello", hello_pod()), ("large", large_pod())] {
         let body = review(pod);
-        let check = injector::admission::handle(&engine, &body, "/inject");
+        let check = webhook.handle(&engine, 0, &body, "/inject");
         assert_eq!(
             check.kind,
             injector::admission::OutcomeKind::Injected,
@@ -134,7 +128,7 @@ fn bench(c: &mut Criterion) {
         let mut g = c.benchmark_group(name);
         g.bench_function("floor", |b| b.iter(|| floor(black_box(&body))));
         g.bench_function("inject", |b| {
-            b.iter(|| injector::admission::handle(&engine, black_box(&body), "/inject"))
+            b.iter(|| webhook.handle(&engine, 0, black_box(&body), "/inject"))
         });
         g.finish();
     }
@@ -147,6 +141,7 @@ fn bench(c: &mut Criterion) {
 /// `hello` floor `n` times.
 fn profile(n: usize) {
     let engine = Engine::new(Settings::default());
+    let webhook = Webhook::new(Default::default());
     let only = std::env::var("INJECT_PROFILE_POD").unwrap_or_default();
     let rounds = |name: &str, default: usize| match only.as_str() {
         "" => default,
@@ -159,11 +154,7 @@ fn profile(n: usize) {
     ] {
         let body = review(pod);
         for _ in 0..rounds {
-            black_box(injector::admission::handle(
-                &engine,
-                black_box(&body),
-                "/inject",
-            ));
+            black_box(webhook.handle(&engine, 0, black_box(&body), "/inject"));
         }
     }
     // `hello-floor`: the floor of the `hello` group (only when asked for by name).
@@ -173,15 +164,11 @@ fn profile(n: usize) {
             black_box(floor(black_box(&body)));
         }
     }
-    // `hello-cold`: distinct pods, no memo hits (only when asked for by name).
+    // `hello-cold`: distinct pods, no cache hits (only when asked for by name).
     if only == "hello-cold" {
         let cold = distinct_hello_bodies(n);
         for body in &cold {
-            black_box(injector::admission::handle(
-                &engine,
-                black_box(body),
-                "/inject",
-            ));
+            black_box(webhook.handle(&engine, 0, black_box(body), "/inject"));
         }
     }
 }
@@ -189,6 +176,7 @@ fn profile(n: usize) {
 criterion_group!(benches, bench);
 
 /// As in `injector`'s main: see there why.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,15 +1,190 @@
 //! AdmissionReview handling (`admission.k8s.io/v1` and `v1beta1`): request in, response out, same version.
 //! The HTTP layer (`server`) deals with status codes, bodies and content types; everything from the decoded
 //! body on is here, so the webhook and the tests share one entry point.
+//!
+//! [`Webhook`] adds a cache of finished patches: the replicas of a workload send identical pods (same
+//! `generateName`, labels, owner and spec; no name yet), and a pod's patch is a pure function of the
+//! configuration, the request's namespace, the URL path and the pod as normalised here ([`PatchKey`]).
+//! So from a pod's second sighting on (see `cache`) its base64 patch is stored, and a hit only writes the
+//! response around it. Only injections are cached: a skip is cheap, and a failure is answered afresh.
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 
 use serde_json::{json, Value};
 
+use crate::cache::{Bounds, Cache, CacheCounters};
 use crate::engine::{self, Engine, InjectRequest, Mode};
 use crate::fields::Fields;
-use crate::json_writer;
-use crate::memo;
+
+/// The patch cache's limits: 64 entries of at most 1 MiB (pod and patch text, see [`weight`]), 4 MiB
+/// together, and the hashes of the last 256 misses.
+pub const PATCH_CACHE_BOUNDS: Bounds = Bounds {
+    max_entries: 64,
+    max_entry_weight: 1024 * 1024,
+    max_total_weight: 4 * 1024 * 1024,
+    remembered_misses: 256,
+};
+
+/// What a webhook patch depends on: the configuration (its generation number, given by the server), the
+/// request's namespace, the URL path and the request's object after normalisation (managedFields
+/// dropped, namespace defaulted). Pods compare with their key order (it is part of the patch's bytes),
+/// unlike `serde_json`'s `==`.
+#[derive(Debug, Clone)]
+pub struct PatchKey {
+    pub generation: u64,
+    pub namespace: String,
+    pub path: String,
+    pub pod: Value,
+}
+
+impl PartialEq for PatchKey {
+    fn eq(&self, other: &PatchKey) -> bool {
+        self.generation == other.generation
+            && self.namespace == other.namespace
+            && self.path == other.path
+            && identical(&self.pod, &other.pod)
+    }
+}
+
+impl Eq for PatchKey {}
+
+impl Hash for PatchKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.generation.hash(h);
+        self.namespace.hash(h);
+        self.path.hash(h);
+        hash_ordered(&self.pod, h);
+    }
+}
+
+/// Equality including the order of object keys (what makes two values' JSON texts equal).
+fn identical(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| identical(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((ka, va), (kb, vb))| ka == kb && identical(va, vb))
+        }
+        _ => a == b,
+    }
+}
+
+/// Feeds a JSON value to a hasher, key order included, with type tags so that e.g. `"1"` and `1`, or
+/// `[[]]` and `[]`, differ.
+fn hash_ordered(v: &Value, h: &mut impl Hasher) {
+    match v {
+        Value::Null => h.write_u8(0),
+        Value::Bool(b) => {
+            h.write_u8(1);
+            b.hash(h);
+        }
+        Value::Number(n) => {
+            h.write_u8(2);
+            if let Some(u) = n.as_u64() {
+                h.write_u64(u);
+            } else if let Some(i) = n.as_i64() {
+                h.write_i64(i);
+            } else if let Some(f) = n.as_f64() {
+                h.write_u64(f.to_bits());
+            }
+        }
+        Value::String(s) => {
+            h.write_u8(3);
+            s.hash(h);
+        }
+        Value::Array(items) => {
+            h.write_u8(4);
+            h.write_usize(items.len());
+            for item in items {
+                hash_ordered(item, h);
+            }
+        }
+        Value::Object(map) => {
+            h.write_u8(5);
+            h.write_usize(map.len());
+            for (k, item) in map {
+                k.hash(h);
+                hash_ordered(item, h);
+            }
+        }
+    }
+}
+
+/// What a JSON node costs in [`weight`], besides its string bytes.
+const NODE_WEIGHT: usize = 32;
+
+/// About the heap `v` uses: string bytes plus [`NODE_WEIGHT`] per node; the walk stops once `budget`
+/// is passed (returning more than it), so a huge pod is not walked whole.
+fn weight(v: &Value, budget: usize) -> usize {
+    let mut used = NODE_WEIGHT;
+    match v {
+        Value::String(s) => used += s.len(),
+        Value::Array(items) => {
+            for item in items {
+                if used > budget {
+                    break;
+                }
+                used += weight(item, budget - used);
+            }
+        }
+        Value::Object(map) => {
+            for (k, item) in map {
+                if used > budget {
+                    break;
+                }
+                used += k.len() + weight(item, budget.saturating_sub(used + k.len()));
+            }
+        }
+        _ => {}
+    }
+    used
+}
+
+/// The weight of a cache entry: its key (the pod) and its value (the base64 patch).
+fn entry_weight(key: &PatchKey, patch: &str) -> usize {
+    let rest = key.namespace.len() + key.path.len() + patch.len();
+    let budget = PATCH_CACHE_BOUNDS.max_entry_weight.saturating_sub(rest);
+    rest + weight(&key.pod, budget)
+}
+
+/// The webhook's front end: [`handle`] with the cache of finished patches (see the module
+/// documentation). One lives as long as the server; the configuration generation in the key keeps a
+/// reloaded configuration from being answered with a previous one's patches, and those age out.
+#[derive(Debug)]
+pub struct Webhook {
+    patches: Cache<PatchKey, String>,
+}
+
+impl Webhook {
+    /// A webhook front end with an empty cache counting into `counters`.
+    pub fn new(counters: CacheCounters) -> Webhook {
+        Webhook {
+            patches: Cache::new(PATCH_CACHE_BOUNDS, counters),
+        }
+    }
+
+    /// [`handle`] for the engine of configuration `generation`, answered from the cache when the same
+    /// pod was injected recently.
+    pub fn handle(
+        &self,
+        engine: &Engine,
+        generation: u64,
+        body: &[u8],
+        path: &str,
+    ) -> ReviewOutcome {
+        answer(engine, body, path, Some((&self.patches, generation)))
+    }
+
+    /// How many patches the cache holds.
+    pub fn cached(&self) -> usize {
+        self.patches.len()
+    }
+}
 
 /// What happened to one review, for the response, logs and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,18 +248,18 @@ impl Envelope<'_> {
         }
     }
 
-    /// The success response, written directly: the base64 patch is the bulk of it and is not worth
-    /// building as a JSON value first.
-    fn injected(&self, patch: &[u8]) -> ReviewOutcome {
-        let quote = json_writer::write_str;
-        let b64 = base64_simd::STANDARD;
-        let mut out = Vec::with_capacity(b64.encoded_length(patch.len()) + 160);
+    /// The success response around `patch` (base64), written directly: the patch is the bulk of it
+    /// and is not worth building as a JSON value first.
+    fn injected(&self, patch: &str) -> ReviewOutcome {
+        let mut out = Vec::with_capacity(patch.len() + 160);
         out.extend_from_slice(b"{\"kind\":\"AdmissionReview\",\"apiVersion\":");
-        quote(&mut out, self.api_version);
+        // Writing a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut out, self.api_version);
         out.extend_from_slice(b",\"response\":{\"uid\":");
-        quote(&mut out, &self.uid);
+        let _ = serde_json::to_writer(&mut out, &self.uid);
+        // Base64 needs no escaping.
         out.extend_from_slice(b",\"allowed\":true,\"patch\":\"");
-        b64.encode_append(patch, &mut out);
+        out.extend_from_slice(patch.as_bytes());
         out.extend_from_slice(b"\",\"patchType\":\"JSONPatch\"}}");
         ReviewOutcome {
             response: out,
@@ -129,9 +304,19 @@ struct Request {
     object: Option<Value>,
 }
 
-/// Handles one AdmissionReview body sent to `path` (`/inject` or `/inject/<params>`). Never panics:
-/// every malformed input becomes an `allowed: false` response with a message.
+/// Handles one AdmissionReview body sent to `path` (`/inject` or `/inject/<params>`), without a cache
+/// (see [`Webhook::handle`]). Never panics: every malformed input becomes an `allowed: false` response
+/// with a message.
 pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
+    answer(engine, body, path, None)
+}
+
+fn answer(
+    engine: &Engine,
+    body: &[u8],
+    path: &str,
+    cache: Option<(&Cache<PatchKey, String>, u64)>,
+) -> ReviewOutcome {
     // serde_json's recursion limit (128) bounds the depth of what we accept.
     let review: Review = match serde_json::from_slice(body) {
         Ok(v) => v,
@@ -147,7 +332,7 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
     if kind != "AdmissionReview" {
         return undecodable(format!("unsupported kind {kind:?}: want AdmissionReview"));
     }
-    let Some(mut request) = review.request else {
+    let Some(request) = review.request else {
         return undecodable("the AdmissionReview has no request".to_string());
     };
     let mut env = Envelope {
@@ -157,12 +342,13 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         pod: String::new(),
     };
 
-    let original = match &mut request.object {
+    let request_namespace = env.namespace.clone();
+    let mut original = match request.object {
         Some(o @ Value::Object(_)) => o,
         Some(other) => {
             return env.fail(format!(
                 "request.object is not a Pod object: {}",
-                type_name(other)
+                type_name(&other)
             ))
         }
         None => return env.fail("request.object is missing".to_string()),
@@ -187,12 +373,12 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         }
     }
 
-    // The working pod: managedFields dropped, namespace defaulted from the request (spec §2.4). The
-    // request's object is ours, so a pod with metadata is normalised in place, and the patch is the diff
-    // of that normalised pod and the result: neither side then differs in namespace or managedFields,
-    // so the patch has no operation on them and leaves them as the API server holds them. A pod without
-    // metadata is copied instead, and the result's metadata restored before the diff (its patch must
-    // add `metadata` whole, without the defaulted namespace).
+    // The working pod: managedFields dropped, namespace defaulted from the request (Istio's
+    // `webhook.go` `inject`). The request's object is ours, so a pod with metadata is normalised in
+    // place, and the patch is the diff of that normalised pod and the result: neither side then differs
+    // in namespace or managedFields, so the patch has no operation on them and leaves them as the API
+    // server holds them. A pod without metadata is copied instead, and the result's metadata restored
+    // before the diff (its patch must add `metadata` whole, without the defaulted namespace).
     let orig_meta = original.field("metadata");
     let pod_ns = orig_meta
         .and_then(|m| m.field("namespace"))
@@ -206,11 +392,10 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
     }
     let mut copy = restore.then(|| original.clone());
     if default_ns || has_managed {
-        let target = copy.as_mut().unwrap_or(&mut *original);
+        let target = copy.as_mut().unwrap_or(&mut original);
         normalise(target, default_ns.then_some(env.namespace.as_str()));
     }
-    let original: &Value = original;
-    let pod: &Value = copy.as_ref().unwrap_or(original);
+    let pod: &Value = copy.as_ref().unwrap_or(&original);
     let meta = pod.field("metadata");
     env.pod = meta
         .and_then(|m| m.field("name"))
@@ -232,6 +417,40 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         );
     }
 
+    let Some((cache, generation)) = cache else {
+        return match patch(engine, &original, copy.as_ref(), path) {
+            Ok(p) => env.injected(&p),
+            Err(message) => env.fail(message),
+        };
+    };
+    let key = cache.hashed(PatchKey {
+        generation,
+        namespace: request_namespace,
+        path: path.to_string(),
+        pod: original,
+    });
+    if let Some(p) = cache.get(&key) {
+        return env.injected(&p);
+    }
+    match patch(engine, &key.key().pod, copy.as_ref(), path) {
+        Ok(p) => {
+            let out = env.injected(&p);
+            cache.insert(key, p, |k, p| entry_weight(k, p));
+            out
+        }
+        Err(message) => env.fail(message),
+    }
+}
+
+/// Injects `copy` (the normalised copy of a pod without metadata) or else `original` and returns the
+/// base64 patch from `original`, or the error message.
+fn patch(
+    engine: &Engine,
+    original: &Value,
+    copy: Option<&Value>,
+    path: &str,
+) -> Result<String, String> {
+    let pod = copy.unwrap_or(original);
     let workload = engine::deploy_meta_from_pod(pod);
     let req = InjectRequest {
         pod,
@@ -239,18 +458,14 @@ pub fn handle(engine: &Engine, body: &[u8], path: &str) -> ReviewOutcome {
         url_env: parse_inject_envs(path),
         mode: Mode::Webhook,
     };
-    let (mut result, texts) = match engine.inject_with_texts(&req) {
-        Ok(r) => r,
-        Err(e) => return env.fail(e.to_string()),
-    };
-    if restore {
+    let mut result = engine.inject(&req).map_err(|e| e.to_string())?;
+    if copy.is_some() {
         // The patch is against the object the API server holds: take out what we normalised.
         restore_request_fields(&mut result);
     }
-    let (patch_bytes, reused) = engine.patch_json(original, &result, &texts);
-    // The result's unchanged containers and volumes become the memo's spares for the next hit.
-    memo::recycle(result, &texts, &reused);
-    env.injected(&patch_bytes)
+    let bytes = crate::patch::create_patch_json(original, &result)
+        .map_err(|e| format!("failed to create patch: {e}"))?;
+    Ok(base64_simd::STANDARD.encode_to_string(bytes))
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -288,7 +503,7 @@ fn restore_request_fields(result: &mut Value) {
     }
 }
 
-/// Istio's `parseInjectEnvs` (spec §2.5): environment for the proxy from the webhook URL path, e.g.
+/// Istio's `webhook.go` `parseInjectEnvs`: environment for the proxy from the webhook URL path, e.g.
 /// `/inject/cluster/c1/net/n1` → `ISTIO_META_CLUSTER_ID=c1`, `ISTIO_META_NETWORK=n1`.
 pub fn parse_inject_envs(path: &str) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
@@ -507,36 +722,177 @@ mod tests {
         }
     }
 
-    /// The render memo stores a pod's render on its second sighting and answers from the third on, the
-    /// patch then reuses the stored text of the rendered containers, and from the fourth on the hit moves
-    /// in the spare items the previous answer handed back: every answer must be the same.
+    /// The cache stores a pod's patch on its second sighting and answers from the third on: every
+    /// answer must be the uncached one, and only the injected pods are stored.
     #[test]
-    fn replicas_get_the_same_response_with_and_without_the_memo() {
+    fn replicas_get_the_same_response_with_and_without_the_cache() {
         let e = Engine::new(crate::config::Settings::default());
+        let webhook = Webhook::new(CacheCounters::default());
         let probes = json!({"httpGet": {"path": "/ready", "port": 8080}});
         for pod in [
             json!({"metadata": {"generateName": "a-", "labels": {"app": "a"}},
                    "spec": {"containers": [{"name": "a", "image": "a"}]}}),
-            // Post-processing changes the proxy (app probers): its stored text must not be used.
+            // Post-processing changes the proxy (app probers).
             json!({"metadata": {"generateName": "b-"},
                    "spec": {"containers": [{"name": "b", "image": "b", "readinessProbe": probes}],
                             "initContainers": [{"name": "setup", "image": "s"}]}}),
+            // Without metadata: the patch is against the pod as sent, not the normalised copy.
+            json!({"spec": {"containers": [{"name": "c", "image": "c"}]}}),
         ] {
             let review = serde_json::to_vec(&json!({"kind": "AdmissionReview",
                 "apiVersion": "admission.k8s.io/v1",
                 "request": {"uid": "u", "namespace": "ns", "object": pod}}))
             .unwrap();
-            let spares_before = e.memo().spares_held();
-            let answers: Vec<Vec<u8>> = (0..6)
-                .map(|_| handle(&e, &review, "/inject").response)
-                .collect();
-            for (i, a) in answers.iter().enumerate() {
-                assert_eq!(a, &answers[0], "answer {i}");
+            let uncached = handle(&e, &review, "/inject");
+            assert_eq!(uncached.kind, OutcomeKind::Injected, "{}", uncached.message);
+            for i in 0..6 {
+                let a = webhook.handle(&e, 1, &review, "/inject");
+                assert_eq!(a.response, uncached.response, "answer {i}");
             }
-            // The hits handed items back (one set: each hit takes the spares the previous one returned).
-            assert!(e.memo().spares_held() > spares_before);
         }
-        assert_eq!(e.memoized(), 2);
+        assert_eq!(webhook.cached(), 3);
+        // Skipped pods are not stored.
+        let skipped = serde_json::to_vec(&json!({"kind": "AdmissionReview",
+            "apiVersion": "admission.k8s.io/v1",
+            "request": {"uid": "u", "namespace": "kube-system", "object": {"spec": {}}}}))
+        .unwrap();
+        for _ in 0..3 {
+            assert_eq!(
+                webhook.handle(&e, 1, &skipped, "/inject").kind,
+                OutcomeKind::Skipped
+            );
+        }
+        assert_eq!(webhook.cached(), 3);
+    }
+
+    /// A patch is answered only for its own key: the request's uid is not part of it (each answer
+    /// carries its own), but another configuration generation, namespace, URL path or pod misses.
+    #[test]
+    fn a_cached_patch_answers_only_its_own_key() {
+        let e = Engine::new(crate::config::Settings::default());
+        let counters = CacheCounters::default();
+        let webhook = Webhook::new(counters.clone());
+        let review = |uid: &str, ns: &str, app: &str| {
+            serde_json::to_vec(&json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+                "request": {"uid": uid, "namespace": ns, "object": {"metadata": {"labels": {"app": app}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}}}}))
+            .unwrap()
+        };
+        for uid in ["u1", "u2"] {
+            webhook.handle(&e, 1, &review(uid, "ns", "a"), "/inject");
+        }
+        assert_eq!(webhook.cached(), 1);
+        let hit = webhook.handle(&e, 1, &review("u3", "ns", "a"), "/inject");
+        assert_eq!(
+            hit.response,
+            handle(&e, &review("u3", "ns", "a"), "/inject").response
+        );
+        let hits = counters.hits.get();
+        for (generation, body, path) in [
+            (2, review("u", "ns", "a"), "/inject"),
+            (1, review("u", "other", "a"), "/inject"),
+            (1, review("u", "ns", "a"), "/inject/cluster/c2"),
+            (1, review("u", "ns", "b"), "/inject"),
+        ] {
+            let out = webhook.handle(&e, generation, &body, path);
+            assert_eq!(out.response, handle(&e, &body, path).response);
+        }
+        assert_eq!(counters.hits.get(), hits);
+    }
+
+    /// Keys whose hashes collide (a hasher that hashes everything alike) still miss unless the
+    /// generation, namespace, path and pod (key order included) are all the same.
+    #[test]
+    fn colliding_keys_miss_unless_every_part_matches() {
+        #[derive(Default)]
+        struct Collide;
+        impl Hasher for Collide {
+            fn write(&mut self, _: &[u8]) {}
+            fn finish(&self) -> u64 {
+                0
+            }
+        }
+        let stored = PatchKey {
+            generation: 1,
+            namespace: "ns".into(),
+            path: "/inject".into(),
+            pod: json!({"metadata": {"name": "p", "labels": {"a": "1"}}, "spec": {}}),
+        };
+        let others = [
+            PatchKey {
+                generation: 2,
+                ..stored.clone()
+            },
+            PatchKey {
+                namespace: "other".into(),
+                ..stored.clone()
+            },
+            PatchKey {
+                path: "/inject/net/n1".into(),
+                ..stored.clone()
+            },
+            PatchKey {
+                pod: json!({"metadata": {"name": "q", "labels": {"a": "1"}}, "spec": {}}),
+                ..stored.clone()
+            },
+            PatchKey {
+                pod: json!({"spec": {}, "metadata": {"name": "p", "labels": {"a": "1"}}}),
+                ..stored.clone()
+            },
+        ];
+        let cache: Cache<PatchKey, String, std::hash::BuildHasherDefault<Collide>> =
+            Cache::with_hasher(
+                PATCH_CACHE_BOUNDS,
+                CacheCounters::default(),
+                Default::default(),
+            );
+        for _ in 0..2 {
+            let k = cache.hashed(stored.clone());
+            if cache.get(&k).is_none() {
+                cache.insert(k, "patch".into(), |k, p| entry_weight(k, p));
+            }
+        }
+        assert_eq!(
+            cache.get(&cache.hashed(stored.clone())).as_deref(),
+            Some(&"patch".to_string())
+        );
+        for k in others {
+            assert!(cache.get(&cache.hashed(k.clone())).is_none(), "{k:?}");
+        }
+    }
+
+    #[test]
+    fn identical_counts_key_order_and_hash_follows_it() {
+        let h = |v: &Value| {
+            let mut s = std::collections::hash_map::DefaultHasher::new();
+            hash_ordered(v, &mut s);
+            s.finish()
+        };
+        let a = json!({"x": 1, "y": {"p": [1, 2], "q": null}});
+        assert!(identical(&a, &a.clone()));
+        assert_eq!(h(&a), h(&a.clone()));
+        for b in [
+            json!({"y": {"p": [1, 2], "q": null}, "x": 1}),
+            json!({"x": 1, "y": {"p": [2, 1], "q": null}}),
+            json!({"x": 1.0, "y": {"p": [1, 2], "q": null}}),
+            json!({"x": "1", "y": {"p": [1, 2], "q": null}}),
+        ] {
+            assert!(!identical(&a, &b), "{b}");
+            assert_ne!(h(&a), h(&b), "{b}");
+        }
+        assert_ne!(h(&json!([[]])), h(&json!([])));
+        assert_ne!(h(&json!(["ab", "c"])), h(&json!(["a", "bc"])));
+    }
+
+    #[test]
+    fn weight_is_string_bytes_and_nodes_and_stops_past_the_budget() {
+        assert_eq!(
+            weight(&json!({"ab": ["c", 1]}), 1000),
+            32 + 2 + 32 + 32 + 1 + 32
+        );
+        let long = Value::Array(vec![json!("x"); 1000]);
+        let w = weight(&long, 200);
+        assert!(w > 200 && w < 400, "{w}");
     }
 
     #[test]

@@ -1,10 +1,10 @@
-//! The injection engine shared by the webhook and `kube-inject` (spec §5.1-5.2): validate annotations,
+//! The injection engine shared by the webhook and `kube-inject` (Istio's `webhook.go` `injectPod` and
+//! `inject.go` `RunTemplate`): validate annotations,
 //! strip a previous injection, render each selected template, strategic-merge it onto the template pod and
 //! the pod, re-apply user-set container fields, post-process, and diff.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
 
 use crate::fields::Fields;
 use serde_json::{Map, Value};
@@ -12,7 +12,6 @@ use serde_json::{Map, Value};
 use crate::annotations;
 use crate::config::Settings;
 use crate::decision::{self, Decision};
-use crate::memo::{self, Lookup, RenderMemo};
 use crate::merge;
 use crate::postprocess::{self, PostProcessParams};
 use crate::render::{self, TemplateData};
@@ -33,8 +32,6 @@ pub struct Engine {
     base_proxy_config_env: Option<String>,
     /// Names of the compiled-in templates, for the "not found" message.
     have_templates: String,
-    /// Rendered templates of recent pods, for the replicas of a workload (see `memo`).
-    memo: RenderMemo,
     /// `values.global.multiCluster.clusterName` and `values.global.network`, looked up once.
     values_cluster: Option<String>,
     values_network: Option<String>,
@@ -49,7 +46,7 @@ pub struct Workload {
     pub namespace: String,
 }
 
-/// Which front end is asking: kube-inject differs in a few documented ways (spec §7.3).
+/// Which front end is asking: kube-inject differs in a few documented ways (Istio's `inject.go` `IntoObject`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Admission webhook: templates from `inject.istio.io/templates` or `defaultTemplates` (aliases
@@ -66,12 +63,12 @@ pub struct InjectRequest<'a> {
     /// The pod as received (the patch is computed against it).
     pub pod: &'a Value,
     pub workload: &'a Workload,
-    /// Environment from the webhook URL path parameters (spec §2.5); empty for kube-inject.
+    /// Environment from the webhook URL path parameters (Istio's `webhook.go` `parseInjectEnvs`); empty for kube-inject.
     pub url_env: BTreeMap<String, String>,
     pub mode: Mode,
 }
 
-/// Why injection failed. The messages carry Istio's prefixes (spec §2.3).
+/// Why injection failed. The messages carry Istio's prefixes (Istio's `webhook.go` `injectPod`).
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// Invalid annotations.
@@ -100,11 +97,6 @@ pub enum EngineError {
 impl Engine {
     /// Builds an engine from loaded settings.
     pub fn new(settings: Settings) -> Engine {
-        Engine::with_memo_counters(settings, memo::MemoCounters::default())
-    }
-
-    /// [`Engine::new`], with its render memo counting into `counters` (the server's `/metrics`).
-    pub fn with_memo_counters(settings: Settings, counters: memo::MemoCounters) -> Engine {
         let base_proxy_config =
             crate::proxyconfig::effective(settings.mesh.field("defaultConfig"), None)
                 .unwrap_or_else(|_| {
@@ -126,7 +118,6 @@ impl Engine {
             base_proxy_config,
             base_proxy_config_env,
             have_templates: render::template_names().join(", "),
-            memo: RenderMemo::with_counters(counters),
             values_cluster,
             values_network,
             settings,
@@ -134,7 +125,7 @@ impl Engine {
     }
 
     /// Istio's `injectRequired` with this engine's policy and selectors; kube-inject forces policy
-    /// `enabled` without selectors (spec §1.2).
+    /// `enabled` without selectors (as Istio's `inject.go` `IntoObject`).
     pub fn decide(&self, pod: &Value, mode: Mode) -> Decision {
         match mode {
             Mode::Webhook => decision::injection_required(
@@ -149,7 +140,7 @@ impl Engine {
         }
     }
 
-    /// The effective ProxyConfig of a pod (spec §2.4 step 5); borrowed from the engine when the pod has no
+    /// The effective ProxyConfig of a pod (as Istio's `webhook.go` `inject` makes it); borrowed from the engine when the pod has no
     /// `proxy.istio.io/config` (the common case costs no copy).
     pub fn proxy_config(
         &self,
@@ -191,18 +182,9 @@ impl Engine {
         out
     }
 
-    /// Runs the injection pipeline (spec §5.1-5.2) and returns the injected pod. The caller has already
-    /// decided that the pod is to be injected.
+    /// Runs the injection pipeline (Istio's `webhook.go` `injectPod`) and returns the injected pod. The
+    /// caller has already decided that the pod is to be injected.
     pub fn inject(&self, req: &InjectRequest<'_>) -> Result<Value, EngineError> {
-        self.inject_with_texts(req).map(|(pod, _)| pod)
-    }
-
-    /// [`Engine::inject`], also returning the JSON text of the rendered containers and volumes that came
-    /// from the render memo, for [`Engine::patch_json`] to reuse.
-    pub fn inject_with_texts(
-        &self,
-        req: &InjectRequest<'_>,
-    ) -> Result<(Value, Vec<memo::Texts>), EngineError> {
         let original = req.pod;
         if !original.is_object() {
             return Err(EngineError::NotAPod(format!(
@@ -235,49 +217,8 @@ impl Engine {
             }
         };
 
-        // Cluster and network (spec §2.5): non-empty results go into the env map post-processing appends.
-        let mut url_env = req.url_env.clone();
-        let cluster = url_env
-            .get("ISTIO_META_CLUSTER_ID")
-            .cloned()
-            .filter(|c| !c.is_empty())
-            .or_else(|| self.values_cluster.clone())
-            .unwrap_or_default();
-        let network = original
-            .field("metadata")
-            .and_then(|m| m.field("labels"))
-            .and_then(|l| l.field("topology.istio.io/network"))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .filter(|n| !n.is_empty())
-            .or_else(|| {
-                url_env
-                    .get("ISTIO_META_NETWORK")
-                    .cloned()
-                    .filter(|n| !n.is_empty())
-            })
-            .or_else(|| self.values_network.clone())
-            .unwrap_or_default();
-        if !cluster.is_empty() {
-            url_env.insert("ISTIO_META_CLUSTER_ID".to_string(), cluster);
-        }
-        if !network.is_empty() {
-            url_env.insert("ISTIO_META_NETWORK".to_string(), network);
-        }
-
-        // The template's view of the pod: previous injection stripped, saved overrides re-inserted.
-        // Without the status and overrides annotations both steps are no-ops: borrow the pod instead of
-        // copying it (the common case, a pod never injected before).
-        let has_ann = |k: &str| annotations_map.is_some_and(|a| a.has_field(k));
-        let view: Cow<'_, Value> =
-            if has_ann(merge::STATUS_ANNOTATION) || has_ann(merge::OVERRIDES_ANNOTATION) {
-                let mut view = postprocess::strip_pod(original, mesh);
-                postprocess::reinsert_overrides(&mut view)?;
-                Cow::Owned(view)
-            } else {
-                Cow::Borrowed(original)
-            };
-
+        let url_env = self.cluster_network_env(req);
+        let view = template_view(original, annotations_map, mesh)?;
         let w = req.workload;
         let data = TemplateData {
             kind: &w.kind,
@@ -299,24 +240,107 @@ impl Engine {
                 Cow::Owned(_) => None,
             },
         };
+        let (mut merged, template_pod) = self.merge_templates(req, annotations_map, &data)?;
 
-        // Go's rule for moving a user-supplied istio-proxy (spec §1.6): exact "true"/"false" override.
+        merge::reapply_overwritten_containers(&mut merged, original, &template_pod, &proxy_config)
+            .map_err(EngineError::Reapply)?;
+
+        self.post_process(
+            &mut merged,
+            req,
+            &template_pod,
+            mesh,
+            &proxy_config,
+            &url_env,
+        )?;
+        Ok(merged)
+    }
+
+    /// Istio's `postProcessPod` on the merged pod, with this engine's configuration.
+    fn post_process(
+        &self,
+        merged: &mut Value,
+        req: &InjectRequest<'_>,
+        template_pod: &Value,
+        mesh: &Value,
+        proxy_config: &Value,
+        url_env: &BTreeMap<String, String>,
+    ) -> Result<(), EngineError> {
+        let s = &self.settings;
+        let no_annotations = BTreeMap::new();
+        let params = PostProcessParams {
+            values: &s.values,
+            mesh,
+            proxy_config,
+            injected_annotations: match req.mode {
+                Mode::Webhook => &s.injector.injected_annotations,
+                Mode::KubeInject => &no_annotations,
+            },
+            revision: &s.revision,
+            url_env,
+            status: None,
+        };
+        postprocess::post_process(merged, req.pod, template_pod, &params)?;
+        Ok(())
+    }
+
+    /// Cluster and network (Istio's `webhook.go` `inject`): the URL path's environment with the resolved
+    /// `ISTIO_META_CLUSTER_ID` and `ISTIO_META_NETWORK` added when non-empty (post-processing appends
+    /// them to the proxy's env).
+    fn cluster_network_env(&self, req: &InjectRequest<'_>) -> BTreeMap<String, String> {
+        let mut url_env = req.url_env.clone();
+        let cluster = url_env
+            .get("ISTIO_META_CLUSTER_ID")
+            .cloned()
+            .filter(|c| !c.is_empty())
+            .or_else(|| self.values_cluster.clone())
+            .unwrap_or_default();
+        let network = req
+            .pod
+            .field("metadata")
+            .and_then(|m| m.field("labels"))
+            .and_then(|l| l.field("topology.istio.io/network"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .filter(|n| !n.is_empty())
+            .or_else(|| {
+                url_env
+                    .get("ISTIO_META_NETWORK")
+                    .cloned()
+                    .filter(|n| !n.is_empty())
+            })
+            .or_else(|| self.values_network.clone())
+            .unwrap_or_default();
+        if !cluster.is_empty() {
+            url_env.insert("ISTIO_META_CLUSTER_ID".to_string(), cluster);
+        }
+        if !network.is_empty() {
+            url_env.insert("ISTIO_META_NETWORK".to_string(), network);
+        }
+        url_env
+    }
+
+    /// Renders each selected template and strategic-merges it into a copy of the pod, and its
+    /// [`Skeleton`] into the template pod. Returns (merged pod, template pod).
+    fn merge_templates(
+        &self,
+        req: &InjectRequest<'_>,
+        annotations_map: Option<&Map<String, Value>>,
+        data: &TemplateData<'_>,
+    ) -> Result<(Value, Value), EngineError> {
+        // Go's rule for moving a user-supplied istio-proxy (Istio's `inject.go` `RunTemplate`): exact
+        // "true"/"false" override.
         let native_move = match annotations_map
             .and_then(|a| a.field(annotations::NATIVE_SIDECAR))
             .and_then(Value::as_str)
         {
             Some("true") => true,
             Some("false") => false,
-            _ => s.native_sidecars,
+            _ => self.settings.native_sidecars,
         };
-
-        let mut merged = original.clone();
-        // The template pod: while it is one template's skeleton (the usual single template), that
-        // skeleton itself, shared with the memo entry; otherwise the templates' skeletons merged.
-        let mut shared: Option<Arc<Skeleton>> = None;
-        let mut template_pod = serde_json::json!({"metadata": {}, "spec": {}});
-        let mut first = true;
-        let mut texts = Vec::new();
+        let mut merged = req.pod.clone();
+        // `None` while the template pod is still empty.
+        let mut template_pod: Option<Value> = None;
         for name in self.templates(annotations_map, req.mode) {
             if !render::template_names().contains(&name.as_str()) {
                 return Err(EngineError::Render(render::RenderError::NotFound {
@@ -324,114 +348,53 @@ impl Engine {
                     have: self.have_templates.clone(),
                 }));
             }
-            // Everything the render reads besides the engine's configuration is in this key (the
-            // ProxyConfig and, for kube-inject, the mesh derive from the pod's annotations).
-            let key = memo::Key {
-                template: &name,
-                mode: req.mode,
-                workload: w,
-                pod: &view,
-            };
-            let (rendered, skeleton) = match self.memo.get(&key) {
-                Lookup::Hit(rendered, t) => {
-                    let skeleton = t.skeleton();
-                    texts.push(t);
-                    (rendered, skeleton)
-                }
-                Lookup::Miss(miss) => {
-                    let rendered = render::render(&name, &data)?;
-                    let skeleton = Arc::new(template_skeleton(&rendered));
-                    self.memo.store(miss, &key, &rendered, &skeleton);
-                    (rendered, skeleton)
+            let rendered = render::render(&name, data)?;
+            let skeleton = template_skeleton(&rendered);
+            let current = match (&template_pod, skeleton.special) {
+                // Merging a skeleton without `$` directives into the empty template pod gives the
+                // skeleton itself (a missing merge key is reported by the merge into the pod below).
+                (None, false) => template_pod.insert(skeleton.pod),
+                _ => {
+                    let t = template_pod.get_or_insert_with(empty_template_pod);
+                    merge::strategic_merge_pod_owned(t, skeleton.pod)
+                        .map_err(EngineError::Merge)?;
+                    t
                 }
             };
-            if first && !skeleton.special {
-                // Merging a skeleton without `$` directives into the still empty template pod gives
-                // the skeleton itself (a missing merge key is reported by the merge into the pod below).
-                shared = Some(skeleton);
-            } else {
-                if let Some(s) = shared.take() {
-                    template_pod = s.pod.clone();
-                }
-                merge::strategic_merge_pod_owned(&mut template_pod, skeleton.pod.clone())
-                    .map_err(EngineError::Merge)?;
-            }
-            first = false;
-            let current = shared.as_ref().map_or(&template_pod, |s| &s.pod);
             if native_move && has_container(current, "initContainers", "istio-proxy") {
                 move_proxy_to_init(&mut merged);
             }
             // In place, moving the rendered parts: no copy of the pod per template.
             merge::strategic_merge_pod_owned(&mut merged, rendered).map_err(EngineError::Merge)?;
         }
-        let template_pod = shared.as_ref().map_or(&template_pod, |s| &s.pod);
-
-        merge::reapply_overwritten_containers(&mut merged, original, template_pod, &proxy_config)
-            .map_err(EngineError::Reapply)?;
-
-        let no_annotations = BTreeMap::new();
-        let params = PostProcessParams {
-            values: &s.values,
-            mesh,
-            proxy_config: &proxy_config,
-            injected_annotations: match req.mode {
-                Mode::Webhook => &s.injector.injected_annotations,
-                Mode::KubeInject => &no_annotations,
-            },
-            revision: &s.revision,
-            url_env: &url_env,
-            status: shared.as_ref().and_then(|sk| sk.status(&s.revision)),
-        };
-        postprocess::post_process(&mut merged, original, template_pod, &params)?;
-        Ok((merged, texts))
-    }
-
-    /// The engine's memo (for tests).
-    #[cfg(test)]
-    pub(crate) fn memo(&self) -> &memo::RenderMemo {
-        &self.memo
-    }
-
-    /// How many rendered templates the engine's memo holds (see `memo`).
-    pub fn memoized(&self) -> usize {
-        self.memo.len()
+        Ok((merged, template_pod.unwrap_or_else(empty_template_pod)))
     }
 
     /// The RFC 6902 patch from the request's pod to the injected pod.
     pub fn patch(&self, original: &Value, injected: &Value) -> Value {
         crate::patch::create_patch(original, injected)
     }
+}
 
-    /// The same patch, serialised (written straight to bytes, without building the operations as values).
-    /// Added containers and volumes identical to one in `texts` are written from their stored text;
-    /// where that happened is returned too, for [`memo::recycle`].
-    pub fn patch_json(
-        &self,
-        original: &Value,
-        injected: &Value,
-        texts: &[memo::Texts],
-    ) -> (Vec<u8>, Vec<memo::Reused>) {
-        let mut known = Vec::new();
-        let mut origin = Vec::new();
-        for (t, texts) in texts.iter().enumerate() {
-            for (item, k) in texts.known() {
-                known.push(k);
-                origin.push((t, item));
-            }
-        }
-        let (bytes, reuses) = crate::patch::create_patch_json(original, injected, &known);
-        let reused = reuses
-            .iter()
-            .filter_map(|r| {
-                let &(texts, item) = origin.get(r.known)?;
-                Some(memo::Reused {
-                    texts,
-                    item,
-                    at: r.at,
-                })
-            })
-            .collect();
-        (bytes, reused)
+fn empty_template_pod() -> Value {
+    serde_json::json!({"metadata": {}, "spec": {}})
+}
+
+/// The template's view of the pod: previous injection stripped, saved overrides re-inserted. Without
+/// the status and overrides annotations both steps are no-ops: the pod is borrowed instead of copied
+/// (the common case, a pod never injected before).
+fn template_view<'a>(
+    original: &'a Value,
+    annotations_map: Option<&Map<String, Value>>,
+    mesh: &Value,
+) -> Result<Cow<'a, Value>, EngineError> {
+    let has_ann = |k: &str| annotations_map.is_some_and(|a| a.has_field(k));
+    if has_ann(merge::STATUS_ANNOTATION) || has_ann(merge::OVERRIDES_ANNOTATION) {
+        let mut view = postprocess::strip_pod(original, mesh);
+        postprocess::reinsert_overrides(&mut view)?;
+        Ok(Cow::Owned(view))
+    } else {
+        Ok(Cow::Borrowed(original))
     }
 }
 
@@ -439,36 +402,18 @@ impl Engine {
 /// in `spec.containers`, `spec.initContainers`, `spec.volumes` and `spec.imagePullSecrets` (status
 /// annotation, re-applied user fields, the native move), with every strategic-merge directive kept (`$…`
 /// keys in `spec` and in list items), so the lists merge to the same names in the same order. Merging this
-/// instead of a copy of the whole rendered pod saves a deep copy per template (~10% of a `hello` injection,
-/// callgrind); the rendered pod itself is merged into the request pod whole. A memo entry keeps its
-/// render's skeleton, so a hit does not build it again (it was ~4% of the server's time per injection).
+/// instead of a copy of the whole rendered pod saves a deep copy per template; the rendered pod itself is
+/// merged into the request pod whole.
 #[derive(Debug)]
-pub struct Skeleton {
-    pub pod: Value,
+struct Skeleton {
+    pod: Value,
     /// Whether merging the skeleton could do more than copy it: a `$` directive, a list that is not an
     /// array of objects, an item without a string name, or a name twice in a list (the merge would
     /// reject, reshape or combine those).
-    pub special: bool,
-    /// The status annotation for this skeleton as the template pod, made on first use: (revision, value).
-    status: OnceLock<(String, String)>,
+    special: bool,
 }
 
-impl Skeleton {
-    /// The status annotation's value when this skeleton is the whole template pod (made once; ~3% of
-    /// a `hello` injection's instructions). `None` for another revision than the first asked for,
-    /// which cannot happen within one engine (one memo per configuration) but is not assumed.
-    pub fn status(&self, revision: &str) -> Option<&str> {
-        let (rev, status) = self.status.get_or_init(|| {
-            (
-                revision.to_string(),
-                postprocess::status_annotation(&self.pod, revision),
-            )
-        });
-        (rev == revision).then_some(status.as_str())
-    }
-}
-
-pub(crate) fn template_skeleton(rendered: &Value) -> Skeleton {
+fn template_skeleton(rendered: &Value) -> Skeleton {
     const LISTS: [&str; 4] = [
         "containers",
         "initContainers",
@@ -529,7 +474,6 @@ pub(crate) fn template_skeleton(rendered: &Value) -> Skeleton {
     Skeleton {
         pod: Value::Object(pod),
         special,
-        status: OnceLock::new(),
     }
 }
 
@@ -543,7 +487,7 @@ fn has_container(pod: &Value, list: &str, name: &str) -> bool {
         })
 }
 
-/// Native move (spec §5.2 step 7): a user `istio-proxy` in `containers` follows the proxy into
+/// Native move (Istio's `inject.go` `RunTemplate`): a user `istio-proxy` in `containers` follows the proxy into
 /// `initContainers` (appended at the end) before the template is merged.
 fn move_proxy_to_init(pod: &mut Value) {
     let Some(spec) = pod.field_mut("spec").and_then(Value::as_object_mut) else {
@@ -567,7 +511,7 @@ fn move_proxy_to_init(pod: &mut Value) {
     }
 }
 
-/// Istio's `GetDeployMetaFromPod` (spec §2.4 step 6): the workload a pod belongs to, from its owner
+/// Istio's `GetDeployMetaFromPod` (called from Istio's `webhook.go` `inject`): the workload a pod belongs to, from its owner
 /// references and the controllers' naming conventions.
 pub fn deploy_meta_from_pod(pod: &Value) -> Workload {
     let meta = pod.field("metadata");
@@ -678,7 +622,6 @@ mod tests {
         let Skeleton {
             pod: skeleton,
             special,
-            ..
         } = template_skeleton(&rendered);
         assert!(!special);
         let mut merged = json!({"metadata": {}, "spec": {}});
@@ -701,16 +644,13 @@ mod tests {
     }
 
     #[test]
-    fn a_skeleton_keeps_the_status_annotation_of_its_first_revision() {
+    fn a_skeletons_status_annotation_names_what_the_template_added() {
         let rendered = json!({"spec": {"initContainers": [{"name": "istio-init"}, {"name": "istio-proxy"}],
                                        "volumes": [{"name": "v1"}], "imagePullSecrets": [{"name": "s"}]}});
         let sk = template_skeleton(&rendered);
         let want = postprocess::status_annotation(&sk.pod, "canary");
         assert!(want.contains("\"revision\":\"canary\""), "{want}");
         assert!(want.contains("\"istio-init\",\"istio-proxy\""), "{want}");
-        assert_eq!(sk.status("canary"), Some(want.as_str()));
-        assert_eq!(sk.status("canary"), Some(want.as_str()));
-        assert_eq!(sk.status(""), None);
     }
 
     #[test]

@@ -10,14 +10,13 @@
 
 pub mod admission;
 pub mod annotations;
+pub mod cache;
 pub mod certs;
 pub mod config;
 pub mod decision;
 pub mod engine;
 pub mod fields;
-pub mod json_writer;
 pub mod kube_inject;
-pub mod memo;
 pub mod merge;
 pub mod metrics;
 pub mod patch;

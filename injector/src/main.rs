@@ -2,13 +2,11 @@
 
 use clap::{Parser, Subcommand};
 
-/// mimalloc instead of the system allocator. An injection builds and drops about a thousand small JSON
-/// nodes (maps, strings, vectors); glibc's malloc and free, even with a tuned per-thread cache, cost ~115
-/// instructions per pair there (callgrind: a fifth of a `hello` injection), mimalloc's about a third of
-/// that. Criterion, `hello` pod, the same build with either allocator interleaved: inject 31-33 µs ->
-/// 28.6-28.8 µs, the parse-and-serialise floor unchanged within noise (6.0-6.7 µs). It also frees the
-/// webhook from glibc tuning (it used to re-execute itself with `GLIBC_TUNABLES`) and from musl's slow
-/// allocator should the binary be built for musl.
+/// mimalloc instead of the system allocator (the default `mimalloc` feature; `--no-default-features`
+/// builds with the system allocator): an injection builds and drops about a thousand small JSON nodes,
+/// and glibc's malloc/free pair costs about three times mimalloc's there; it also spares the webhook
+/// glibc tuning and musl's slow allocator should the binary be built for musl.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,4 +1,4 @@
-//! Prometheus metrics of `injector serve`, with Istio's names (`sidecar_injection_*`, spec §2.6) plus the
+//! Prometheus metrics of `injector serve`, with Istio's names (`sidecar_injection_*`, Istio's `monitoring.go`) plus the
 //! operational ones Istio lacks: configuration and certificate reloads, certificate expiry, open connections.
 //! Served as text on a separate plain-HTTP port (`--metrics-listen`), so scraping needs no TLS setup.
 
@@ -10,6 +10,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::cache::CacheCounters;
 
 /// A label set with one fixed label (`type` or `result`).
 type Labels = Vec<(&'static str, &'static str)>;
@@ -72,8 +74,8 @@ pub struct Metrics {
     pub cert_last_success: Gauge<f64, AtomicU64>,
     pub cert_expiry_seconds: Gauge<i64>,
     pub connections: Gauge<i64>,
-    /// The engines' render memo (see `memo`); handed to every engine the server builds.
-    pub memo: crate::memo::MemoCounters,
+    /// The webhook's cache of finished patches (`admission::Webhook`).
+    pub patch_cache: CacheCounters,
 }
 
 impl Default for Metrics {
@@ -158,35 +160,37 @@ impl Metrics {
             "Open HTTPS connections",
             connections.clone(),
         );
-        let memo = crate::memo::MemoCounters::default();
+        // The family keeps its historical name (`render_memo`, from when the cache held rendered
+        // templates) so that dashboards and alerts on it go on working.
+        let patch_cache = CacheCounters::default();
         for (name, help, counter) in [
             (
                 "sidecar_injection_render_memo_hits",
-                "Template renders answered from the render memo (replicas of a workload)",
-                &memo.hits,
+                "Injections answered from the cache of finished patches (replicas of a workload)",
+                &patch_cache.hits,
             ),
             (
                 "sidecar_injection_render_memo_misses",
-                "Template renders not in the render memo",
-                &memo.misses,
+                "Injections not in the cache of finished patches",
+                &patch_cache.misses,
             ),
             (
                 "sidecar_injection_render_memo_stored",
-                "Renders stored in the render memo",
-                &memo.stored,
+                "Patches stored in the cache (a pod's second sighting)",
+                &patch_cache.stored,
             ),
             (
                 "sidecar_injection_render_memo_evicted",
-                "Render memo entries dropped to make room",
-                &memo.evicted,
+                "Patch cache entries dropped to make room",
+                &patch_cache.evicted,
             ),
         ] {
             registry.register(name, help, counter.clone());
         }
         registry.register(
             "sidecar_injection_render_memo_entries",
-            "Entries in the current configuration's render memo",
-            memo.entries.clone(),
+            "Entries in the cache of finished patches",
+            patch_cache.entries.clone(),
         );
         Metrics {
             registry,
@@ -201,7 +205,7 @@ impl Metrics {
             cert_last_success,
             cert_expiry_seconds,
             connections,
-            memo,
+            patch_cache,
         }
     }
 

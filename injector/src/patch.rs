@@ -1,5 +1,5 @@
-//! The RFC 6902 JSON Patch from the original request JSON to the result (spec §5.8); our own diff, so
-//! that tests can check it with an independent implementation.
+//! The RFC 6902 JSON Patch from the original request JSON to the result (Istio's `webhook.go`
+//! `createPatch`); our own diff, so that tests can check it with an independent implementation.
 //!
 //! Shape (like Istio's gomodules jsonpatch): objects are diffed key by key (`remove` for keys only in the
 //! original, `add` of the whole value for new keys, recursion otherwise); a type change or a different
@@ -8,72 +8,56 @@
 //! extra items before the equal tail). Identical documents give `[]`.
 //! Paths are RFC 6901 pointers with `~` → `~0` and `/` → `~1` in keys.
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::fields::{same, Fields};
-use crate::json_writer::{self, Known, Reuse};
 
-/// The patch (a JSON array of operations) that turns `original` into `result`.
-pub fn create_patch(original: &Value, result: &Value) -> Value {
+/// One operation, borrowing its value from the result (serialised as `op`, `path`, `value`).
+#[derive(Debug, Serialize)]
+struct Op<'a> {
+    op: &'static str,
+    path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<&'a Value>,
+}
+
+impl Op<'_> {
+    fn into_value(self) -> Value {
+        let mut m = Map::with_capacity(3);
+        m.insert("op".to_string(), Value::String(self.op.to_string()));
+        m.insert("path".to_string(), Value::String(self.path));
+        if let Some(v) = self.value {
+            m.insert("value".to_string(), v.clone());
+        }
+        Value::Object(m)
+    }
+}
+
+/// The operations that turn `original` into `result`, in patch order.
+fn operations<'a>(original: &Value, result: &'a Value) -> Vec<Op<'a>> {
     let mut ops = Vec::new();
     let mut path = String::new();
     diff(original, result, &mut path, &mut ops);
-    Value::Array(ops)
+    ops
 }
 
-/// [`create_patch`] serialised straight to JSON bytes (what the AdmissionReview carries, before
-/// base64): the values are written from `result` by reference instead of being copied into a `Value`
-/// first, and a value identical to a `known` one as its known text. Same operations, same order.
-/// Also returns where a known text was used (the values of `result` it stood for).
-pub fn create_patch_json(
-    original: &Value,
-    result: &Value,
-    known: &[Known<'_>],
-) -> (Vec<u8>, Vec<Reuse>) {
-    let mut sink = JsonSink {
-        out: Vec::with_capacity(4096),
-        known,
-        reused: Vec::new(),
-    };
-    sink.out.push(b'[');
-    let mut path = String::new();
-    diff(original, result, &mut path, &mut sink);
-    sink.out.push(b']');
-    (sink.out, sink.reused)
+/// The patch (a JSON array of operations) that turns `original` into `result`.
+pub fn create_patch(original: &Value, result: &Value) -> Value {
+    Value::Array(
+        operations(original, result)
+            .into_iter()
+            .map(Op::into_value)
+            .collect(),
+    )
 }
 
-/// Where the diff puts its operations.
-trait Sink {
-    fn push(&mut self, kind: &'static str, path: &str, value: Option<&Value>);
-}
-
-impl Sink for Vec<Value> {
-    fn push(&mut self, kind: &'static str, path: &str, value: Option<&Value>) {
-        Vec::push(self, op(kind, path, value));
-    }
-}
-
-struct JsonSink<'a> {
-    out: Vec<u8>,
-    known: &'a [Known<'a>],
-    reused: Vec<Reuse>,
-}
-
-impl Sink for JsonSink<'_> {
-    fn push(&mut self, kind: &'static str, path: &str, value: Option<&Value>) {
-        if self.out.len() > 1 {
-            self.out.push(b',');
-        }
-        self.out.extend_from_slice(b"{\"op\":\"");
-        self.out.extend_from_slice(kind.as_bytes());
-        self.out.extend_from_slice(b"\",\"path\":");
-        json_writer::write_str(&mut self.out, path);
-        if let Some(v) = value {
-            self.out.extend_from_slice(b",\"value\":");
-            json_writer::write_value_known(&mut self.out, v, self.known, &mut self.reused);
-        }
-        self.out.push(b'}');
-    }
+/// [`create_patch`] serialised (what the AdmissionReview carries, before base64), with the values
+/// written from `result` by reference instead of being copied into a `Value` first.
+pub fn create_patch_json(original: &Value, result: &Value) -> Result<Vec<u8>, serde_json::Error> {
+    let mut out = Vec::with_capacity(4096);
+    serde_json::to_writer(&mut out, &operations(original, result))?;
+    Ok(out)
 }
 
 /// Appends the RFC 6901 escaped form of `key` to `path` (with its leading `/`).
@@ -93,32 +77,30 @@ fn push_key(path: &mut String, key: &str) {
     }
 }
 
-fn op(kind: &str, path: &str, value: Option<&Value>) -> Value {
-    let mut m = Map::with_capacity(3);
-    m.insert("op".to_string(), Value::String(kind.to_string()));
-    m.insert("path".to_string(), Value::String(path.to_string()));
-    if let Some(v) = value {
-        m.insert("value".to_string(), v.clone());
+fn op<'a>(kind: &'static str, path: &str, value: Option<&'a Value>) -> Op<'a> {
+    Op {
+        op: kind,
+        path: path.to_string(),
+        value,
     }
-    Value::Object(m)
 }
 
 /// Diffs `a` → `b` at `path`, pushing operations. `path` is restored before returning.
-fn diff(a: &Value, b: &Value, path: &mut String, ops: &mut impl Sink) {
+fn diff<'a>(a: &Value, b: &'a Value, path: &mut String, ops: &mut Vec<Op<'a>>) {
     match (a, b) {
         (Value::Object(ma), Value::Object(mb)) => {
             let base = path.len();
             for k in ma.keys() {
                 if !mb.has_field(k) {
                     push_key(path, k);
-                    ops.push("remove", path, None);
+                    ops.push(op("remove", path, None));
                     path.truncate(base);
                 }
             }
             for (k, vb) in mb {
                 push_key(path, k);
                 match ma.field(k) {
-                    None => ops.push("add", path, Some(vb)),
+                    None => ops.push(op("add", path, Some(vb))),
                     Some(va) => diff(va, vb, path, ops),
                 }
                 path.truncate(base);
@@ -154,20 +136,20 @@ fn diff(a: &Value, b: &Value, path: &mut String, ops: &mut impl Sink) {
             for i in (common..ma.len()).rev() {
                 path.push('/');
                 path.push_str(&(prefix + i).to_string());
-                ops.push("remove", path, None);
+                ops.push(op("remove", path, None));
                 path.truncate(base);
             }
             // Extra items, inserted in order before the common suffix.
             for (i, vb) in mb.iter().enumerate().skip(common) {
                 path.push('/');
                 path.push_str(&(prefix + i).to_string());
-                ops.push("add", path, Some(vb));
+                ops.push(op("add", path, Some(vb)));
                 path.truncate(base);
             }
         }
         _ => {
             if !same(a, b) {
-                ops.push("replace", path, Some(b));
+                ops.push(op("replace", path, Some(b)));
             }
         }
     }
@@ -211,14 +193,14 @@ mod tests {
     #[test]
     fn json_bytes() {
         let a = json!({"a": 1});
-        assert_eq!(create_patch_json(&a, &a, &[]).0, b"[]");
+        assert_eq!(create_patch_json(&a, &a).unwrap(), b"[]");
         let b = json!({"a": 1, "x/y": {"s": "\"q\""}, "n": null});
         assert_eq!(
-            String::from_utf8(create_patch_json(&a, &b, &[]).0).unwrap(),
+            String::from_utf8(create_patch_json(&a, &b).unwrap()).unwrap(),
             r#"[{"op":"add","path":"/x~1y","value":{"s":"\"q\""}},{"op":"add","path":"/n","value":null}]"#
         );
         assert_eq!(
-            String::from_utf8(create_patch_json(&b, &a, &[]).0).unwrap(),
+            String::from_utf8(create_patch_json(&b, &a).unwrap()).unwrap(),
             r#"[{"op":"remove","path":"/x~1y"},{"op":"remove","path":"/n"}]"#
         );
     }
@@ -338,7 +320,7 @@ mod tests {
         fn patch_applies_arbitrary(a in arb_json(), b in arb_json()) {
             let p = create_patch(&a, &b);
             // the byte form is the same patch
-            let (bytes, _) = create_patch_json(&a, &b, &[]);
+            let bytes = create_patch_json(&a, &b).unwrap();
             prop_assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), p.clone());
             prop_assert_eq!(apply(&a, &p), b);
         }

@@ -50,7 +50,7 @@ pub struct PostProcessParams<'a> {
     /// proxy env, sorted; `ISTIO_META_NETWORK` also becomes the `topology.istio.io/network` label.
     pub url_env: &'a BTreeMap<String, String>,
     /// The status annotation's value when the caller already has it for this template pod and
-    /// revision (a memoised skeleton's, see `engine::Skeleton`); otherwise it is made here.
+    /// revision; otherwise it is made here.
     pub status: Option<&'a str>,
 }
 

@@ -1,7 +1,8 @@
 //! `injector serve`: the MutatingAdmissionWebhook over HTTPS.
 //!
 //! The webhook is fail-closed in the cluster (a down or slow webhook blocks pod creation), so this module is
-//! about staying up and answering fast: HTTP/1.1 and HTTP/2 over rustls, Istio's status codes (spec §2.2),
+//! about staying up and answering fast: HTTP/1.1 and HTTP/2 over rustls, Istio's status codes (Istio's `webhook.go`
+//! `serveInject`),
 //! timeouts for slow clients, a cap on connections, hot reload of the certificate and of the configuration
 //! (a broken new file keeps the last good one), metrics on a separate plain-HTTP port, and a graceful
 //! shutdown on SIGTERM that finishes the requests in flight.
@@ -101,7 +102,10 @@ pub struct Args {
 
 /// State shared by all connections.
 struct State {
-    engine: RwLock<Arc<Engine>>,
+    /// The engine of the current configuration and the configuration's generation number (bumped on
+    /// every reload, for the patch cache's key).
+    engine: RwLock<(u64, Arc<Engine>)>,
+    webhook: admission::Webhook,
     metrics: Arc<Metrics>,
     certs: Arc<CertStore>,
     shutting_down: AtomicBool,
@@ -110,7 +114,7 @@ struct State {
 }
 
 impl State {
-    fn engine(&self) -> Arc<Engine> {
+    fn engine(&self) -> (u64, Arc<Engine>) {
         self.engine
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -168,10 +172,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let acceptor = TlsAcceptor::from(Arc::new(tls_config));
 
     let state = Arc::new(State {
-        engine: RwLock::new(Arc::new(Engine::with_memo_counters(
-            settings,
-            metrics.memo.clone(),
-        ))),
+        engine: RwLock::new((0, Arc::new(Engine::new(settings)))),
+        webhook: admission::Webhook::new(metrics.patch_cache.clone()),
         metrics: metrics.clone(),
         certs: certs.clone(),
         shutting_down: AtomicBool::new(false),
@@ -499,12 +501,13 @@ async fn inject_inner(state: &Arc<State>, req: Request<Incoming>) -> Resp {
         );
     }
 
-    let engine = state.engine();
+    let (generation, engine) = state.engine();
     let outcome = if state.blocking_pool {
         let path = path.clone();
+        let state = Arc::clone(state);
         match tokio::task::spawn_blocking(move || {
             std::panic::catch_unwind(AssertUnwindSafe(|| {
-                admission::handle(&engine, &body, &path)
+                state.webhook.handle(&engine, generation, &body, &path)
             }))
         })
         .await
@@ -515,7 +518,7 @@ async fn inject_inner(state: &Arc<State>, req: Request<Incoming>) -> Resp {
     } else {
         // A panic in the engine is a bug, but must cost one request, not the connection or the process.
         std::panic::catch_unwind(AssertUnwindSafe(|| {
-            admission::handle(&engine, &body, &path)
+            state.webhook.handle(&engine, generation, &body, &path)
         }))
     };
     let outcome = match outcome {
@@ -562,7 +565,7 @@ async fn inject_inner(state: &Arc<State>, req: Request<Incoming>) -> Resp {
     r
 }
 
-/// Decodes `%XX` escapes, as Go's `r.URL.Path` is decoded (spec §2.5 parses the decoded path).
+/// Decodes `%XX` escapes, as Go's `r.URL.Path` is decoded (Istio's `webhook.go` `parseInjectEnvs` parses the decoded path).
 /// Invalid escapes are kept literally.
 pub fn percent_decode(path: &str) -> String {
     if !path.contains('%') {
@@ -611,11 +614,10 @@ async fn reload_loop(
             if config_watch.changed() {
                 match Settings::load(&config) {
                     Ok(settings) => {
-                        let engine = Arc::new(Engine::with_memo_counters(
-                            settings,
-                            st.metrics.memo.clone(),
-                        ));
-                        *st.engine.write().unwrap_or_else(|e| e.into_inner()) = engine;
+                        let engine = Arc::new(Engine::new(settings));
+                        let mut current = st.engine.write().unwrap_or_else(|e| e.into_inner());
+                        *current = (current.0.wrapping_add(1), engine);
+                        drop(current);
                         st.metrics.config_reload(ReloadResult::Success);
                         tracing::info!(paths = ?config_watch.paths(), "configuration reloaded");
                     }

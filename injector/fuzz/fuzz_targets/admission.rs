@@ -5,18 +5,20 @@
 //! server does), the rest is the body; without a NUL, the whole input is the body sent to `/inject`.
 //! Invariants beyond "no panic, no hang": the answer is JSON with a boolean `response.allowed`, a
 //! patch, when present, is base64 of a JSON array, and the same input answered four times gets the same
-//! bytes each time (the render memo stores an injected pod on its second sighting and answers from the
-//! third, and from the fourth on the hit moves in spare items the previous answer handed back).
+//! bytes each time (the webhook's patch cache stores an injected pod's patch on its second sighting and
+//! answers from the third on).
 #![no_main]
 
 use std::sync::OnceLock;
 
 use base64::Engine as _;
+use injector::admission::Webhook;
 use injector::config::{ConfigArgs, Settings};
 use injector::engine::Engine;
 use libfuzzer_sys::fuzz_target;
 
 static ENGINE: OnceLock<Engine> = OnceLock::new();
+static WEBHOOK: OnceLock<Webhook> = OnceLock::new();
 
 fn engine() -> &'static Engine {
     ENGINE.get_or_init(|| {
@@ -36,9 +38,10 @@ fuzz_target!(|data: &[u8]| {
         None => ("/inject".to_string(), data),
     };
     let path = injector::server::percent_decode(&path);
-    let out = injector::admission::handle(engine(), body, &path);
+    let webhook = WEBHOOK.get_or_init(|| Webhook::new(Default::default()));
+    let out = webhook.handle(engine(), 0, body, &path);
     for _ in 0..3 {
-        let again = injector::admission::handle(engine(), body, &path);
+        let again = webhook.handle(engine(), 0, body, &path);
         assert!(
             again.response == out.response,
             "a repeated review got another answer:\n{}\n{}",

@@ -122,20 +122,21 @@ pub fn run_webhook(case: &Case) -> Result<(), String> {
             }
         });
         let body = serde_json::to_vec(&review).map_err(|e| e.to_string())?;
-        let outcome = injector::admission::handle(&engine, &body, "/inject");
-        // The same pod twice more, as replicas arrive: the second fills the engine's render memo and the
+        let webhook = injector::admission::Webhook::new(Default::default());
+        let outcome = webhook.handle(&engine, 0, &body, "/inject");
+        // The same pod twice more, as replicas arrive: the second fills the webhook's patch cache and the
         // third is answered from it; all three answers must be the same bytes.
         for round in 2..=3 {
-            let again = injector::admission::handle(&engine, &body, "/inject");
+            let again = webhook.handle(&engine, 0, &body, "/inject");
             if again.response != outcome.response {
                 return Err(format!(
                     "doc {i}: answer {round} to the same pod differs from the first"
                 ));
             }
         }
-        if outcome.kind == injector::admission::OutcomeKind::Injected && engine.memoized() == 0 {
+        if outcome.kind == injector::admission::OutcomeKind::Injected && webhook.cached() == 0 {
             return Err(format!(
-                "doc {i}: the render memo did not store the repeated pod"
+                "doc {i}: the patch cache did not store the repeated pod"
             ));
         }
         let resp: Value =
