@@ -632,12 +632,8 @@ pub fn build(cfg: &Config) -> Ruleset {
             dport(Proto::Tcp, true, t)
         }
     };
-    for &u in &cfg.proxy_uids {
-        let uid = |neq| Stmt::SkUid {
-            neq,
-            uid: u,
-            meta: false,
-        };
+    // The rules of one proxy uid or gid, which `owner(neq)` matches; `tunnel_dns` picks the tunnel match.
+    let proxy_owner = |b: &mut Builder, owner: &dyn Fn(bool) -> Stmt, tunnel_dns: bool| {
         for lo in [Some(lo4), cfg.ipv6.then_some(lo6)].into_iter().flatten() {
             b.append(
                 Nat,
@@ -646,8 +642,8 @@ pub fn build(cfg: &Config) -> Ruleset {
                     oif("lo"),
                     TCP,
                     daddr(true, lo),
-                    tunnel_ports(dns),
-                    uid(false),
+                    tunnel_ports(tunnel_dns),
+                    owner(false),
                     Stmt::Jump(IN_REDIRECT),
                 ],
             );
@@ -657,10 +653,18 @@ pub fn build(cfg: &Config) -> Ruleset {
             if dns {
                 stmts.extend([TCP, dport(Proto::Tcp, true, 53)]);
             }
-            stmts.extend([uid(true), Stmt::Return]);
+            stmts.extend([owner(true), Stmt::Return]);
             b.append(Nat, ISTIO_OUTPUT, stmts);
         }
-        b.append(Nat, ISTIO_OUTPUT, vec![uid(false), Stmt::Return]);
+        b.append(Nat, ISTIO_OUTPUT, vec![owner(false), Stmt::Return]);
+    };
+    for &u in &cfg.proxy_uids {
+        let uid = |neq| Stmt::SkUid {
+            neq,
+            uid: u,
+            meta: false,
+        };
+        proxy_owner(&mut b, &uid, dns);
     }
     for &g in &cfg.proxy_gids {
         let gid = |neq| Stmt::SkGid {
@@ -669,29 +673,7 @@ pub fn build(cfg: &Config) -> Ruleset {
             meta: false,
         };
         // Always the non-DNS tunnel match here, as Istio does (an asymmetry with the uid rule).
-        for lo in [Some(lo4), cfg.ipv6.then_some(lo6)].into_iter().flatten() {
-            b.append(
-                Nat,
-                ISTIO_OUTPUT,
-                vec![
-                    oif("lo"),
-                    TCP,
-                    daddr(true, lo),
-                    tunnel_ports(false),
-                    gid(false),
-                    Stmt::Jump(IN_REDIRECT),
-                ],
-            );
-        }
-        if !include_loopback {
-            let mut stmts = vec![oif("lo")];
-            if dns {
-                stmts.extend([TCP, dport(Proto::Tcp, true, 53)]);
-            }
-            stmts.extend([gid(true), Stmt::Return]);
-            b.append(Nat, ISTIO_OUTPUT, stmts);
-        }
-        b.append(Nat, ISTIO_OUTPUT, vec![gid(false), Stmt::Return]);
+        proxy_owner(&mut b, &gid, false);
     }
 
     // Owner groups (`handleCaptureByOwnerGroup`).
