@@ -50,6 +50,12 @@ const NFTA_EXPR_NAME: u16 = 1;
 const NFTA_EXPR_DATA: u16 = 2;
 const NFTA_DATA_VALUE: u16 = 1;
 const NFTA_DATA_VERDICT: u16 = 2;
+const NFTA_META_DREG: u16 = 1;
+const NFTA_META_KEY: u16 = 2;
+const NFTA_META_SREG: u16 = 3;
+const NFTA_CT_DREG: u16 = 1;
+const NFTA_CT_KEY: u16 = 2;
+const NFTA_CT_SREG: u16 = 4;
 const REG_VERDICT: u32 = 0;
 const REG_1: u32 = 1;
 
@@ -163,32 +169,29 @@ fn expr(b: &mut Buf, name: &str, f: impl FnOnce(&mut Buf)) {
     });
 }
 
-fn meta_load(b: &mut Buf, key: u32) {
-    expr(b, "meta", |b| {
-        b.u32(2, key); // NFTA_META_KEY
-        b.u32(1, REG_1); // NFTA_META_DREG
+/// A `meta` or `ct` expression: a key and a register, two u32 attributes written in the given order.
+fn key_and_register(b: &mut Buf, name: &str, attrs: [(u16, u32); 2]) {
+    expr(b, name, |b| {
+        for (kind, v) in attrs {
+            b.u32(kind, v);
+        }
     });
+}
+
+fn meta_load(b: &mut Buf, key: u32) {
+    key_and_register(b, "meta", [(NFTA_META_KEY, key), (NFTA_META_DREG, REG_1)]);
 }
 
 fn meta_set(b: &mut Buf, key: u32) {
-    expr(b, "meta", |b| {
-        b.u32(2, key);
-        b.u32(3, REG_1); // NFTA_META_SREG
-    });
+    key_and_register(b, "meta", [(NFTA_META_KEY, key), (NFTA_META_SREG, REG_1)]);
 }
 
 fn ct_load(b: &mut Buf, key: u32) {
-    expr(b, "ct", |b| {
-        b.u32(1, REG_1); // NFTA_CT_DREG
-        b.u32(2, key); // NFTA_CT_KEY
-    });
+    key_and_register(b, "ct", [(NFTA_CT_DREG, REG_1), (NFTA_CT_KEY, key)]);
 }
 
 fn ct_set(b: &mut Buf, key: u32) {
-    expr(b, "ct", |b| {
-        b.u32(2, key);
-        b.u32(4, REG_1); // NFTA_CT_SREG
-    });
+    key_and_register(b, "ct", [(NFTA_CT_KEY, key), (NFTA_CT_SREG, REG_1)]);
 }
 
 fn cmp(b: &mut Buf, neq: bool, value: &[u8]) {
