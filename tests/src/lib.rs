@@ -35,6 +35,7 @@ pub fn bin(name: &str) -> PathBuf {
 }
 
 pub mod apiserver;
+pub mod interception;
 pub mod iptables_init;
 pub mod netns;
 pub mod nettool;

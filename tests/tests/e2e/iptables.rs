@@ -9,9 +9,16 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use e2e::interception::{
+    app_outbound_is_captured, dns_to_the_configured_server_lands_on_15053,
+    inbound_lands_on_15006_and_an_excluded_port_does_not, ipv6_outbound_and_inbound_are_redirected,
+    outbound_of_the_app_is_redirected_and_the_proxy_s_is_not,
+    the_excluded_cidr_and_port_bypass_the_proxy, tproxy_inbound_reaches_a_transparent_listener,
+    tproxy_routing_is_in_place_once,
+};
 use e2e::iptables_init::{init, init_ok};
 use e2e::netns::{Family, NetNs, Pair};
-use e2e::nettool::{client, Listener, APP_UID, PROXY_UID};
+use e2e::nettool::PROXY_UID;
 use test_support::istio_init::injected_args_with;
 use test_support::require_root;
 
@@ -61,56 +68,14 @@ fn has_ours(text: &str) -> bool {
 fn a_outbound_from_app_is_redirected_with_original_destination_and_proxy_is_not() {
     let p = pair("ipt-a");
     init_ok(&p.pod, &with(&["--ipv6", "false"]));
-
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = proxy.event();
-    assert!(
-        ev.starts_with("ACCEPTED") && ev.contains("orig=10.10.0.2:8080"),
-        "{ev}"
-    );
-    assert_eq!(
-        peer.stop(),
-        "",
-        "the app's connection reached the peer uncaptured"
-    );
-
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
-    let (code, line) = client(&p.pod, Some(PROXY_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = peer.event();
-    assert!(ev.starts_with("ACCEPTED peer=10.10.0.1:"), "{ev}");
-    assert_eq!(proxy.stop(), "", "the proxy's own connection was captured");
+    outbound_of_the_app_is_redirected_and_the_proxy_s_is_not(&p);
 }
 
 #[test]
 fn b_inbound_to_app_port_lands_on_15006_and_excluded_port_does_not() {
     let p = pair("ipt-b");
     init_ok(&p.pod, &with(&["--ipv6", "false"]));
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = inbound.event();
-    assert!(
-        ev.starts_with("ACCEPTED peer=10.10.0.2:") && ev.contains("orig=10.10.0.1:8080"),
-        "{ev}"
-    );
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006"]);
-    let direct = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15090"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:15090"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = direct.event();
-    // Accepted on the port the peer dialled: not redirected (no NAT, so the "original" is the same).
-    assert!(
-        ev.starts_with("ACCEPTED") && ev.contains("local=10.10.0.1:15090"),
-        "{ev}"
-    );
-    assert_eq!(inbound.stop(), "", "an excluded inbound port was captured");
+    inbound_lands_on_15006_and_an_excluded_port_does_not(&p);
 }
 
 #[test]
@@ -123,26 +88,7 @@ fn c_excluded_outbound_cidr_and_port_bypass_the_proxy() {
             &["-o", "9090", "--ipv6", "false"],
         ),
     );
-    for (target, listen) in [
-        ("10.10.0.3:8080", "10.10.0.3:8080"),
-        ("10.10.0.2:9090", "10.10.0.2:9090"),
-    ] {
-        let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-        let peer = Listener::start(&p.peer, &["listen-tcp", listen]);
-        let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", target]);
-        assert_eq!(code, 0, "{target}: {line}");
-        let ev = peer.event();
-        assert!(
-            ev.starts_with("ACCEPTED"),
-            "{target} did not bypass the proxy: {ev}"
-        );
-        assert_eq!(proxy.stop(), "", "{target} was captured");
-    }
-    // Control: anything else is still captured.
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let (code, _) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0);
-    assert!(proxy.event().contains("orig=10.10.0.2:8080"));
+    the_excluded_cidr_and_port_bypass_the_proxy(&p);
 }
 
 #[test]
@@ -158,17 +104,7 @@ fn d_dns_to_the_configured_server_lands_on_15053() {
             "10.10.0.2",
         ]),
     );
-    // The DNS agent runs as the proxy uid: its replies then enter conntrack zone 2 (raw-table CT rule),
-    // the zone of the app's NATed query, and are un-NATed on the way back.
-    let agent = Listener::start_as(&p.pod, Some(PROXY_UID), &["listen-udp", "127.0.0.1:15053"]);
-    let server = Listener::start(&p.peer, &["listen-udp", "10.10.0.2:53"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["send-udp", "10.10.0.2:53"]);
-    let ev = agent.event();
-    assert!(ev.starts_with("RECEIVED"), "DNS was not captured: {ev}");
-    assert_eq!(code, 0, "no reply: {line}");
-    // The reply is un-NATed: it appears to come from the server the app asked.
-    assert!(line.contains("peer=10.10.0.2:53"), "{line}");
-    assert_eq!(server.stop(), "", "the query reached the real server");
+    dns_to_the_configured_server_lands_on_15053(&p);
 }
 
 #[test]
@@ -176,39 +112,13 @@ fn e_tproxy_inbound_lands_on_a_transparent_listener_and_routes_are_idempotent() 
     let p = pair("ipt-e");
     let args = tproxy("false");
     init_ok(&p.pod, &args);
-    let rules = p.pod.run(&["ip", "-4", "rule", "show"]).expect("ip rule");
-    assert_eq!(
-        rules.matches("fwmark 0x539 lookup 133").count(),
-        1,
-        "{rules}"
-    );
-    let routes = p
-        .pod
-        .run(&["ip", "-4", "route", "show", "table", "133"])
-        .expect("ip route");
-    assert!(routes.contains("local default dev lo"), "{routes}");
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006", "--transparent"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:8080"]);
-    assert_eq!(code, 0, "{line}");
-    assert!(line.contains("reply=hello"), "{line}");
-    let ev = inbound.event();
-    // TPROXY keeps the original destination as the socket's local address.
-    assert!(
-        ev.starts_with("ACCEPTED peer=10.10.0.2:") && ev.contains("local=10.10.0.1:8080"),
-        "{ev}"
-    );
+    tproxy_inbound_reaches_a_transparent_listener(&p);
 
     // A rerun changes nothing, routes included.
     let before = saved(&p.pod, Family::V4);
     init_ok(&p.pod, &args);
     assert_eq!(saved(&p.pod, Family::V4), before);
-    let rules = p.pod.run(&["ip", "-4", "rule", "show"]).expect("ip rule");
-    assert_eq!(
-        rules.matches("fwmark 0x539 lookup 133").count(),
-        1,
-        "{rules}"
-    );
+    tproxy_routing_is_in_place_once(&p.pod);
 }
 
 #[test]
@@ -218,20 +128,7 @@ fn f_ipv6_outbound_and_inbound() {
     let v6 = saved(&p.pod, Family::V6);
     assert!(v6.contains("ISTIO_OUTPUT"), "{v6}");
 
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "[::]:15001"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "[fd00::2]:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = proxy.event();
-    assert!(ev.contains("orig=[fd00::2]:8080"), "{ev}");
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "[::]:15006"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "[fd00::1]:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = inbound.event();
-    assert!(
-        ev.starts_with("ACCEPTED peer=[fd00::2]:") && ev.contains("orig=[fd00::1]:8080"),
-        "{ev}"
-    );
+    ipv6_outbound_and_inbound_are_redirected(&p);
 }
 
 /// A foreign rule the namespace had before us; it must survive everything.
@@ -470,10 +367,7 @@ fn k_backend_choice_is_stable_and_legacy_works_when_forced_or_in_use() {
         .run(&["iptables-nft-save"])
         .expect("nft save")
         .contains("ISTIO"));
-    let proxy = Listener::start(&q.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let (code, line) = client(&q.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    assert!(proxy.event().contains("orig=10.10.0.2:8080"));
+    app_outbound_is_captured(&q.pod);
     init_ok(&q.pod, &args);
     assert_eq!(
         q.pod
@@ -583,10 +477,7 @@ fn m_exec_path_installs_what_the_usual_path_does_then_reruns_are_checked() {
     );
 
     // The traffic is really intercepted.
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    assert!(proxy.event().contains("orig=10.10.0.2:8080"));
+    app_outbound_is_captured(&p.pod);
 }
 
 #[test]

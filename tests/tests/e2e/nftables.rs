@@ -11,9 +11,15 @@
 use std::process::{Command, Output, Stdio};
 
 use anyhow::{ensure, Context as _, Result};
+use e2e::interception::{
+    app_outbound_bypasses_the_proxy, dns_to_the_configured_server_lands_on_15053,
+    inbound_lands_on_15006_and_an_excluded_port_does_not, ipv6_outbound_and_inbound_are_redirected,
+    outbound_of_the_app_is_redirected_and_the_proxy_s_is_not,
+    the_excluded_cidr_and_port_bypass_the_proxy, tproxy_inbound_reaches_a_transparent_listener,
+};
 use e2e::iptables_init::init_ok;
 use e2e::netns::{NetNs, Pair};
-use e2e::nettool::{client, Listener, APP_UID, PROXY_UID};
+use e2e::nettool::PROXY_UID;
 use test_support::corpus::{load_run_cases, nftables_dir, RunCase};
 use test_support::groups::ensure_groups;
 use test_support::istio_init::injected_args_with;
@@ -209,6 +215,17 @@ fn sandboxed(ns: &NetNs, argv: &[String], env: &[(String, String)]) -> Command {
     cmd
 }
 
+/// [`real_run`], which must succeed; `what` names the run in the failure.
+fn real_ok(ns: &NetNs, case: &RunCase, extra: &[&str], what: &str) -> Output {
+    let out = real_run(ns, case, extra).expect(what);
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// A real `--native-nftables` run of `case` (plus `extra`) in `ns`, with no userspace tool available.
 fn real_run(ns: &NetNs, case: &RunCase, extra: &[&str]) -> Result<Output> {
     let mut argv = vec![e2e::bin("iptables-init").to_string_lossy().into_owned()];
@@ -290,22 +307,12 @@ fn rerun_changes_nothing_and_routes_are_not_duplicated() {
     require_root_and_nft();
     let c = case("tproxy");
     let ns = new_ns("nft-rerun");
-    let first = real_run(&ns, &c, &[]).expect("first run");
-    assert!(
-        first.status.success(),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
+    real_ok(&ns, &c, &[], "first run");
     let (views, routes) = (ruleset_views(&ns).expect("views"), routing(&ns));
     assert!(routes.contains("fwmark 0x539 lookup 133"), "{routes}");
     assert!(routes.contains("::6/128"), "{routes}");
     let handles = ns.run(&["nft", "-a", "list", "ruleset"]).expect("list");
-    let second = real_run(&ns, &c, &[]).expect("second run");
-    assert!(
-        second.status.success(),
-        "{}",
-        String::from_utf8_lossy(&second.stderr)
-    );
+    real_ok(&ns, &c, &[], "second run");
     assert_eq!(
         ruleset_views(&ns).expect("views"),
         views,
@@ -330,12 +337,7 @@ fn rerun_changes_nothing_and_routes_are_not_duplicated() {
         "accept",
     ])
     .expect("foreign rule");
-    let third = real_run(&ns, &c, &[]).expect("third run");
-    assert!(
-        third.status.success(),
-        "{}",
-        String::from_utf8_lossy(&third.stderr)
-    );
+    real_ok(&ns, &c, &[], "third run");
     assert_eq!(
         ruleset_views(&ns).expect("views"),
         views,
@@ -357,27 +359,16 @@ fn rerun_changes_nothing_and_routes_are_not_duplicated() {
 fn a_smaller_configuration_leaves_no_stale_table() {
     require_root_and_nft();
     let ns = new_ns("nft-shrink");
-    let out = real_run(&ns, &case("tproxy"), &[]).expect("tproxy run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    real_ok(&ns, &case("tproxy"), &[], "tproxy run");
     let list = ruleset_views(&ns).expect("views").0;
     assert!(
         list.contains("istio-proxy-mangle") && list.contains("istio-proxy-raw"),
         "{list}"
     );
     // Without --reconcile too: the tables are re-created every run.
-    let out = real_run(&ns, &case("empty"), &[]).expect("empty run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    real_ok(&ns, &case("empty"), &[], "empty run");
     let fresh = new_ns("nft-shrink-fresh");
-    let out = real_run(&fresh, &case("empty"), &[]).expect("fresh run");
-    assert!(out.status.success());
+    real_ok(&fresh, &case("empty"), &[], "fresh run");
     assert_eq!(
         ruleset_views(&ns).expect("views"),
         ruleset_views(&fresh).expect("views"),
@@ -400,18 +391,8 @@ fn cleanup_only_removes_our_tables_and_routes_and_nothing_else() {
         .expect("foreign rule");
     let before = (ruleset_views(&ns).expect("views"), routing(&ns));
     let c = case("tproxy");
-    let out = real_run(&ns, &c, &[]).expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = real_run(&ns, &c, &["--cleanup-only"]).expect("cleanup");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    real_ok(&ns, &c, &[], "run");
+    real_ok(&ns, &c, &["--cleanup-only"], "cleanup");
     let after = ruleset_views(&ns).expect("views");
     assert_eq!(
         after, before.0,
@@ -422,12 +403,7 @@ fn cleanup_only_removes_our_tables_and_routes_and_nothing_else() {
     assert!(routes.contains("fwmark 0x7 lookup 77"), "{routes}");
     // Cleanup of an empty namespace succeeds too.
     let empty = new_ns("nft-clean-empty");
-    let out = real_run(&empty, &c, &["--cleanup-only"]).expect("cleanup");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    real_ok(&empty, &c, &["--cleanup-only"], "cleanup");
     assert_eq!(ruleset_views(&empty).expect("views").0, "");
 }
 
@@ -435,12 +411,7 @@ fn cleanup_only_removes_our_tables_and_routes_and_nothing_else() {
 fn a_batch_refused_midway_leaves_the_namespace_as_it_was() {
     require_root_and_nft();
     let ns = new_ns("nft-fail");
-    let out = real_run(&ns, &case("empty"), &[]).expect("first run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    real_ok(&ns, &case("empty"), &[], "first run");
     // A table of the same name owned by another process: nf_tables refuses our delete of it, a
     // message near the end of the batch.
     let mut holder = ns
@@ -522,10 +493,8 @@ fn normaliser_cuts_handles_and_set_numbers() {
     );
 }
 
-// Real traffic: a "pod" namespace and a "peer" namespace joined by a veth pair (pod `eth0`
-// 10.10.0.1/24 + fd00::1/64, peer `eth0` 10.10.0.2/24 + 10.10.0.3/24 + fd00::2/64), rules applied with
-// `--native-nftables` in the pod, real TCP/UDP sent with the `nettool` helper as an application uid
-// (1000) or the proxy uid (1337).
+// Real traffic: rules applied with `--native-nftables` in the pod of an `e2e::netns::Pair`, then the
+// checks of `e2e::interception`, which the iptables backend's tests make too.
 
 /// Istio's injected arguments (hello.yaml) with the value of each `replace` flag replaced, then
 /// `--native-nftables` and `extra`.
@@ -549,65 +518,18 @@ fn traffic_outbound_goes_to_15001_with_its_original_destination_and_the_proxy_ui
 ) {
     let p = pair("nft-a");
     init_ok(&p.pod, &with(&["--ipv6", "false"]));
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = proxy.event();
-    assert!(
-        ev.starts_with("ACCEPTED") && ev.contains("orig=10.10.0.2:8080"),
-        "{ev}"
-    );
-    assert_eq!(
-        peer.stop(),
-        "",
-        "the app's connection reached the peer uncaptured"
-    );
-
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
-    let (code, line) = client(&p.pod, Some(PROXY_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = peer.event();
-    assert!(ev.starts_with("ACCEPTED peer=10.10.0.1:"), "{ev}");
-    assert_eq!(proxy.stop(), "", "the proxy's own connection was captured");
+    outbound_of_the_app_is_redirected_and_the_proxy_s_is_not(&p);
 
     // After --cleanup-only nothing is captured any more.
     init_ok(&p.pod, &with(&["--ipv6", "false", "--cleanup-only"]));
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    assert!(
-        peer.event().starts_with("ACCEPTED"),
-        "not direct after cleanup"
-    );
-    assert_eq!(proxy.stop(), "", "captured after cleanup");
+    app_outbound_bypasses_the_proxy(&p, "10.10.0.2:8080", "10.10.0.2:8080");
 }
 
 #[test]
 fn traffic_inbound_goes_to_15006_and_an_excluded_port_does_not() {
     let p = pair("nft-b");
     init_ok(&p.pod, &with(&["--ipv6", "false"]));
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = inbound.event();
-    assert!(
-        ev.starts_with("ACCEPTED peer=10.10.0.2:") && ev.contains("orig=10.10.0.1:8080"),
-        "{ev}"
-    );
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006"]);
-    let direct = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15090"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:15090"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = direct.event();
-    assert!(
-        ev.starts_with("ACCEPTED") && ev.contains("local=10.10.0.1:15090"),
-        "{ev}"
-    );
-    assert_eq!(inbound.stop(), "", "an excluded inbound port was captured");
+    inbound_lands_on_15006_and_an_excluded_port_does_not(&p);
 }
 
 #[test]
@@ -620,26 +542,7 @@ fn traffic_excluded_outbound_cidr_and_port_bypass_the_proxy() {
             &["-o", "9090", "--ipv6", "false"],
         ),
     );
-    for (target, listen) in [
-        ("10.10.0.3:8080", "10.10.0.3:8080"),
-        ("10.10.0.2:9090", "10.10.0.2:9090"),
-    ] {
-        let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-        let peer = Listener::start(&p.peer, &["listen-tcp", listen]);
-        let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", target]);
-        assert_eq!(code, 0, "{target}: {line}");
-        let ev = peer.event();
-        assert!(
-            ev.starts_with("ACCEPTED"),
-            "{target} did not bypass the proxy: {ev}"
-        );
-        assert_eq!(proxy.stop(), "", "{target} was captured");
-    }
-    // Control: anything else is still captured.
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    assert!(proxy.event().contains("orig=10.10.0.2:8080"));
+    the_excluded_cidr_and_port_bypass_the_proxy(&p);
 }
 
 #[test]
@@ -655,18 +558,7 @@ fn traffic_dns_to_the_configured_server_goes_to_15053() {
             "10.10.0.2",
         ]),
     );
-    // The agent runs as the proxy uid, so its replies use conntrack zone 2 like the app's NATed query.
-    let agent = Listener::start_as(&p.pod, Some(PROXY_UID), &["listen-udp", "127.0.0.1:15053"]);
-    let server = Listener::start(&p.peer, &["listen-udp", "10.10.0.2:53"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["send-udp", "10.10.0.2:53"]);
-    let ev = agent.event();
-    assert!(ev.starts_with("RECEIVED"), "DNS was not captured: {ev}");
-    assert_eq!(code, 0, "no reply: {line}");
-    assert!(
-        line.contains("peer=10.10.0.2:53"),
-        "the reply was not un-NATed: {line}"
-    );
-    assert_eq!(server.stop(), "", "the query reached the real server");
+    dns_to_the_configured_server_lands_on_15053(&p);
 }
 
 #[test]
@@ -674,27 +566,7 @@ fn traffic_tproxy_inbound_reaches_a_transparent_listener_and_a_rerun_changes_not
     let p = pair("nft-e");
     let args = native(&[("-m", "TPROXY")], &["--ipv6", "false"]);
     init_ok(&p.pod, &args);
-    let rules = p.pod.run(&["ip", "-4", "rule", "show"]).expect("ip rule");
-    assert_eq!(
-        rules.matches("fwmark 0x539 lookup 133").count(),
-        1,
-        "{rules}"
-    );
-    let routes = p
-        .pod
-        .run(&["ip", "-4", "route", "show", "table", "133"])
-        .expect("ip route");
-    assert!(routes.contains("local default dev lo"), "{routes}");
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006", "--transparent"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:8080"]);
-    assert_eq!(code, 0, "{line}");
-    assert!(line.contains("reply=hello"), "{line}");
-    let ev = inbound.event();
-    assert!(
-        ev.starts_with("ACCEPTED peer=10.10.0.2:") && ev.contains("local=10.10.0.1:8080"),
-        "{ev}"
-    );
+    tproxy_inbound_reaches_a_transparent_listener(&p);
 
     // The counters have counted the connection; a rerun leaves them (and the handles) as they are.
     let listing = |ns: &NetNs| ns.run(&["nft", "-a", "list", "ruleset"]).expect("list");
@@ -716,20 +588,7 @@ fn traffic_tproxy_inbound_reaches_a_transparent_listener_and_a_rerun_changes_not
 fn traffic_ipv6_outbound_and_inbound() {
     let p = pair("nft-f");
     init_ok(&p.pod, &with(&["--ipv6", "true"]));
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "[::]:15001"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "[fd00::2]:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = proxy.event();
-    assert!(ev.contains("orig=[fd00::2]:8080"), "{ev}");
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "[::]:15006"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "[fd00::1]:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = inbound.event();
-    assert!(
-        ev.starts_with("ACCEPTED peer=[fd00::2]:") && ev.contains("orig=[fd00::1]:8080"),
-        "{ev}"
-    );
+    ipv6_outbound_and_inbound_are_redirected(&p);
 }
 
 #[test]
