@@ -78,7 +78,12 @@ pub fn inbound_lands_on_15006_and_an_excluded_port_does_not(p: &Pair) {
     assert_eq!(inbound.stop(), "", "an excluded inbound port was captured");
 }
 
-/// With `-x 10.10.0.3/32 -o 9090`: both bypass the proxy, anything else is still captured.
+/// The injected arguments' values [`the_excluded_cidr_and_port_bypass_the_proxy`] replaces.
+pub const EXCLUDED_CIDR: &[(&str, &str)] = &[("-x", "10.10.0.3/32")];
+/// The arguments [`the_excluded_cidr_and_port_bypass_the_proxy`] adds to the injected ones.
+pub const EXCLUDED_PORT: &[&str] = &["-o", "9090", "--ipv6", "false"];
+
+/// With [`EXCLUDED_CIDR`] and [`EXCLUDED_PORT`]: both bypass the proxy, anything else is still captured.
 pub fn the_excluded_cidr_and_port_bypass_the_proxy(p: &Pair) {
     for (target, listen) in [
         ("10.10.0.3:8080", "10.10.0.3:8080"),
@@ -90,7 +95,16 @@ pub fn the_excluded_cidr_and_port_bypass_the_proxy(p: &Pair) {
     app_outbound_is_captured(&p.pod);
 }
 
-/// With `--redirect-dns --dns-servers 10.10.0.2`: the application's query lands on the DNS agent (15053)
+/// The arguments [`dns_to_the_configured_server_lands_on_15053`] adds to the injected ones.
+pub const DNS_TO_THE_PEER: &[&str] = &[
+    "--ipv6",
+    "false",
+    "--redirect-dns",
+    "--dns-servers",
+    "10.10.0.2",
+];
+
+/// With [`DNS_TO_THE_PEER`]: the application's query lands on the DNS agent (15053)
 /// and its reply appears to come from the server it asked.
 pub fn dns_to_the_configured_server_lands_on_15053(p: &Pair) {
     // The DNS agent runs as the proxy uid: its replies then enter conntrack zone 2 (the raw table's CT

@@ -14,7 +14,7 @@ use e2e::interception::{
     inbound_lands_on_15006_and_an_excluded_port_does_not, ipv6_outbound_and_inbound_are_redirected,
     outbound_of_the_app_is_redirected_and_the_proxy_s_is_not,
     the_excluded_cidr_and_port_bypass_the_proxy, tproxy_inbound_reaches_a_transparent_listener,
-    tproxy_routing_is_in_place_once,
+    tproxy_routing_is_in_place_once, DNS_TO_THE_PEER, EXCLUDED_CIDR, EXCLUDED_PORT,
 };
 use e2e::iptables_init::{init, init_ok};
 use e2e::netns::{Family, NetNs, Pair};
@@ -81,29 +81,14 @@ fn b_inbound_to_app_port_lands_on_15006_and_excluded_port_does_not() {
 #[test]
 fn c_excluded_outbound_cidr_and_port_bypass_the_proxy() {
     let p = pair("ipt-c");
-    init_ok(
-        &p.pod,
-        &injected_args_with(
-            &[("-x", "10.10.0.3/32")],
-            &["-o", "9090", "--ipv6", "false"],
-        ),
-    );
+    init_ok(&p.pod, &injected_args_with(EXCLUDED_CIDR, EXCLUDED_PORT));
     the_excluded_cidr_and_port_bypass_the_proxy(&p);
 }
 
 #[test]
 fn d_dns_to_the_configured_server_lands_on_15053() {
     let p = pair("ipt-d");
-    init_ok(
-        &p.pod,
-        &with(&[
-            "--ipv6",
-            "false",
-            "--redirect-dns",
-            "--dns-servers",
-            "10.10.0.2",
-        ]),
-    );
+    init_ok(&p.pod, &with(DNS_TO_THE_PEER));
     dns_to_the_configured_server_lands_on_15053(&p);
 }
 
