@@ -434,6 +434,10 @@ fn iif(name: &str) -> Stmt {
     }
 }
 
+fn mark(neq: bool, mark: u32) -> Stmt {
+    Stmt::Mark { neq, mark }
+}
+
 fn oif(name: &str) -> Stmt {
     Stmt::Ifname {
         output: true,
@@ -775,42 +779,14 @@ pub fn build(cfg: &Config) -> Ruleset {
         b.append(
             Mangle,
             PREROUTING,
-            vec![
-                TCP,
-                Stmt::Mark {
-                    neq: false,
-                    mark: m,
-                },
-                Stmt::CtMarkSetMark,
-            ],
+            vec![TCP, mark(false, m), Stmt::CtMarkSetMark],
         );
         b.append(
             Mangle,
             OUTPUT,
-            vec![
-                oif("lo"),
-                TCP,
-                Stmt::Mark {
-                    neq: false,
-                    mark: m,
-                },
-                Stmt::Return,
-            ],
+            vec![oif("lo"), TCP, mark(false, m), Stmt::Return],
         );
-        let owners = cfg
-            .proxy_uids
-            .iter()
-            .map(|&uid| Stmt::SkUid {
-                neq: false,
-                uid,
-                meta: false,
-            })
-            .chain(cfg.proxy_gids.iter().map(|&g| Stmt::SkGid {
-                neq: false,
-                group: Group::Id(g),
-                meta: false,
-            }));
-        for owner in owners {
+        for owner in proxy_owners(cfg, false) {
             for lo in [Some(lo4), cfg.ipv6.then_some(lo6)].into_iter().flatten() {
                 b.append(
                     Mangle,
@@ -830,19 +806,7 @@ pub fn build(cfg: &Config) -> Ruleset {
             OUTPUT,
             vec![TCP, Stmt::CtMark(m), Stmt::MarkSetCtMark],
         );
-        b.insert(
-            Mangle,
-            INBOUND,
-            0,
-            vec![
-                TCP,
-                Stmt::Mark {
-                    neq: false,
-                    mark: m,
-                },
-                Stmt::Return,
-            ],
-        );
+        b.insert(Mangle, INBOUND, 0, vec![TCP, mark(false, m), Stmt::Return]);
         b.insert(
             Mangle,
             INBOUND,
@@ -859,15 +823,7 @@ pub fn build(cfg: &Config) -> Ruleset {
             Mangle,
             INBOUND,
             2,
-            vec![
-                iif("lo"),
-                TCP,
-                Stmt::Mark {
-                    neq: true,
-                    mark: OUTBOUND_MARK,
-                },
-                Stmt::Return,
-            ],
+            vec![iif("lo"), TCP, mark(true, OUTBOUND_MARK), Stmt::Return],
         );
     }
 
@@ -875,6 +831,22 @@ pub fn build(cfg: &Config) -> Ruleset {
         tables: b.finish(),
         routes: crate::rules::build(cfg).routes,
     }
+}
+
+/// A match of each proxy uid (`-u`), then of each proxy gid (`-g`); `meta` picks the `meta skuid`
+/// spelling.
+fn proxy_owners(cfg: &Config, meta: bool) -> impl Iterator<Item = Stmt> + '_ {
+    let uids = cfg.proxy_uids.iter().map(move |&uid| Stmt::SkUid {
+        neq: false,
+        uid,
+        meta,
+    });
+    let gids = cfg.proxy_gids.iter().map(move |&g| Stmt::SkGid {
+        neq: false,
+        group: Group::Id(g),
+        meta,
+    });
+    uids.chain(gids)
 }
 
 /// DNS capture (`SetupDNSRedir` and `addDNSConntrackZones` in Istio's `run.go`).
@@ -917,20 +889,7 @@ fn dns_rules(b: &mut Builder, cfg: &Config) {
             }
         }
     }
-    let owners = cfg
-        .proxy_uids
-        .iter()
-        .map(|&uid| Stmt::SkUid {
-            neq: false,
-            uid,
-            meta: true,
-        })
-        .chain(cfg.proxy_gids.iter().map(|&g| Stmt::SkGid {
-            neq: false,
-            group: Group::Id(g),
-            meta: true,
-        }));
-    for owner in owners {
+    for owner in proxy_owners(cfg, true) {
         b.append(
             Raw,
             OUTPUT_DNS,
