@@ -329,6 +329,11 @@ impl Builder {
         }
     }
 
+    /// The builder for an IPv6 rule (`v6`) or an IPv4 one; `None` for IPv6 when it is off.
+    fn family(&mut self, v6: bool) -> Option<&mut Builder> {
+        (!v6 || self.ipv6).then_some(self)
+    }
+
     fn insert(&mut self, table: TableId, chain: &'static str, index: usize, stmts: Vec<Stmt>) {
         self.list(table)
             .push((chain, Some(index), Rule::counted(stmts)));
@@ -741,7 +746,9 @@ pub fn build(cfg: &Config) -> Ruleset {
             }
         }
         OutboundInclude::List(list) => {
-            for &c in &list.v4 {
+            let v4 = list.v4.iter().map(|&c| (c, false));
+            for (c, v6) in v4.chain(list.v6.iter().map(|&c| (c, true))) {
+                let Some(b) = b.family(v6) else { continue };
                 for k in &cfg.kube_virt_interfaces {
                     b.insert(
                         Nat,
@@ -751,21 +758,6 @@ pub fn build(cfg: &Config) -> Ruleset {
                     );
                 }
                 b.append(
-                    Nat,
-                    ISTIO_OUTPUT,
-                    vec![daddr(false, c), Stmt::Jump(REDIRECT)],
-                );
-            }
-            for &c in &list.v6 {
-                for k in &cfg.kube_virt_interfaces {
-                    b.insert_v6(
-                        Nat,
-                        PREROUTING,
-                        0,
-                        vec![iif(k), daddr(false, c), Stmt::Jump(REDIRECT)],
-                    );
-                }
-                b.append_v6(
                     Nat,
                     ISTIO_OUTPUT,
                     vec![daddr(false, c), Stmt::Jump(REDIRECT)],
@@ -865,23 +857,14 @@ fn dns_rules(b: &mut Builder, cfg: &Config) {
             stmts.extend([dport(proto, false, 53), Stmt::Redirect(DNS_PROXY_PORT)]);
             b.append(Nat, OUTPUT_DNS, stmts);
         } else {
-            for &s in s4 {
+            let v4 = s4.iter().map(|&s| (v4_host(s), false));
+            for (server, v6) in v4.chain(s6.iter().map(|&s| (v6_host(s), true))) {
+                let Some(b) = b.family(v6) else { continue };
                 b.append(
                     Nat,
                     OUTPUT_DNS,
                     vec![
-                        daddr(false, v4_host(s)),
-                        dport(proto, false, 53),
-                        Stmt::Redirect(DNS_PROXY_PORT),
-                    ],
-                );
-            }
-            for &s in s6 {
-                b.append_v6(
-                    Nat,
-                    OUTPUT_DNS,
-                    vec![
-                        daddr(false, v6_host(s)),
+                        daddr(false, server),
                         dport(proto, false, 53),
                         Stmt::Redirect(DNS_PROXY_PORT),
                     ],
