@@ -1,5 +1,5 @@
 //! Helpers shared by the injector's tests and the end-to-end tests: Istio's test data in `testdata/istio`
-//! and its case tables ([`corpus`]), the host groups those cases name ([`groups`]), the workload-to-pod shaping of Istio's webhook test ([`pods`]), the
+//! and its case tables ([`corpus`]), the workload-to-pod shaping of Istio's webhook test ([`pods`]), the
 //! comparison rule of `testdata/istio/inject/README.md` ([`semantic`]), the `istio-init` arguments Istio
 //! injects ([`istio_init`]), and the guards and scratch directories tests need ([`root`], [`tempdir`]).
 //!
