@@ -9,43 +9,18 @@
 #   ROUNDS=101 BIN=path/to/iptables-init bench/nftables-apply.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-rounds=${ROUNDS:-61}
-bin=${BIN:-target/x86_64-unknown-linux-musl/release/iptables-init}
-if [ "$(id -u)" -ne 0 ]; then echo "bench/nftables-apply.sh: needs root (network namespaces)" >&2; exit 1; fi
-if [ ! -x "$bin" ] && [ -z "${BIN:-}" ]; then scripts/check-static-init.sh; fi
-bin=$(realpath "$bin")
-[ -x /usr/bin/time ] || { echo "needs GNU time (/usr/bin/time, Debian package 'time')" >&2; exit 1; }
+. bench/common.sh
+bench_setup bench/nftables-apply.sh bench-nft
 nft=$(command -v nft) || { echo "needs nft (Debian package 'nftables')" >&2; exit 1; }
-restore=$(command -v iptables-restore)
 
-args=(istio-iptables -p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x "" -b '*' -d 15090,15021,15020 --ipv6 false)
-nft_input=$(mktemp); ipt_input=$(mktemp)
-trap 'rm -f "$nft_input" "$ipt_input"; for n in $(ip netns list | awk "/^bench-nft-$$-/ {print \$1}"); do ip netns del "$n"; done' EXIT
-
-fresh() { ip netns add "$1"; ip netns exec "$1" ip link set lo up; }
-
-# The inputs, generated inside a throwaway namespace (a BIN that ignored --dry-run would otherwise
-# change this machine's own rules).
-fresh "bench-nft-$$-dry"
-ip netns exec "bench-nft-$$-dry" "$bin" "${args[@]}" --native-nftables --dry-run >"$nft_input"
-ip netns exec "bench-nft-$$-dry" "$bin" "${args[@]}" --dry-run >"$ipt_input"
-ip netns del "bench-nft-$$-dry"
-
-# Times one command inside a namespace with bash's clock: the command is started directly by a shell
-# that already runs in the namespace, so `ip netns exec` is outside the timed part. Prints microseconds.
-timed() {
-  local ns=$1 stdin=$2; shift 2
-  ip netns exec "$ns" bash -c '
-    stdin=$1; shift
-    t0=${EPOCHREALTIME/./}; "$@" >/dev/null 2>&1 <"$stdin"; rc=$?; t1=${EPOCHREALTIME/./}
-    [ $rc -eq 0 ] || { echo "failed: $* (rc $rc)" >&2; exit 1; }
-    echo $((t1 - t0))' _ "$stdin" "$@"
-}
+# The inputs: the native backend's transaction for nft -f, the iptables backend's rules for the restore.
+scratch nft_input; scratch ipt_input
+throwaway "$bin" "${args[@]}" --native-nftables --dry-run >"$nft_input"
+throwaway "$bin" "${args[@]}" --dry-run >"$ipt_input"
 
 native_us=(); nft_us=(); bare_us=(); floor_us=()
 run_one() { # $1: which, $2: round
-  local ns="bench-nft-$$-$1$2"
+  local ns="$ns_prefix-$1$2"
   fresh "$ns"
   case $1 in
     n) native_us+=("$(timed "$ns" /dev/null "$bin" "${args[@]}" --native-nftables)") ;;
@@ -60,14 +35,13 @@ for i in $(seq 1 "$rounds"); do
   esac
   for w in $order t; do run_one "$w" "$i"; done
   # Sanity: the native run and nft -f of the same text leave the same ruleset.
-  if ! diff <(ip netns exec "bench-nft-$$-n$i" "$nft" -s list ruleset) \
-            <(ip netns exec "bench-nft-$$-f$i" "$nft" -s list ruleset) >/dev/null; then
+  if ! diff <(ip netns exec "$ns_prefix-n$i" "$nft" -s list ruleset) \
+            <(ip netns exec "$ns_prefix-f$i" "$nft" -s list ruleset) >/dev/null; then
     echo "round $i: the native apply and nft -f produced different rulesets" >&2; exit 1
   fi
-  for w in n f b t; do ip netns del "bench-nft-$$-$w$i"; done
+  for w in n f b t; do ip netns del "$ns_prefix-$w$i"; done
 done
 
-median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : int((v[NR/2]+v[NR/2+1])/2)}'; }
 mn=$(median "${native_us[@]}"); mf=$(median "${nft_us[@]}"); mb=$(median "${bare_us[@]}")
 mt=$(median "${floor_us[@]}")
 
@@ -75,10 +49,7 @@ mt=$(median "${floor_us[@]}")
 peak_rss() { # $1: label, $2: stdin, rest: command; prints KiB
   local label=$1 stdin=$2; shift 2; local rss=()
   for j in $(seq 1 7); do
-    local ns="bench-nft-$$-m$label$j"; fresh "$ns"
-    rss+=("$(ip netns exec "$ns" /usr/bin/time -v "$@" 2>&1 >/dev/null <"$stdin" |
-      awk -F': ' '/Maximum resident set size/ {print $2}')")
-    ip netns del "$ns"
+    rss+=("$(rss_once "$ns_prefix-m$label$j" "$stdin" "$@")")
   done
   printf '%s\n' "${rss[@]}" | sort -n | tail -1
 }

@@ -19,6 +19,7 @@ pub mod config;
 pub mod detect;
 pub mod flags;
 pub mod logging;
+mod netlink;
 pub mod nft;
 pub mod render;
 pub mod rtnetlink;

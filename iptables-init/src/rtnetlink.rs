@@ -6,15 +6,15 @@
 //! Layout (kernel uapi `linux/rtnetlink.h`, `linux/fib_rules.h`, `linux/if_addr.h`): `nlmsghdr`, the
 //! family header (`fib_rule_hdr`, `rtmsg` or `ifaddrmsg`), attributes; integers in host byte order.
 
-use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use nix::errno::Errno;
-use nix::sys::socket::{
-    recv, sendto, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
-    SockProtocol, SockType,
-};
-use nix::sys::time::TimeVal;
+use nix::sys::socket::{MsgFlags, SockProtocol};
 
+use crate::netlink::{
+    self, error_code, Attrs, NLMSG_DONE, NLMSG_ERROR, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
+    NLM_F_REQUEST,
+};
 use crate::render::route_command;
 use crate::rules::{Family, RouteAction};
 
@@ -25,13 +25,7 @@ const RTM_DELROUTE: u16 = 25;
 const RTM_NEWRULE: u16 = 32;
 const RTM_DELRULE: u16 = 33;
 const RTM_GETRULE: u16 = 34;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_ACK: u16 = 4;
-const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_EXCL: u16 = 0x200;
-const NLM_F_CREATE: u16 = 0x400;
 const FRA_FWMARK: u16 = 10;
 const FRA_TABLE: u16 = 15;
 const FR_ACT_TO_TBL: u8 = 1;
@@ -66,34 +60,44 @@ struct Rt {
 
 impl Rt {
     fn open() -> Result<Rt, Errno> {
-        let fd = socket(
-            AddressFamily::Netlink,
-            SockType::Raw,
-            SockFlag::SOCK_CLOEXEC,
-            SockProtocol::NetlinkRoute,
-        )?;
-        setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(5, 0))?;
+        let fd = netlink::open(SockProtocol::NetlinkRoute, 5)?;
         Ok(Rt { fd, seq: 0 })
     }
 
     fn message(&mut self, kind: u16, flags: u16, header: &[u8], attrs: &[(u16, &[u8])]) -> Vec<u8> {
         self.seq = self.seq.wrapping_add(1);
         let mut m = Vec::with_capacity(64);
-        m.extend_from_slice(&[0; 4]);
-        m.extend_from_slice(&kind.to_ne_bytes());
-        m.extend_from_slice(&(flags | NLM_F_REQUEST).to_ne_bytes());
-        m.extend_from_slice(&self.seq.to_ne_bytes());
-        m.extend_from_slice(&0u32.to_ne_bytes());
+        let start = netlink::begin(&mut m, kind, flags | NLM_F_REQUEST, self.seq);
         m.extend_from_slice(header);
         for (t, v) in attrs {
-            m.extend_from_slice(&((4 + v.len()) as u16).to_ne_bytes());
-            m.extend_from_slice(&t.to_ne_bytes());
-            m.extend_from_slice(v);
-            m.resize(m.len().next_multiple_of(4), 0);
+            netlink::push_attr(&mut m, *t, v);
         }
-        let len = m.len() as u32;
-        m[..4].copy_from_slice(&len.to_ne_bytes());
+        netlink::end(&mut m, start);
         m
+    }
+
+    /// Sends one message and reads the answers to it until `done` returns a result for one of them.
+    fn exchange<R>(
+        &mut self,
+        m: &[u8],
+        buf_len: usize,
+        mut done: impl FnMut(u16, &[u8]) -> Option<Result<R, Errno>>,
+    ) -> Result<R, Errno> {
+        let seq = self.seq;
+        netlink::send(&self.fd, m)?;
+        let mut buf = vec![0u8; buf_len];
+        loop {
+            // The kernel sends well-formed datagrams: a malformed tail is not read.
+            for msg in
+                netlink::receive(&self.fd, &mut buf, MsgFlags::empty())?.map_while(Result::ok)
+            {
+                if msg.seq == seq {
+                    if let Some(r) = done(msg.kind, msg.payload) {
+                        return r;
+                    }
+                }
+            }
+        }
     }
 
     /// Sends one request with an acknowledgement and returns the kernel's answer (0 or an errno).
@@ -105,93 +109,33 @@ impl Rt {
         attrs: &[(u16, &[u8])],
     ) -> Result<Option<Errno>, Errno> {
         let m = self.message(kind, flags | NLM_F_ACK, header, attrs);
-        let seq = self.seq;
-        sendto(
-            self.fd.as_raw_fd(),
-            &m,
-            &NetlinkAddr::new(0, 0),
-            MsgFlags::empty(),
-        )?;
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
-            for (kind, mseq, payload) in messages(&buf[..n]) {
-                if mseq == seq && kind == NLMSG_ERROR {
-                    let code = payload.get(..4).map_or(-(Errno::EIO as i32), |c| {
-                        i32::from_ne_bytes([c[0], c[1], c[2], c[3]])
-                    });
-                    return Ok((code != 0).then(|| Errno::from_raw(-code)));
-                }
-            }
-        }
+        self.exchange(&m, 16 * 1024, |kind, payload| {
+            (kind == NLMSG_ERROR).then(|| {
+                let code = error_code(payload).unwrap_or(-(Errno::EIO as i32));
+                Ok((code != 0).then(|| Errno::from_raw(-code)))
+            })
+        })
     }
 
     /// The payloads of a dump's messages of type `want`.
     fn dump(&mut self, kind: u16, want: u16, header: &[u8]) -> Result<Vec<Vec<u8>>, Errno> {
         let m = self.message(kind, NLM_F_DUMP, header, &[]);
-        let seq = self.seq;
-        sendto(
-            self.fd.as_raw_fd(),
-            &m,
-            &NetlinkAddr::new(0, 0),
-            MsgFlags::empty(),
-        )?;
         let mut out = Vec::new();
-        let mut buf = vec![0u8; 32 * 1024];
-        loop {
-            let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
-            for (k, mseq, payload) in messages(&buf[..n]) {
-                if mseq != seq {
-                    continue;
-                }
-                match k {
-                    NLMSG_DONE => return Ok(out),
-                    NLMSG_ERROR => {
-                        let code = payload
-                            .get(..4)
-                            .map_or(0, |c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
-                        return Err(Errno::from_raw(-code));
-                    }
-                    k if k == want => out.push(payload.to_vec()),
-                    _ => {}
-                }
+        self.exchange(&m, 32 * 1024, |k, payload| match k {
+            NLMSG_DONE => Some(Ok(std::mem::take(&mut out))),
+            NLMSG_ERROR => Some(Err(Errno::from_raw(-error_code(payload).unwrap_or(0)))),
+            k if k == want => {
+                out.push(payload.to_vec());
+                None
             }
-        }
+            _ => None,
+        })
     }
-}
-
-/// (type, sequence, payload) of each message in a datagram; stops at a malformed one.
-fn messages(mut buf: &[u8]) -> Vec<(u16, u32, &[u8])> {
-    let mut out = Vec::new();
-    while buf.len() >= 16 {
-        let len = u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-        if len < 16 || len > buf.len() {
-            break;
-        }
-        let kind = u16::from_ne_bytes([buf[4], buf[5]]);
-        let seq = u32::from_ne_bytes([buf[8], buf[9], buf[10], buf[11]]);
-        out.push((kind, seq, &buf[16..len]));
-        buf = buf.get(len.next_multiple_of(4)..).unwrap_or(&[]);
-    }
-    out
 }
 
 /// Attributes after a fixed header of `skip` bytes, as (type, value).
 fn attrs(payload: &[u8], skip: usize) -> Vec<(u16, &[u8])> {
-    let mut out = Vec::new();
-    let mut rest = payload.get(skip..).unwrap_or(&[]);
-    while rest.len() >= 4 {
-        let len = usize::from(u16::from_ne_bytes([rest[0], rest[1]]));
-        if len < 4 || len > rest.len() {
-            break;
-        }
-        out.push((
-            u16::from_ne_bytes([rest[2], rest[3]]) & 0x3fff,
-            &rest[4..len],
-        ));
-        rest = rest.get(len.next_multiple_of(4)..).unwrap_or(&[]);
-    }
-    out
+    Attrs(payload.get(skip..).unwrap_or(&[])).collect()
 }
 
 fn table_byte(table: u32) -> u8 {
@@ -431,9 +375,9 @@ mod tests {
             &rule_header(Family::V4, 133),
             &[(FRA_FWMARK, &1337u32.to_ne_bytes())],
         );
-        let msgs = messages(&m);
+        let msgs: Vec<netlink::Message> = netlink::Messages(&m).map_while(Result::ok).collect();
         assert_eq!(msgs.len(), 1);
-        let (kind, _, payload) = msgs[0];
+        let (kind, payload) = (msgs[0].kind, msgs[0].payload);
         assert_eq!(kind, RTM_NEWRULE);
         assert_eq!(payload[4], 133);
         assert_eq!(

@@ -1,5 +1,6 @@
-//! Istio's test data (`testdata/istio` in the repository) and the injection case table `cases.json`, as
-//! `testdata/istio/inject/README.md` describes them.
+//! Istio's test data (`testdata/istio` in the repository): the injection case table `cases.json`, as
+//! `testdata/istio/inject/README.md` describes it, and the `cases.tsv` tables of the `istio-iptables` and
+//! nftables goldens.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,6 +22,11 @@ pub fn inject_dir() -> PathBuf {
 /// The `istio-iptables` goldens and `cases.tsv`.
 pub fn iptables_dir() -> PathBuf {
     testdata_dir().join("iptables")
+}
+
+/// The nftables goldens of Istio's `TestNftables` and their `cases.tsv`.
+pub fn nftables_dir() -> PathBuf {
+    testdata_dir().join("nftables")
 }
 
 /// The text of a file.
@@ -184,6 +190,123 @@ pub fn load_cases() -> Result<Vec<Case>, Error> {
         .collect()
 }
 
+/// One row of a `cases.tsv` (`iptables/` or `nftables/`): a golden's name and the `istio-iptables` run
+/// that produces it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunCase {
+    /// The golden is `<name>.golden` beside the table.
+    pub name: String,
+    /// The command-line arguments, split as sh splits them.
+    pub args: Vec<String>,
+    /// The environment of the run, in the table's order.
+    pub env: Vec<(String, String)>,
+}
+
+impl RunCase {
+    /// The owner groups the case names by name rather than by id (`java`): they must exist on the host,
+    /// as Istio's code and nft resolve them through `/etc/group`.
+    pub fn named_groups(&self) -> Vec<&str> {
+        self.env
+            .iter()
+            .filter(|(k, _)| k.starts_with("ISTIO_OUTBOUND_OWNER_GROUPS"))
+            .flat_map(|(_, v)| v.split(','))
+            .filter(|g| !g.is_empty() && *g != "*" && !g.bytes().all(|b| b.is_ascii_digit()))
+            .collect()
+    }
+
+    /// The text of the case's golden in `dir`.
+    pub fn golden_text(&self, dir: &Path) -> Result<String, Error> {
+        read(&dir.join(format!("{}.golden", self.name)))
+    }
+}
+
+/// Loads every row of `dir/cases.tsv`: a header line, then `name`, `args` (sh words) and `env`
+/// (whitespace-separated `NAME=value`) columns separated by tabs; blank lines are skipped.
+pub fn load_run_cases(dir: &Path) -> Result<Vec<RunCase>, Error> {
+    let path = dir.join("cases.tsv");
+    let text = read(&path)?;
+    let bad = |line: usize, what: String| Error::Row {
+        path: path.clone(),
+        line,
+        what,
+    };
+    let mut cases = Vec::new();
+    for (i, line) in text.lines().enumerate().skip(1) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut cols = line.split('\t');
+        let name = cols.next().unwrap_or_default().to_string();
+        let args = shell_words(cols.next().unwrap_or_default()).map_err(|e| bad(i + 1, e))?;
+        let env = cols
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .ok_or_else(|| bad(i + 1, format!("env item {kv:?} is not NAME=value")))
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        cases.push(RunCase { name, args, env });
+    }
+    Ok(cases)
+}
+
+/// Splits a shell-quoted argument string: whitespace separates words; '…' is literal; "…" and
+/// backslash escape as in sh (enough for the quoting the case tables use). The error says what is
+/// unterminated.
+fn shell_words(s: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    let trailing = || format!("trailing \\ in {s:?}");
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(x) => word.push(x),
+                        None => return Err(format!("unterminated ' in {s:?}")),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => word.push(chars.next().ok_or_else(trailing)?),
+                        Some(x) => word.push(x),
+                        None => return Err(format!("unterminated \" in {s:?}")),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                word.push(chars.next().ok_or_else(trailing)?);
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    Ok(words)
+}
+
 /// The three documents an injector is started with: values, MeshConfig, injector config.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -269,6 +392,62 @@ mod tests {
             );
         }
         assert!(iptables_dir().join("cases.tsv").is_file());
+    }
+
+    #[test]
+    fn both_run_case_tables_load_with_a_golden_per_row() {
+        for dir in [iptables_dir(), nftables_dir()] {
+            let cases = load_run_cases(&dir).expect("cases.tsv loads");
+            assert_eq!(cases.len(), 16, "{}", dir.display());
+            for c in &cases {
+                assert!(!c.args.is_empty(), "{}: no arguments", c.name);
+                c.golden_text(&dir).expect("golden");
+            }
+        }
+        let ipt = load_run_cases(&iptables_dir()).expect("cases.tsv");
+        assert!(ipt.iter().any(|c| c.named_groups() == ["java"]));
+    }
+
+    #[test]
+    fn shell_words_handle_the_quoting_cases_use() {
+        let w = shell_words(r#"-i '*' -x '' -d 6000,7000, --dns-servers "" a\ b"#).expect("splits");
+        assert_eq!(
+            w,
+            [
+                "-i",
+                "*",
+                "-x",
+                "",
+                "-d",
+                "6000,7000,",
+                "--dns-servers",
+                "",
+                "a b"
+            ]
+        );
+        assert!(shell_words("-x 'open")
+            .expect_err("refused")
+            .contains("unterminated '"));
+        assert!(shell_words("a\\")
+            .expect_err("refused")
+            .contains("trailing"));
+    }
+
+    #[test]
+    fn named_groups_leave_out_ids_and_wildcards() {
+        let case = RunCase {
+            name: "n".into(),
+            args: Vec::new(),
+            env: vec![
+                (
+                    "ISTIO_OUTBOUND_OWNER_GROUPS".into(),
+                    "java,1337,*,,ftp".into(),
+                ),
+                ("ISTIO_OUTBOUND_OWNER_GROUPS_EXCLUDE".into(), "mail".into()),
+                ("OTHER".into(), "www".into()),
+            ],
+        };
+        assert_eq!(case.named_groups(), ["java", "ftp", "mail"]);
     }
 
     #[test]

@@ -33,6 +33,16 @@ pub enum Error {
     /// A document's `metadata` is not a map.
     #[error("{kind} {name}: metadata is not a map")]
     Metadata { kind: String, name: String },
+    /// A row of a `cases.tsv` table cannot be read.
+    #[error("{path} line {line}: {what}")]
+    Row {
+        path: PathBuf,
+        line: usize,
+        what: String,
+    },
+    /// A group a test needs could not be created.
+    #[error("groupadd -f {group}: {message}")]
+    Group { group: String, message: String },
     /// A scratch file could not be written.
     #[error("writing {path}: {source}")]
     Write {

@@ -8,6 +8,7 @@
 
 pub mod corpus;
 pub mod error;
+pub mod groups;
 pub mod istio_init;
 pub mod label_selector;
 pub mod pods;

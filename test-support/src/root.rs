@@ -2,18 +2,27 @@
 
 /// Panics unless the process runs as root and the tools a network-namespace test needs are installed.
 pub fn require_root() {
+    require_root_with(
+        &[
+            "ip",
+            "iptables-save",
+            "iptables-restore",
+            "ip6tables-save",
+            "ip6tables-restore",
+        ],
+        "install iptables and iproute2; scripts/test.sh does",
+    );
+}
+
+/// Panics unless the process runs as root and every one of `tools` is installed; `hint` says how to get
+/// them.
+pub fn require_root_with(tools: &[&str], hint: &str) {
     assert!(
         nix::unistd::geteuid().is_root(),
         "this test needs root (network namespaces and netfilter); run it as root, it never skips"
     );
-    for tool in [
-        "ip",
-        "iptables-save",
-        "iptables-restore",
-        "ip6tables-save",
-        "ip6tables-restore",
-    ] {
-        require_tool(tool, "install iptables and iproute2; scripts/test.sh does");
+    for tool in tools {
+        require_tool(tool, hint);
     }
 }
 

@@ -1,4 +1,5 @@
-//! Helpers for the end-to-end tests: locating the built binaries, network namespaces, TLS clients.
+//! Helpers for the end-to-end tests: locating the built binaries, network namespaces, running
+//! `iptables-init` in them and real traffic through `nettool`, TLS clients.
 //! The tests themselves live in `tests/e2e/`; Istio's test data and the helpers shared with the injector's
 //! tests are in the `test-support` crate.
 
@@ -34,4 +35,7 @@ pub fn bin(name: &str) -> PathBuf {
 }
 
 pub mod apiserver;
+pub mod interception;
+pub mod iptables_init;
 pub mod netns;
+pub mod nettool;

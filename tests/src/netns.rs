@@ -5,6 +5,8 @@
 //! that namespace's netfilter state. Dropping the value deletes the namespace, so a failing test does not
 //! leave rules behind on the host.
 //!
+//! A [`Pair`] is the two hosts of the real-traffic tests: a "pod" and a "peer" joined by a veth pair.
+//!
 //! Root is required; `test_support::require_root` panics with a clear message instead of letting a test
 //! pass by skipping.
 
@@ -119,6 +121,50 @@ impl Drop for NetNs {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+    }
+}
+
+/// A "pod" namespace and a "peer" namespace joined by a veth pair: pod `eth0` 10.10.0.1/24 + fd00::1/64,
+/// peer `eth0` 10.10.0.2/24 + 10.10.0.3/24 + fd00::2/64.
+#[derive(Debug)]
+pub struct Pair {
+    pub pod: NetNs,
+    pub peer: NetNs,
+}
+
+impl Pair {
+    /// Creates both namespaces (`<name>-pod`, `<name>-peer`) and the link; panics on any failure.
+    pub fn new(name: &str) -> Pair {
+        let pod = NetNs::new(&format!("{name}-pod")).expect("pod netns");
+        let peer = NetNs::new(&format!("{name}-peer")).expect("peer netns");
+        pod.run(&[
+            "ip",
+            "link",
+            "add",
+            "eth0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            peer.name(),
+        ])
+        .expect("veth pair");
+        for (ns, v4, v6) in [
+            (&pod, &["10.10.0.1/24"][..], "fd00::1/64"),
+            (&peer, &["10.10.0.2/24", "10.10.0.3/24"][..], "fd00::2/64"),
+        ] {
+            for a in v4 {
+                ns.run(&["ip", "addr", "add", a, "dev", "eth0"])
+                    .expect("v4 address");
+            }
+            ns.run(&["ip", "-6", "addr", "add", v6, "dev", "eth0", "nodad"])
+                .expect("v6");
+            ns.run(&["ip", "link", "set", "eth0", "up"])
+                .expect("eth0 up");
+        }
+        Pair { pod, peer }
     }
 }
 

@@ -132,6 +132,15 @@ fn v6_rules() -> Vec<Rule> {
     ])
 }
 
+/// `--cleanup-only` with `plan`, which must succeed.
+fn clean_up(plan: &Plan) {
+    let cleanup = ApplyOptions {
+        cleanup_only: true,
+        ..Default::default()
+    };
+    apply(plan, &cleanup).expect("cleanup");
+}
+
 fn has_ours(text: &str) -> bool {
     text.contains("ISTIO") || text.contains(SCRATCH_PREFIX)
 }
@@ -192,11 +201,7 @@ fn apply_is_idempotent_reconciles_and_cleans_up() {
         apply(&changed, &ApplyOptions::default()).expect("no-op after reconcile");
         assert_eq!(state("iptables-save"), after);
 
-        let cleanup = ApplyOptions {
-            cleanup_only: true,
-            ..Default::default()
-        };
-        apply(&changed, &cleanup).expect("cleanup");
+        clean_up(&changed);
         let cleaned = state("iptables-save");
         assert!(!has_ours(&cleaned), "{cleaned}");
         assert_eq!(
@@ -301,14 +306,7 @@ fn forced_legacy_uses_the_legacy_tables() {
         // Auto-detection now sees legacy in use and treats the rerun as a no-op there.
         apply(&plan, &ApplyOptions::default()).expect("auto rerun");
         assert!(!state("iptables-nft-save").contains("ISTIO"));
-        apply(
-            &plan,
-            &ApplyOptions {
-                cleanup_only: true,
-                ..Default::default()
-            },
-        )
-        .expect("cleanup");
+        clean_up(&plan);
         assert!(!state("iptables-legacy-save").contains("ISTIO"));
     });
 }
@@ -336,14 +334,7 @@ fn routes_are_idempotent() {
         let rules = sh("ip -4 rule show");
         assert_eq!(rules.matches("lookup 133").count(), 1, "{rules}");
         assert!(sh("ip -4 route show table 133").contains("local default dev lo"));
-        apply(
-            &plan,
-            &ApplyOptions {
-                cleanup_only: true,
-                ..Default::default()
-            },
-        )
-        .expect("cleanup");
+        clean_up(&plan);
         assert!(!sh("ip -4 rule show").contains("lookup 133"));
     });
 }

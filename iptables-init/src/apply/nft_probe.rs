@@ -15,15 +15,12 @@
 //! (`nlattr`: length and type, 4 bytes, the payload, padding to 4 bytes). Integers are in host byte order
 //! except `nfgenmsg.res_id` (big endian, and 0 here).
 
-use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use nix::errno::Errno;
-use nix::sys::socket::{
-    recv, sendto, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
-    SockProtocol, SockType,
-};
-use nix::sys::time::TimeVal;
+use nix::sys::socket::{MsgFlags, SockProtocol};
 
+use crate::netlink::{self, NLMSG_ERROR, NLM_F_ACK, NLM_F_REQUEST};
 use crate::rules::Family;
 
 /// `NFNL_SUBSYS_NFTABLES << 8`: the nf_tables subsystem's message types.
@@ -32,9 +29,6 @@ const NFT_MSG_NEWTABLE: u16 = SUBSYS_NFTABLES;
 const NFT_MSG_GETTABLE: u16 = SUBSYS_NFTABLES | 1;
 const NFT_MSG_NEWCHAIN: u16 = SUBSYS_NFTABLES | 3;
 const NFT_MSG_GETCHAIN: u16 = SUBSYS_NFTABLES | 4;
-const NLMSG_ERROR: u16 = 2;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_ACK: u16 = 4;
 const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_CHAIN_TABLE: u16 = 1;
 const NFTA_CHAIN_NAME: u16 = 3;
@@ -42,7 +36,6 @@ const NFPROTO_IPV4: u8 = 2;
 const NFPROTO_IPV6: u8 = 10;
 /// `NFT_NAME_MAXLEN`: the longest table or chain name nf_tables takes, terminating NUL included.
 const NAME_MAXLEN: usize = 256;
-const HEADER_LEN: usize = 16;
 
 /// Why the probe gave no answer. Any of these sends the run down the usual (checked) path.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -75,15 +68,7 @@ impl Probe {
     /// Opens the socket. A receive timeout bounds every answer: the probe only saves processes, it must
     /// never be what makes a run hang.
     pub fn open() -> Result<Probe, ProbeError> {
-        let fd = socket(
-            AddressFamily::Netlink,
-            SockType::Raw,
-            SockFlag::SOCK_CLOEXEC,
-            SockProtocol::NetlinkNetFilter,
-        )
-        .map_err(ProbeError::Socket)?;
-        setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(1, 0))
-            .map_err(ProbeError::Socket)?;
+        let fd = netlink::open(SockProtocol::NetlinkNetFilter, 1).map_err(ProbeError::Socket)?;
         Ok(Probe { fd, seq: 0 })
     }
 
@@ -111,27 +96,21 @@ impl Probe {
     /// (`found`) then an acknowledgement, or an error (`ENOENT`: no such object).
     fn exists(&mut self, request: &[u8], found_kind: u16, what: &str) -> Result<bool, ProbeError> {
         let seq = self.seq;
-        // Port 0: the kernel.
-        sendto(
-            self.fd.as_raw_fd(),
-            request,
-            &NetlinkAddr::new(0, 0),
-            MsgFlags::empty(),
-        )
-        .map_err(|errno| ProbeError::Io { op: "send", errno })?;
+        netlink::send(&self.fd, request).map_err(|errno| ProbeError::Io { op: "send", errno })?;
         // The kernel answers a found object with NEW* then an acknowledgement (error 0), a missing one
         // with an error message alone; read until the message that ends our request.
         let mut found = false;
         let mut buf = vec![0u8; 8192];
         loop {
-            let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(|errno| {
-                ProbeError::Io {
-                    op: "receive",
-                    errno,
-                }
-            })?;
-            for msg in Messages(&buf[..n]) {
-                let msg = msg?;
+            let answer =
+                netlink::receive(&self.fd, &mut buf, MsgFlags::empty()).map_err(|errno| {
+                    ProbeError::Io {
+                        op: "receive",
+                        errno,
+                    }
+                })?;
+            for msg in answer {
+                let msg = msg.map_err(|e| ProbeError::Unexpected(e.to_string()))?;
                 if msg.seq != seq {
                     // A late answer to an earlier request (cannot happen with one request at a time,
                     // but harmless to skip).
@@ -140,14 +119,9 @@ impl Probe {
                 match msg.kind {
                     kind if kind == found_kind => found = true,
                     NLMSG_ERROR => {
-                        let code = msg
-                            .payload
-                            .get(..4)
-                            .and_then(|b| b.try_into().ok())
-                            .map(i32::from_ne_bytes)
-                            .ok_or_else(|| {
-                                ProbeError::Unexpected("truncated error message".to_string())
-                            })?;
+                        let code = netlink::error_code(msg.payload).ok_or_else(|| {
+                            ProbeError::Unexpected("truncated error message".to_string())
+                        })?;
                         return match code {
                             0 if found => Ok(true),
                             0 => Err(ProbeError::Unexpected(format!(
@@ -178,13 +152,10 @@ fn push_str_attr(out: &mut Vec<u8>, kind: u16, value: &str) -> Result<(), ProbeE
     if value.is_empty() || value.contains('\0') || value.len() + 1 > NAME_MAXLEN {
         return Err(ProbeError::Name(value.to_string()));
     }
-    let len = 4 + value.len() + 1;
-    // Bounded by NAME_MAXLEN above, so it fits nla_len's u16.
-    out.extend_from_slice(&(len as u16).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(value.as_bytes());
-    out.push(0);
-    out.resize(out.len().next_multiple_of(4), 0);
+    let mut nul_terminated = Vec::with_capacity(value.len() + 1);
+    nul_terminated.extend_from_slice(value.as_bytes());
+    nul_terminated.push(0);
+    netlink::push_attr(out, kind, &nul_terminated);
     Ok(())
 }
 
@@ -216,65 +187,20 @@ fn request(
     seq: u32,
 ) -> Result<Vec<u8>, ProbeError> {
     let mut out = Vec::with_capacity(64);
-    out.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_len, set below
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_pid: 0, the kernel fills in ours
+    let start = netlink::begin(&mut out, kind, NLM_F_REQUEST | NLM_F_ACK, seq);
     out.extend_from_slice(&[nfproto(family), 0, 0, 0]); // nfgenmsg: family, version 0, res_id 0
     for (attr, value) in attrs {
         push_str_attr(&mut out, *attr, value)?;
     }
-    // At most a few attributes of at most NAME_MAXLEN bytes each: far below u32::MAX.
-    let len = u32::try_from(out.len())
-        .map_err(|_| ProbeError::Unexpected("request too long".to_string()))?;
-    out[..4].copy_from_slice(&len.to_ne_bytes());
+    netlink::end(&mut out, start);
     Ok(out)
-}
-
-/// One netlink message of an answer.
-struct Message<'a> {
-    kind: u16,
-    seq: u32,
-    payload: &'a [u8],
-}
-
-/// The netlink messages in a received datagram.
-struct Messages<'a>(&'a [u8]);
-
-impl<'a> Iterator for Messages<'a> {
-    type Item = Result<Message<'a>, ProbeError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.0.is_empty() {
-            return None;
-        }
-        let bad = |what: &str| Some(Err(ProbeError::Unexpected(what.to_string())));
-        let Some(header) = self.0.get(..HEADER_LEN) else {
-            self.0 = &[];
-            return bad("truncated message header");
-        };
-        let u32_at =
-            |i: usize| u32::from_ne_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
-        let len = u32_at(0) as usize;
-        if len < HEADER_LEN || len > self.0.len() {
-            self.0 = &[];
-            return bad("message length out of bounds");
-        }
-        let msg = Message {
-            kind: u16::from_ne_bytes([header[4], header[5]]),
-            seq: u32_at(8),
-            payload: &self.0[HEADER_LEN..len],
-        };
-        self.0 = self.0.get(len.next_multiple_of(4)..).unwrap_or(&[]);
-        Some(Ok(msg))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::apply::netns_tests::{in_fresh_netns, injected_plan, sh};
+    use crate::netlink::Messages;
 
     #[test]
     fn request_layout() {

@@ -329,6 +329,11 @@ impl Builder {
         }
     }
 
+    /// The builder for an IPv6 rule (`v6`) or an IPv4 one; `None` for IPv6 when it is off.
+    fn family(&mut self, v6: bool) -> Option<&mut Builder> {
+        (!v6 || self.ipv6).then_some(self)
+    }
+
     fn insert(&mut self, table: TableId, chain: &'static str, index: usize, stmts: Vec<Stmt>) {
         self.list(table)
             .push((chain, Some(index), Rule::counted(stmts)));
@@ -432,6 +437,10 @@ fn iif(name: &str) -> Stmt {
         output: false,
         name: name.to_string(),
     }
+}
+
+fn mark(neq: bool, mark: u32) -> Stmt {
+    Stmt::Mark { neq, mark }
 }
 
 fn oif(name: &str) -> Stmt {
@@ -632,12 +641,8 @@ pub fn build(cfg: &Config) -> Ruleset {
             dport(Proto::Tcp, true, t)
         }
     };
-    for &u in &cfg.proxy_uids {
-        let uid = |neq| Stmt::SkUid {
-            neq,
-            uid: u,
-            meta: false,
-        };
+    // The rules of one proxy uid or gid, which `owner(neq)` matches; `tunnel_dns` picks the tunnel match.
+    let proxy_owner = |b: &mut Builder, owner: &dyn Fn(bool) -> Stmt, tunnel_dns: bool| {
         for lo in [Some(lo4), cfg.ipv6.then_some(lo6)].into_iter().flatten() {
             b.append(
                 Nat,
@@ -646,8 +651,8 @@ pub fn build(cfg: &Config) -> Ruleset {
                     oif("lo"),
                     TCP,
                     daddr(true, lo),
-                    tunnel_ports(dns),
-                    uid(false),
+                    tunnel_ports(tunnel_dns),
+                    owner(false),
                     Stmt::Jump(IN_REDIRECT),
                 ],
             );
@@ -657,10 +662,18 @@ pub fn build(cfg: &Config) -> Ruleset {
             if dns {
                 stmts.extend([TCP, dport(Proto::Tcp, true, 53)]);
             }
-            stmts.extend([uid(true), Stmt::Return]);
+            stmts.extend([owner(true), Stmt::Return]);
             b.append(Nat, ISTIO_OUTPUT, stmts);
         }
-        b.append(Nat, ISTIO_OUTPUT, vec![uid(false), Stmt::Return]);
+        b.append(Nat, ISTIO_OUTPUT, vec![owner(false), Stmt::Return]);
+    };
+    for &u in &cfg.proxy_uids {
+        let uid = |neq| Stmt::SkUid {
+            neq,
+            uid: u,
+            meta: false,
+        };
+        proxy_owner(&mut b, &uid, dns);
     }
     for &g in &cfg.proxy_gids {
         let gid = |neq| Stmt::SkGid {
@@ -669,29 +682,7 @@ pub fn build(cfg: &Config) -> Ruleset {
             meta: false,
         };
         // Always the non-DNS tunnel match here, as Istio does (an asymmetry with the uid rule).
-        for lo in [Some(lo4), cfg.ipv6.then_some(lo6)].into_iter().flatten() {
-            b.append(
-                Nat,
-                ISTIO_OUTPUT,
-                vec![
-                    oif("lo"),
-                    TCP,
-                    daddr(true, lo),
-                    tunnel_ports(false),
-                    gid(false),
-                    Stmt::Jump(IN_REDIRECT),
-                ],
-            );
-        }
-        if !include_loopback {
-            let mut stmts = vec![oif("lo")];
-            if dns {
-                stmts.extend([TCP, dport(Proto::Tcp, true, 53)]);
-            }
-            stmts.extend([gid(true), Stmt::Return]);
-            b.append(Nat, ISTIO_OUTPUT, stmts);
-        }
-        b.append(Nat, ISTIO_OUTPUT, vec![gid(false), Stmt::Return]);
+        proxy_owner(&mut b, &gid, false);
     }
 
     // Owner groups (`handleCaptureByOwnerGroup`).
@@ -755,7 +746,9 @@ pub fn build(cfg: &Config) -> Ruleset {
             }
         }
         OutboundInclude::List(list) => {
-            for &c in &list.v4 {
+            let v4 = list.v4.iter().map(|&c| (c, false));
+            for (c, v6) in v4.chain(list.v6.iter().map(|&c| (c, true))) {
+                let Some(b) = b.family(v6) else { continue };
                 for k in &cfg.kube_virt_interfaces {
                     b.insert(
                         Nat,
@@ -770,21 +763,6 @@ pub fn build(cfg: &Config) -> Ruleset {
                     vec![daddr(false, c), Stmt::Jump(REDIRECT)],
                 );
             }
-            for &c in &list.v6 {
-                for k in &cfg.kube_virt_interfaces {
-                    b.insert_v6(
-                        Nat,
-                        PREROUTING,
-                        0,
-                        vec![iif(k), daddr(false, c), Stmt::Jump(REDIRECT)],
-                    );
-                }
-                b.append_v6(
-                    Nat,
-                    ISTIO_OUTPUT,
-                    vec![daddr(false, c), Stmt::Jump(REDIRECT)],
-                );
-            }
         }
     }
 
@@ -793,42 +771,14 @@ pub fn build(cfg: &Config) -> Ruleset {
         b.append(
             Mangle,
             PREROUTING,
-            vec![
-                TCP,
-                Stmt::Mark {
-                    neq: false,
-                    mark: m,
-                },
-                Stmt::CtMarkSetMark,
-            ],
+            vec![TCP, mark(false, m), Stmt::CtMarkSetMark],
         );
         b.append(
             Mangle,
             OUTPUT,
-            vec![
-                oif("lo"),
-                TCP,
-                Stmt::Mark {
-                    neq: false,
-                    mark: m,
-                },
-                Stmt::Return,
-            ],
+            vec![oif("lo"), TCP, mark(false, m), Stmt::Return],
         );
-        let owners = cfg
-            .proxy_uids
-            .iter()
-            .map(|&uid| Stmt::SkUid {
-                neq: false,
-                uid,
-                meta: false,
-            })
-            .chain(cfg.proxy_gids.iter().map(|&g| Stmt::SkGid {
-                neq: false,
-                group: Group::Id(g),
-                meta: false,
-            }));
-        for owner in owners {
+        for owner in proxy_owners(cfg, false) {
             for lo in [Some(lo4), cfg.ipv6.then_some(lo6)].into_iter().flatten() {
                 b.append(
                     Mangle,
@@ -848,19 +798,7 @@ pub fn build(cfg: &Config) -> Ruleset {
             OUTPUT,
             vec![TCP, Stmt::CtMark(m), Stmt::MarkSetCtMark],
         );
-        b.insert(
-            Mangle,
-            INBOUND,
-            0,
-            vec![
-                TCP,
-                Stmt::Mark {
-                    neq: false,
-                    mark: m,
-                },
-                Stmt::Return,
-            ],
-        );
+        b.insert(Mangle, INBOUND, 0, vec![TCP, mark(false, m), Stmt::Return]);
         b.insert(
             Mangle,
             INBOUND,
@@ -877,15 +815,7 @@ pub fn build(cfg: &Config) -> Ruleset {
             Mangle,
             INBOUND,
             2,
-            vec![
-                iif("lo"),
-                TCP,
-                Stmt::Mark {
-                    neq: true,
-                    mark: OUTBOUND_MARK,
-                },
-                Stmt::Return,
-            ],
+            vec![iif("lo"), TCP, mark(true, OUTBOUND_MARK), Stmt::Return],
         );
     }
 
@@ -893,6 +823,22 @@ pub fn build(cfg: &Config) -> Ruleset {
         tables: b.finish(),
         routes: crate::rules::build(cfg).routes,
     }
+}
+
+/// A match of each proxy uid (`-u`), then of each proxy gid (`-g`); `meta` picks the `meta skuid`
+/// spelling.
+fn proxy_owners(cfg: &Config, meta: bool) -> impl Iterator<Item = Stmt> + '_ {
+    let uids = cfg.proxy_uids.iter().map(move |&uid| Stmt::SkUid {
+        neq: false,
+        uid,
+        meta,
+    });
+    let gids = cfg.proxy_gids.iter().map(move |&g| Stmt::SkGid {
+        neq: false,
+        group: Group::Id(g),
+        meta,
+    });
+    uids.chain(gids)
 }
 
 /// DNS capture (`SetupDNSRedir` and `addDNSConntrackZones` in Istio's `run.go`).
@@ -911,23 +857,14 @@ fn dns_rules(b: &mut Builder, cfg: &Config) {
             stmts.extend([dport(proto, false, 53), Stmt::Redirect(DNS_PROXY_PORT)]);
             b.append(Nat, OUTPUT_DNS, stmts);
         } else {
-            for &s in s4 {
+            let v4 = s4.iter().map(|&s| (v4_host(s), false));
+            for (server, v6) in v4.chain(s6.iter().map(|&s| (v6_host(s), true))) {
+                let Some(b) = b.family(v6) else { continue };
                 b.append(
                     Nat,
                     OUTPUT_DNS,
                     vec![
-                        daddr(false, v4_host(s)),
-                        dport(proto, false, 53),
-                        Stmt::Redirect(DNS_PROXY_PORT),
-                    ],
-                );
-            }
-            for &s in s6 {
-                b.append_v6(
-                    Nat,
-                    OUTPUT_DNS,
-                    vec![
-                        daddr(false, v6_host(s)),
+                        daddr(false, server),
                         dport(proto, false, 53),
                         Stmt::Redirect(DNS_PROXY_PORT),
                     ],
@@ -935,20 +872,7 @@ fn dns_rules(b: &mut Builder, cfg: &Config) {
             }
         }
     }
-    let owners = cfg
-        .proxy_uids
-        .iter()
-        .map(|&uid| Stmt::SkUid {
-            neq: false,
-            uid,
-            meta: true,
-        })
-        .chain(cfg.proxy_gids.iter().map(|&g| Stmt::SkGid {
-            neq: false,
-            group: Group::Id(g),
-            meta: true,
-        }));
-    for owner in owners {
+    for owner in proxy_owners(cfg, true) {
         b.append(
             Raw,
             OUTPUT_DNS,

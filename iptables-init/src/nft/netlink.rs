@@ -8,18 +8,18 @@
 //! protocol dependencies included, so the kernel holds the same bytecode as after `nft -f` of the
 //! golden text. Inserts are already resolved by the model: every rule is appended in final order.
 
-use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use nix::errno::Errno;
-use nix::sys::socket::{
-    recv, sendto, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
-    SockProtocol, SockType,
-};
-use nix::sys::time::TimeVal;
+use nix::sys::socket::{setsockopt, sockopt, MsgFlags, SockProtocol};
 
 use super::model::{Chain, CtState, Dir, Group, Ip, Proto, Rule, Stmt, Table, TableId};
 use super::render::rule_text;
 use crate::config::Cidr;
+pub(super) use crate::netlink::attr;
+use crate::netlink::{
+    self, error_code, NLMSG_DONE, NLMSG_ERROR, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REQUEST,
+};
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
@@ -33,12 +33,6 @@ const NFT_MSG_NEWSETELEM: u16 = 12;
 const NFT_MSG_GETTABLE: u16 = 1;
 const NFT_MSG_NEWGEN: u16 = 15;
 const NFT_MSG_GETGEN: u16 = 16;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_DUMP: u16 = 0x300;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_ACK: u16 = 4;
-const NLM_F_CREATE: u16 = 0x400;
 const NLM_F_APPEND: u16 = 0x800;
 const NLA_F_NESTED: u16 = 0x8000;
 const NFPROTO_INET: u8 = 1;
@@ -50,6 +44,12 @@ const NFTA_EXPR_NAME: u16 = 1;
 const NFTA_EXPR_DATA: u16 = 2;
 const NFTA_DATA_VALUE: u16 = 1;
 const NFTA_DATA_VERDICT: u16 = 2;
+const NFTA_META_DREG: u16 = 1;
+const NFTA_META_KEY: u16 = 2;
+const NFTA_META_SREG: u16 = 3;
+const NFTA_CT_DREG: u16 = 1;
+const NFTA_CT_KEY: u16 = 2;
+const NFTA_CT_SREG: u16 = 4;
 const REG_VERDICT: u32 = 0;
 const REG_1: u32 = 1;
 
@@ -121,12 +121,7 @@ pub(super) struct Buf(pub(super) Vec<u8>);
 
 impl Buf {
     fn attr(&mut self, kind: u16, payload: &[u8]) {
-        let len = 4 + payload.len();
-        // Attributes here are at most a few hundred bytes.
-        self.0.extend_from_slice(&(len as u16).to_ne_bytes());
-        self.0.extend_from_slice(&kind.to_ne_bytes());
-        self.0.extend_from_slice(payload);
-        self.0.resize(self.0.len().next_multiple_of(4), 0);
+        netlink::push_attr(&mut self.0, kind, payload);
     }
 
     fn u32(&mut self, kind: u16, v: u32) {
@@ -163,32 +158,29 @@ fn expr(b: &mut Buf, name: &str, f: impl FnOnce(&mut Buf)) {
     });
 }
 
-fn meta_load(b: &mut Buf, key: u32) {
-    expr(b, "meta", |b| {
-        b.u32(2, key); // NFTA_META_KEY
-        b.u32(1, REG_1); // NFTA_META_DREG
+/// A `meta` or `ct` expression: a key and a register, two u32 attributes written in the given order.
+fn key_and_register(b: &mut Buf, name: &str, attrs: [(u16, u32); 2]) {
+    expr(b, name, |b| {
+        for (kind, v) in attrs {
+            b.u32(kind, v);
+        }
     });
+}
+
+fn meta_load(b: &mut Buf, key: u32) {
+    key_and_register(b, "meta", [(NFTA_META_KEY, key), (NFTA_META_DREG, REG_1)]);
 }
 
 fn meta_set(b: &mut Buf, key: u32) {
-    expr(b, "meta", |b| {
-        b.u32(2, key);
-        b.u32(3, REG_1); // NFTA_META_SREG
-    });
+    key_and_register(b, "meta", [(NFTA_META_KEY, key), (NFTA_META_SREG, REG_1)]);
 }
 
 fn ct_load(b: &mut Buf, key: u32) {
-    expr(b, "ct", |b| {
-        b.u32(1, REG_1); // NFTA_CT_DREG
-        b.u32(2, key); // NFTA_CT_KEY
-    });
+    key_and_register(b, "ct", [(NFTA_CT_DREG, REG_1), (NFTA_CT_KEY, key)]);
 }
 
 fn ct_set(b: &mut Buf, key: u32) {
-    expr(b, "ct", |b| {
-        b.u32(2, key);
-        b.u32(4, REG_1); // NFTA_CT_SREG
-    });
+    key_and_register(b, "ct", [(NFTA_CT_KEY, key), (NFTA_CT_SREG, REG_1)]);
 }
 
 fn cmp(b: &mut Buf, neq: bool, value: &[u8]) {
@@ -279,21 +271,6 @@ fn addr_match(b: &mut Buf, dir: Dir, neq: bool, c: &Cidr) {
         bitwise(b, &mask);
         cmp(b, neq, &value);
     }
-}
-
-/// The value of the first attribute of type `kind` among `attrs`.
-pub(super) fn attr(mut attrs: &[u8], kind: u16) -> Option<&[u8]> {
-    while attrs.len() >= 4 {
-        let len = usize::from(u16::from_ne_bytes([attrs[0], attrs[1]]));
-        if len < 4 || len > attrs.len() {
-            return None;
-        }
-        if u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff == kind {
-            return Some(&attrs[4..len]);
-        }
-        attrs = attrs.get(len.next_multiple_of(4)..).unwrap_or(&[]);
-    }
-    None
 }
 
 /// Resolves an owner group as nft does at parse time: a number is a gid, a name is looked up in
@@ -433,17 +410,11 @@ impl<'a> Batch<'a> {
             None => (kind, 0, NFNL_SUBSYS_NFTABLES, 0),
         };
         let mut b = Buf(std::mem::take(&mut self.buf));
-        let start = b.0.len();
-        b.0.extend_from_slice(&[0; 4]);
-        b.0.extend_from_slice(&kind.to_ne_bytes());
-        b.0.extend_from_slice(&flags.to_ne_bytes());
-        b.0.extend_from_slice(&seq.to_ne_bytes());
-        b.0.extend_from_slice(&0u32.to_ne_bytes());
+        let start = netlink::begin(&mut b.0, kind, flags, seq);
         b.0.extend_from_slice(&[family, 0]);
         b.0.extend_from_slice(&res_id.to_be_bytes());
         f(&mut b);
-        let len = (b.0.len() - start) as u32;
-        b.0[start..start + 4].copy_from_slice(&len.to_ne_bytes());
+        netlink::end(&mut b.0, start);
         self.buf = b.0;
     }
 
@@ -729,16 +700,7 @@ pub struct Socket {
 
 impl Socket {
     pub fn open() -> Result<Socket, NetlinkError> {
-        let fd = socket(
-            AddressFamily::Netlink,
-            SockType::Raw,
-            SockFlag::SOCK_CLOEXEC,
-            SockProtocol::NetlinkNetFilter,
-        )
-        .map_err(NetlinkError::Socket)?;
-        // Bounds every wait: a missing acknowledgement must fail the run, not hang it.
-        setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(5, 0))
-            .map_err(NetlinkError::Socket)?;
+        let fd = netlink::open(SockProtocol::NetlinkNetFilter, 5).map_err(NetlinkError::Socket)?;
         Ok(Socket { fd })
     }
 
@@ -752,54 +714,36 @@ impl Socket {
         attrs: &[(u16, &str)],
     ) -> Result<Vec<Vec<u8>>, NetlinkError> {
         let mut req = Buf(Vec::with_capacity(64));
-        req.0.extend_from_slice(&0u32.to_ne_bytes());
-        req.0
-            .extend_from_slice(&((NFNL_SUBSYS_NFTABLES << 8) | kind).to_ne_bytes());
-        req.0
-            .extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
-        req.0.extend_from_slice(&u32::MAX.to_ne_bytes());
-        req.0.extend_from_slice(&0u32.to_ne_bytes());
+        let start = netlink::begin(
+            &mut req.0,
+            (NFNL_SUBSYS_NFTABLES << 8) | kind,
+            NLM_F_REQUEST | flags,
+            u32::MAX,
+        );
         req.0.extend_from_slice(&[NFPROTO_INET, 0, 0, 0]);
         for (t, v) in attrs {
             req.str(*t, v);
         }
-        let len = req.0.len() as u32;
-        req.0[..4].copy_from_slice(&len.to_ne_bytes());
-        let req = req.0;
-        sendto(
-            self.fd.as_raw_fd(),
-            &req,
-            &NetlinkAddr::new(0, 0),
-            MsgFlags::empty(),
-        )
-        .map_err(|errno| NetlinkError::Io { op: "send", errno })?;
+        netlink::end(&mut req.0, start);
+        netlink::send(&self.fd, &req.0).map_err(|errno| NetlinkError::Io { op: "send", errno })?;
         let want = (NFNL_SUBSYS_NFTABLES << 8) | want;
         let mut out = Vec::new();
         // A dump datagram is at most 32 KiB (the kernel sizes it to what the reader takes).
         let mut buf = [0u8; 32 * 1024];
         loop {
-            let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(|errno| {
-                NetlinkError::Io {
-                    op: "receive",
-                    errno,
-                }
-            })?;
-            let mut rest = &buf[..n];
-            while rest.len() >= 16 {
-                let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-                if len < 16 || len > rest.len() {
-                    return Err(NetlinkError::Unexpected(
-                        "message length out of bounds".into(),
-                    ));
-                }
-                let kind = u16::from_ne_bytes([rest[4], rest[5]]);
-                match kind {
+            let answer =
+                netlink::receive(&self.fd, &mut buf, MsgFlags::empty()).map_err(|errno| {
+                    NetlinkError::Io {
+                        op: "receive",
+                        errno,
+                    }
+                })?;
+            for msg in answer {
+                let msg = msg.map_err(|e| NetlinkError::Unexpected(e.to_string()))?;
+                match msg.kind {
                     NLMSG_DONE => return Ok(out),
                     NLMSG_ERROR => {
-                        let code = rest
-                            .get(16..20)
-                            .map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-                            .unwrap_or(0);
+                        let code = error_code(msg.payload).unwrap_or(0);
                         return if code == 0 {
                             Ok(out)
                         } else {
@@ -809,10 +753,10 @@ impl Socket {
                             })
                         };
                     }
-                    k if k == want => out.push(rest.get(20..len).unwrap_or(&[]).to_vec()),
+                    // The payload after `nfgenmsg`.
+                    k if k == want => out.push(msg.payload.get(4..).unwrap_or(&[]).to_vec()),
                     _ => {}
                 }
-                rest = rest.get(len.next_multiple_of(4)..).unwrap_or(&[]);
             }
         }
     }
@@ -868,13 +812,7 @@ impl Socket {
         if setsockopt(&self.fd, sockopt::RcvBufForce, &recv_size).is_err() {
             let _ = setsockopt(&self.fd, sockopt::RcvBuf, &recv_size);
         }
-        sendto(
-            self.fd.as_raw_fd(),
-            batch,
-            &NetlinkAddr::new(0, 0),
-            MsgFlags::empty(),
-        )
-        .map_err(|errno| NetlinkError::Io { op: "send", errno })?;
+        netlink::send(&self.fd, batch).map_err(|errno| NetlinkError::Io { op: "send", errno })?;
         let mut acked = vec![false; what.len()];
         let mut pending = what.len();
         let mut first_error: Option<(usize, Errno)> = None;
@@ -887,8 +825,8 @@ impl Socket {
             } else {
                 MsgFlags::empty()
             };
-            let n = match recv(self.fd.as_raw_fd(), &mut buf, flags) {
-                Ok(n) => n,
+            let answer = match netlink::receive(&self.fd, &mut buf, flags) {
+                Ok(answer) => answer,
                 Err(Errno::EAGAIN) if first_error.is_some() => break,
                 Err(errno) => {
                     return Err(NetlinkError::Io {
@@ -897,20 +835,11 @@ impl Socket {
                     })
                 }
             };
-            let mut rest = &buf[..n];
-            while rest.len() >= 16 {
-                let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-                if len < 16 || len > rest.len() {
-                    return Err(NetlinkError::Unexpected(
-                        "message length out of bounds".into(),
-                    ));
-                }
-                let kind = u16::from_ne_bytes([rest[4], rest[5]]);
-                let seq = u32::from_ne_bytes([rest[8], rest[9], rest[10], rest[11]]) as usize;
-                if kind == NLMSG_ERROR {
-                    let code = rest
-                        .get(16..20)
-                        .map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            for msg in answer {
+                let msg = msg.map_err(|e| NetlinkError::Unexpected(e.to_string()))?;
+                let seq = msg.seq as usize;
+                if msg.kind == NLMSG_ERROR {
+                    let code = error_code(msg.payload)
                         .ok_or_else(|| NetlinkError::Unexpected("truncated error".into()))?;
                     if let Some(slot) = seq.checked_sub(1).and_then(|i| acked.get_mut(i)) {
                         if !*slot {
@@ -928,7 +857,6 @@ impl Socket {
                         });
                     }
                 }
-                rest = rest.get(len.next_multiple_of(4)..).unwrap_or(&[]);
             }
         }
         match first_error {

@@ -6,104 +6,26 @@
 //! `nettool` helper, as an application uid (1000) or the proxy uid (1337) through `setpriv`.
 //! Namespaces are uniquely named and deleted on drop. Root is required: these tests fail, never skip.
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use e2e::netns::{Family, NetNs};
+use e2e::interception::{
+    app_outbound_is_captured, dns_to_the_configured_server_lands_on_15053,
+    inbound_lands_on_15006_and_an_excluded_port_does_not, ipv6_outbound_and_inbound_are_redirected,
+    outbound_of_the_app_is_redirected_and_the_proxy_s_is_not,
+    the_excluded_cidr_and_port_bypass_the_proxy, tproxy_inbound_reaches_a_transparent_listener,
+    tproxy_routing_is_in_place_once, DNS_TO_THE_PEER, EXCLUDED_CIDR, EXCLUDED_PORT,
+};
+use e2e::iptables_init::{init, init_ok};
+use e2e::netns::{Family, NetNs, Pair};
+use e2e::nettool::PROXY_UID;
 use test_support::istio_init::injected_args_with;
 use test_support::require_root;
 
-const APP_UID: u32 = 1000;
-const PROXY_UID: u32 = 1337;
-
-struct Pair {
-    pod: NetNs,
-    peer: NetNs,
-}
-
-impl Pair {
-    fn new(name: &str) -> Pair {
-        require_root();
-        let pod = NetNs::new(&format!("{name}-pod")).expect("pod netns");
-        let peer = NetNs::new(&format!("{name}-peer")).expect("peer netns");
-        pod.run(&[
-            "ip",
-            "link",
-            "add",
-            "eth0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            peer.name(),
-        ])
-        .expect("veth pair");
-        for (ns, addrs) in [
-            (&pod, &["10.10.0.1/24"][..]),
-            (&peer, &["10.10.0.2/24", "10.10.0.3/24"][..]),
-        ] {
-            for a in addrs {
-                ns.run(&["ip", "addr", "add", a, "dev", "eth0"])
-                    .expect("v4 address");
-            }
-        }
-        pod.run(&[
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            "fd00::1/64",
-            "dev",
-            "eth0",
-            "nodad",
-        ])
-        .expect("v6");
-        peer.run(&[
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            "fd00::2/64",
-            "dev",
-            "eth0",
-            "nodad",
-        ])
-        .expect("v6");
-        for ns in [&pod, &peer] {
-            ns.run(&["ip", "link", "set", "eth0", "up"])
-                .expect("eth0 up");
-        }
-        Pair { pod, peer }
-    }
-}
-
-/// Runs the built `iptables-init` inside `ns` (as root).
-fn init(ns: &NetNs, args: &[&str]) -> Output {
-    let out = ns
-        .command(e2e::bin("iptables-init"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run iptables-init");
-    eprintln!(
-        "iptables-init {args:?} -> {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn init_ok(ns: &NetNs, args: &[&str]) {
-    let out = init(ns, args);
-    assert!(
-        out.status.success(),
-        "iptables-init {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
+/// The pod/peer pair of a test, once root and the tools are checked.
+fn pair(name: &str) -> Pair {
+    require_root();
+    Pair::new(name)
 }
 
 /// The arguments Istio's injector writes (hello.yaml), then `extra`.
@@ -114,86 +36,6 @@ fn with(extra: &[&'static str]) -> Vec<&'static str> {
 /// The injected arguments with TPROXY inbound interception, and `--ipv6 <ipv6>`.
 fn tproxy(ipv6: &'static str) -> Vec<&'static str> {
     injected_args_with(&[("-m", "TPROXY")], &["--ipv6", ipv6])
-}
-
-/// A command running `nettool` inside `ns`, as `uid` (through setpriv) or as root.
-fn nettool(ns: &NetNs, uid: Option<u32>, args: &[&str]) -> Command {
-    let tool = e2e::bin("nettool");
-    let mut cmd = match uid {
-        Some(uid) => {
-            let mut c = ns.command("setpriv");
-            let u = uid.to_string();
-            c.args(["--reuid", &u, "--regid", &u, "--clear-groups"])
-                .arg(tool);
-            c
-        }
-        None => ns.command(tool),
-    };
-    cmd.args(args);
-    cmd
-}
-
-/// A running `nettool listen-*`, ready once constructed.
-struct Listener {
-    child: Child,
-    lines: std::io::Lines<BufReader<ChildStdout>>,
-    what: String,
-}
-
-impl Listener {
-    fn start(ns: &NetNs, args: &[&str]) -> Listener {
-        Listener::start_as(ns, None, args)
-    }
-
-    fn start_as(ns: &NetNs, uid: Option<u32>, args: &[&str]) -> Listener {
-        let mut all = args.to_vec();
-        all.extend(["--timeout-ms", "4000"]);
-        let mut child = nettool(ns, uid, &all)
-            .stdout(Stdio::piped())
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn listener");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let first = lines.next().and_then(Result::ok).unwrap_or_default();
-        assert_eq!(first, "READY", "listener {args:?} did not start");
-        Listener {
-            child,
-            lines,
-            what: format!("{args:?} in {}", ns.name()),
-        }
-    }
-
-    /// The event line the listener reports (`ACCEPTED ...`, `RECEIVED ...` or `TIMEOUT`).
-    fn event(mut self) -> String {
-        let line = self.lines.next().and_then(Result::ok).unwrap_or_default();
-        let _ = self.child.wait();
-        line
-    }
-
-    /// Stops a listener that must have seen nothing; returns what it saw.
-    fn stop(mut self) -> String {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let rest: Vec<String> = self.lines.by_ref().map_while(Result::ok).collect();
-        eprintln!("listener {} stopped: {rest:?}", self.what);
-        rest.join("\n")
-    }
-}
-
-/// Runs a `nettool` client and returns (exit code, its line).
-fn client(ns: &NetNs, uid: Option<u32>, args: &[&str]) -> (i32, String) {
-    let out = nettool(ns, uid, args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("client");
-    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    eprintln!(
-        "client {args:?} as {uid:?}: {} {line} {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), line)
 }
 
 /// `iptables-save` without comments (timestamps) and counters.
@@ -224,179 +66,54 @@ fn has_ours(text: &str) -> bool {
 
 #[test]
 fn a_outbound_from_app_is_redirected_with_original_destination_and_proxy_is_not() {
-    let p = Pair::new("ipt-a");
+    let p = pair("ipt-a");
     init_ok(&p.pod, &with(&["--ipv6", "false"]));
-
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = proxy.event();
-    assert!(
-        ev.starts_with("ACCEPTED") && ev.contains("orig=10.10.0.2:8080"),
-        "{ev}"
-    );
-    assert_eq!(
-        peer.stop(),
-        "",
-        "the app's connection reached the peer uncaptured"
-    );
-
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
-    let (code, line) = client(&p.pod, Some(PROXY_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = peer.event();
-    assert!(ev.starts_with("ACCEPTED peer=10.10.0.1:"), "{ev}");
-    assert_eq!(proxy.stop(), "", "the proxy's own connection was captured");
+    outbound_of_the_app_is_redirected_and_the_proxy_s_is_not(&p);
 }
 
 #[test]
 fn b_inbound_to_app_port_lands_on_15006_and_excluded_port_does_not() {
-    let p = Pair::new("ipt-b");
+    let p = pair("ipt-b");
     init_ok(&p.pod, &with(&["--ipv6", "false"]));
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = inbound.event();
-    assert!(
-        ev.starts_with("ACCEPTED peer=10.10.0.2:") && ev.contains("orig=10.10.0.1:8080"),
-        "{ev}"
-    );
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006"]);
-    let direct = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15090"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:15090"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = direct.event();
-    // Accepted on the port the peer dialled: not redirected (no NAT, so the "original" is the same).
-    assert!(
-        ev.starts_with("ACCEPTED") && ev.contains("local=10.10.0.1:15090"),
-        "{ev}"
-    );
-    assert_eq!(inbound.stop(), "", "an excluded inbound port was captured");
+    inbound_lands_on_15006_and_an_excluded_port_does_not(&p);
 }
 
 #[test]
 fn c_excluded_outbound_cidr_and_port_bypass_the_proxy() {
-    let p = Pair::new("ipt-c");
-    init_ok(
-        &p.pod,
-        &injected_args_with(
-            &[("-x", "10.10.0.3/32")],
-            &["-o", "9090", "--ipv6", "false"],
-        ),
-    );
-    for (target, listen) in [
-        ("10.10.0.3:8080", "10.10.0.3:8080"),
-        ("10.10.0.2:9090", "10.10.0.2:9090"),
-    ] {
-        let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-        let peer = Listener::start(&p.peer, &["listen-tcp", listen]);
-        let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", target]);
-        assert_eq!(code, 0, "{target}: {line}");
-        let ev = peer.event();
-        assert!(
-            ev.starts_with("ACCEPTED"),
-            "{target} did not bypass the proxy: {ev}"
-        );
-        assert_eq!(proxy.stop(), "", "{target} was captured");
-    }
-    // Control: anything else is still captured.
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let (code, _) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0);
-    assert!(proxy.event().contains("orig=10.10.0.2:8080"));
+    let p = pair("ipt-c");
+    init_ok(&p.pod, &injected_args_with(EXCLUDED_CIDR, EXCLUDED_PORT));
+    the_excluded_cidr_and_port_bypass_the_proxy(&p);
 }
 
 #[test]
 fn d_dns_to_the_configured_server_lands_on_15053() {
-    let p = Pair::new("ipt-d");
-    init_ok(
-        &p.pod,
-        &with(&[
-            "--ipv6",
-            "false",
-            "--redirect-dns",
-            "--dns-servers",
-            "10.10.0.2",
-        ]),
-    );
-    // The DNS agent runs as the proxy uid: its replies then enter conntrack zone 2 (raw-table CT rule),
-    // the zone of the app's NATed query, and are un-NATed on the way back.
-    let agent = Listener::start_as(&p.pod, Some(PROXY_UID), &["listen-udp", "127.0.0.1:15053"]);
-    let server = Listener::start(&p.peer, &["listen-udp", "10.10.0.2:53"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["send-udp", "10.10.0.2:53"]);
-    let ev = agent.event();
-    assert!(ev.starts_with("RECEIVED"), "DNS was not captured: {ev}");
-    assert_eq!(code, 0, "no reply: {line}");
-    // The reply is un-NATed: it appears to come from the server the app asked.
-    assert!(line.contains("peer=10.10.0.2:53"), "{line}");
-    assert_eq!(server.stop(), "", "the query reached the real server");
+    let p = pair("ipt-d");
+    init_ok(&p.pod, &with(DNS_TO_THE_PEER));
+    dns_to_the_configured_server_lands_on_15053(&p);
 }
 
 #[test]
 fn e_tproxy_inbound_lands_on_a_transparent_listener_and_routes_are_idempotent() {
-    let p = Pair::new("ipt-e");
+    let p = pair("ipt-e");
     let args = tproxy("false");
     init_ok(&p.pod, &args);
-    let rules = p.pod.run(&["ip", "-4", "rule", "show"]).expect("ip rule");
-    assert_eq!(
-        rules.matches("fwmark 0x539 lookup 133").count(),
-        1,
-        "{rules}"
-    );
-    let routes = p
-        .pod
-        .run(&["ip", "-4", "route", "show", "table", "133"])
-        .expect("ip route");
-    assert!(routes.contains("local default dev lo"), "{routes}");
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006", "--transparent"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:8080"]);
-    assert_eq!(code, 0, "{line}");
-    assert!(line.contains("reply=hello"), "{line}");
-    let ev = inbound.event();
-    // TPROXY keeps the original destination as the socket's local address.
-    assert!(
-        ev.starts_with("ACCEPTED peer=10.10.0.2:") && ev.contains("local=10.10.0.1:8080"),
-        "{ev}"
-    );
+    tproxy_inbound_reaches_a_transparent_listener(&p);
 
     // A rerun changes nothing, routes included.
     let before = saved(&p.pod, Family::V4);
     init_ok(&p.pod, &args);
     assert_eq!(saved(&p.pod, Family::V4), before);
-    let rules = p.pod.run(&["ip", "-4", "rule", "show"]).expect("ip rule");
-    assert_eq!(
-        rules.matches("fwmark 0x539 lookup 133").count(),
-        1,
-        "{rules}"
-    );
+    tproxy_routing_is_in_place_once(&p.pod);
 }
 
 #[test]
 fn f_ipv6_outbound_and_inbound() {
-    let p = Pair::new("ipt-f");
+    let p = pair("ipt-f");
     init_ok(&p.pod, &with(&["--ipv6", "true"]));
     let v6 = saved(&p.pod, Family::V6);
     assert!(v6.contains("ISTIO_OUTPUT"), "{v6}");
 
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "[::]:15001"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "[fd00::2]:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = proxy.event();
-    assert!(ev.contains("orig=[fd00::2]:8080"), "{ev}");
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "[::]:15006"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "[fd00::1]:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = inbound.event();
-    assert!(
-        ev.starts_with("ACCEPTED peer=[fd00::2]:") && ev.contains("orig=[fd00::1]:8080"),
-        "{ev}"
-    );
+    ipv6_outbound_and_inbound_are_redirected(&p);
 }
 
 /// A foreign rule the namespace had before us; it must survive everything.
@@ -412,7 +129,7 @@ fn add_foreign_rules(ns: &NetNs) {
 
 #[test]
 fn g_rerun_is_a_noop_reconcile_replaces_exactly_and_cleanup_restores_the_original() {
-    let p = Pair::new("ipt-g");
+    let p = pair("ipt-g");
     add_foreign_rules(&p.pod);
     let original4 = saved(&p.pod, Family::V4);
     let original6 = saved(&p.pod, Family::V6);
@@ -482,7 +199,7 @@ fn g_rerun_is_a_noop_reconcile_replaces_exactly_and_cleanup_restores_the_origina
 #[test]
 fn h_a_failure_in_the_middle_leaves_no_rules_of_ours() {
     // IPv6 refuses after IPv4 was applied: a chain of ours already exists in ip6tables only.
-    let p = Pair::new("ipt-h");
+    let p = pair("ipt-h");
     p.pod
         .restore(
             Family::V6,
@@ -597,7 +314,7 @@ fn j_without_net_admin_nothing_is_touched() {
 #[test]
 fn k_backend_choice_is_stable_and_legacy_works_when_forced_or_in_use() {
     // An empty legacy nat table (what Istio's write probe leaves behind) does not make us pick legacy.
-    let p = Pair::new("ipt-k");
+    let p = pair("ipt-k");
     p.pod
         .run(&["iptables-legacy", "-t", "nat", "-L", "-n"])
         .expect("instantiate legacy nat");
@@ -614,7 +331,7 @@ fn k_backend_choice_is_stable_and_legacy_works_when_forced_or_in_use() {
 
     // Forced legacy: rules in the legacy tables, real traffic captured through them, and a later run
     // without forcing sees legacy in use and finds nothing to do.
-    let q = Pair::new("ipt-k2");
+    let q = pair("ipt-k2");
     let out = q
         .pod
         .command(e2e::bin("iptables-init"))
@@ -635,10 +352,7 @@ fn k_backend_choice_is_stable_and_legacy_works_when_forced_or_in_use() {
         .run(&["iptables-nft-save"])
         .expect("nft save")
         .contains("ISTIO"));
-    let proxy = Listener::start(&q.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let (code, line) = client(&q.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    assert!(proxy.event().contains("orig=10.10.0.2:8080"));
+    app_outbound_is_captured(&q.pod);
     init_ok(&q.pod, &args);
     assert_eq!(
         q.pod
@@ -659,7 +373,7 @@ fn k_backend_choice_is_stable_and_legacy_works_when_forced_or_in_use() {
 #[test]
 fn l_reconcile_from_tproxy_to_redirect_and_cleanup_with_another_configuration() {
     let tproxy = injected_args_with(&[("-m", "TPROXY"), ("-d", "15090")], &["--ipv6", "false"]);
-    let p = Pair::new("ipt-l");
+    let p = pair("ipt-l");
     let original = saved(&p.pod, Family::V4);
     init_ok(&p.pod, &tproxy);
     assert!(saved(&p.pod, Family::V4).contains("CONNMARK"));
@@ -707,7 +421,7 @@ const EXEC_NOTE: &str = "replaces this process (exec)";
 #[test]
 fn m_exec_path_installs_what_the_usual_path_does_then_reruns_are_checked() {
     // The injected IPv4 arguments are the exec path's case: one nat table, no routes, nothing after.
-    let p = Pair::new("ipt-m");
+    let p = pair("ipt-m");
     add_foreign_rules(&p.pod);
     let original = saved(&p.pod, Family::V4);
     let args = with(&["--ipv6", "false"]);
@@ -748,10 +462,7 @@ fn m_exec_path_installs_what_the_usual_path_does_then_reruns_are_checked() {
     );
 
     // The traffic is really intercepted.
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    assert!(proxy.event().contains("orig=10.10.0.2:8080"));
+    app_outbound_is_captured(&p.pod);
 }
 
 #[test]
@@ -788,8 +499,8 @@ fn o_cleanup_dry_run_prints_the_removal_a_cleanup_applies() {
     // TPROXY with IPv6: our chains in two tables per family, our rules in built-in chains (jumps and the
     // CONNMARK/MARK rules), and routes.
     let args = tproxy("true");
-    let real = Pair::new("ipt-o-real");
-    let printed = Pair::new("ipt-o-dry");
+    let real = pair("ipt-o-real");
+    let printed = pair("ipt-o-dry");
     for p in [&real, &printed] {
         add_foreign_rules(&p.pod);
         init_ok(&p.pod, &args);

@@ -11,96 +11,11 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use anyhow::{bail, ensure, Context as _, Result};
+use anyhow::{ensure, Context as _, Result};
 use e2e::netns::{Family, NetNs};
+use test_support::corpus::{load_run_cases, RunCase};
+use test_support::groups::ensure_groups;
 use test_support::istio_init::{self, injected_args_with};
-
-/// One row of cases.tsv.
-#[derive(Debug)]
-struct Case {
-    name: String,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
-}
-
-/// Splits a shell-quoted argument string: whitespace separates words; '…' is literal; "…" and
-/// backslash escape as in sh (enough for the quoting cases.tsv uses).
-fn shell_words(s: &str) -> Result<Vec<String>> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(x) => word.push(x),
-                        None => bail!("unterminated ' in {s:?}"),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => word.push(chars.next().context("trailing \\")?),
-                        Some(x) => word.push(x),
-                        None => bail!("unterminated \" in {s:?}"),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                word.push(chars.next().context("trailing \\")?);
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut word));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                word.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(word);
-    }
-    Ok(words)
-}
-
-fn read_cases(dir: &std::path::Path) -> Result<Vec<Case>> {
-    let path = dir.join("cases.tsv");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let mut cases = Vec::new();
-    for (i, line) in text.lines().enumerate().skip(1) {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let mut cols = line.split('\t');
-        let name = cols.next().context("name column")?.to_string();
-        let args = shell_words(cols.next().unwrap_or(""))
-            .with_context(|| format!("cases.tsv line {}", i + 1))?;
-        let env = cols
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .map(|kv| {
-                let (k, v) = kv.split_once('=').context("env item is not NAME=value")?;
-                Ok((k.to_string(), v.to_string()))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        cases.push(Case { name, args, env });
-    }
-    Ok(cases)
-}
 
 /// Istio's golden as restore inputs (v4, v6), converted as the README says.
 fn golden_parts(golden: &str) -> (String, String) {
@@ -191,36 +106,9 @@ fn describe_diff(family: Family, ours: &Dump, theirs: &Dump) -> String {
     out
 }
 
-/// Makes sure the groups a case names exist (the goldens use `java`; `ftp` in other cases).
-fn ensure_groups(case: &Case) -> Result<()> {
-    let groups = case
-        .env
-        .iter()
-        .filter(|(k, _)| k.starts_with("ISTIO_OUTBOUND_OWNER_GROUPS"))
-        .flat_map(|(_, v)| v.split(',').map(str::to_string).collect::<Vec<_>>())
-        .filter(|g| !g.is_empty() && g != "*" && !g.bytes().all(|b| b.is_ascii_digit()));
-    for g in groups {
-        let exists = Command::new("getent")
-            .args(["group", &g])
-            .output()
-            .context("running getent")?
-            .status
-            .success();
-        if !exists {
-            let st = Command::new("groupadd")
-                .arg(&g)
-                .status()
-                .context("running groupadd")?;
-            ensure!(st.success(), "groupadd {g} failed");
-        }
-    }
-    Ok(())
-}
-
-fn run_case(dir: &std::path::Path, case: &Case) -> Result<()> {
-    ensure_groups(case)?;
-    let golden = std::fs::read_to_string(dir.join(format!("{}.golden", case.name)))
-        .with_context(|| format!("golden of {}", case.name))?;
+fn run_case(dir: &std::path::Path, case: &RunCase) -> Result<()> {
+    ensure_groups(case.named_groups())?;
+    let golden = case.golden_text(dir)?;
     let (gold_v4, gold_v6) = golden_parts(&golden);
 
     let record = std::env::temp_dir().join(format!(
@@ -363,7 +251,7 @@ fn record_comparison_allows_only_address_spelling() {
 fn every_golden_case_yields_the_same_kernel_state() {
     test_support::require_root();
     let dir = test_support::corpus::iptables_dir();
-    let cases = read_cases(&dir).expect("cases.tsv");
+    let cases = load_run_cases(&dir).expect("cases.tsv");
     assert!(!cases.is_empty(), "no cases in {}", dir.display());
     let mut failures = Vec::new();
     for case in &cases {
@@ -382,25 +270,6 @@ fn every_golden_case_yields_the_same_kernel_state() {
         failures.len(),
         cases.len(),
         failures.join("\n")
-    );
-}
-
-#[test]
-fn shell_words_handle_the_quoting_cases_use() {
-    let w = shell_words(r#"-i '*' -x '' -d 6000,7000, --dns-servers "" a\ b"#).expect("splits");
-    assert_eq!(
-        w,
-        [
-            "-i",
-            "*",
-            "-x",
-            "",
-            "-d",
-            "6000,7000,",
-            "--dns-servers",
-            "",
-            "a b"
-        ]
     );
 }
 

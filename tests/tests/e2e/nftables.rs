@@ -7,129 +7,48 @@
 //! the same `nft --debug=netlink list ruleset` (the bytecode) once rule handles and anonymous set
 //! numbers are normalised. The same `nft` binary lists every side, so its version cannot matter.
 //!
-//! The helpers live here for now (namespaces through `ip netns`, commands through `ip netns exec`).
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use anyhow::{bail, ensure, Context as _, Result};
-
-/// Istio's nftables goldens, checked in beside the crates.
-fn testdata() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/istio/nftables")
-}
-
-/// The `iptables-init` under test (`E2E_IPTABLES_INIT` overrides the workspace's debug build).
-fn iptables_init() -> PathBuf {
-    if let Some(p) = std::env::var_os("E2E_IPTABLES_INIT") {
-        return PathBuf::from(p);
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let path = target.join("debug/iptables-init");
-    assert!(
-        path.exists(),
-        "{} not found: run `cargo build -p iptables-init` first",
-        path.display()
-    );
-    path
-}
+use anyhow::{ensure, Context as _, Result};
+use e2e::interception::{
+    app_outbound_bypasses_the_proxy, dns_to_the_configured_server_lands_on_15053,
+    inbound_lands_on_15006_and_an_excluded_port_does_not, ipv6_outbound_and_inbound_are_redirected,
+    outbound_of_the_app_is_redirected_and_the_proxy_s_is_not,
+    the_excluded_cidr_and_port_bypass_the_proxy, tproxy_inbound_reaches_a_transparent_listener,
+    DNS_TO_THE_PEER, EXCLUDED_CIDR, EXCLUDED_PORT,
+};
+use e2e::iptables_init::init_ok;
+use e2e::netns::{NetNs, Pair};
+use e2e::nettool::PROXY_UID;
+use test_support::corpus::{load_run_cases, nftables_dir, RunCase};
+use test_support::groups::ensure_groups;
+use test_support::istio_init::injected_args_with;
 
 /// Panics unless root with `nft` and `ip` installed: these tests never skip.
 fn require_root_and_nft() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "this test needs root (network namespaces, nf_tables); it never skips"
-    );
-    for tool in ["nft", "ip"] {
-        let found = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
-            .iter()
-            .any(|d| Path::new(d).join(tool).is_file());
-        assert!(
-            found,
-            "this test needs `{tool}` (install nftables, iproute2); it never skips"
-        );
-    }
+    test_support::root::require_root_with(&["nft", "ip"], "install nftables and iproute2");
 }
 
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-/// A named network namespace with `lo` up, deleted on drop.
-struct Ns {
-    name: String,
+/// A fresh namespace with `lo` up; panics when it cannot be made.
+fn new_ns(prefix: &str) -> NetNs {
+    NetNs::new(prefix).expect("netns")
 }
 
-impl Ns {
-    fn new(prefix: &str) -> Ns {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let prefix: String = prefix
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
-            .take(20)
-            .collect();
-        let name = format!("{prefix}-{}-{n}", std::process::id());
-        checked(Command::new("ip").args(["netns", "add", &name])).expect("ip netns add");
-        let ns = Ns { name };
-        ns.run(&["ip", "link", "set", "lo", "up"]).expect("lo up");
-        ns
-    }
-
-    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name]).arg(program);
-        c
-    }
-
-    fn run(&self, argv: &[&str]) -> Result<String> {
-        let (p, args) = argv.split_first().context("empty command")?;
-        checked(self.command(p).args(args))
-    }
-
-    /// Loads `text` with `nft -f`.
-    fn nft_load(&self, text: &str) -> Result<()> {
-        let file =
-            std::env::temp_dir().join(format!("nft-load-{}-{}.nft", self.name, std::process::id()));
-        std::fs::write(&file, text)?;
-        let r = self.run(&["nft", "-f", &file.to_string_lossy()]);
-        let _ = std::fs::remove_file(&file);
-        r.map(|_| ())
-    }
-
-    /// The two views of the ruleset the comparison uses.
-    fn views(&self) -> Result<(String, String)> {
-        let list = self.run(&["nft", "-s", "list", "ruleset"])?;
-        let netlink =
-            normalise_netlink(&self.run(&["nft", "--debug=netlink", "list", "ruleset"])?);
-        Ok((list, netlink))
-    }
+/// Loads `text` into `ns` with `nft -f`.
+fn nft_load(ns: &NetNs, text: &str) -> Result<()> {
+    let file = std::env::temp_dir().join(format!("nft-load-{}.nft", ns.name()));
+    std::fs::write(&file, text)?;
+    let r = ns.run(&["nft", "-f", &file.to_string_lossy()]);
+    let _ = std::fs::remove_file(&file);
+    r.map(|_| ())
 }
 
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-fn checked(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    into_stdout(cmd, out)
-}
-
-fn into_stdout(cmd: &Command, out: Output) -> Result<String> {
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    String::from_utf8(out.stdout).context("output is not UTF-8")
+/// The two views of the ruleset of `ns` the comparison uses.
+fn ruleset_views(ns: &NetNs) -> Result<(String, String)> {
+    let list = ns.run(&["nft", "-s", "list", "ruleset"])?;
+    let netlink = normalise_netlink(&ns.run(&["nft", "--debug=netlink", "list", "ruleset"])?);
+    Ok((list, netlink))
 }
 
 /// `nft --debug=netlink` output with rule handles (`inet T C <handle> [<prev>]`) cut, anonymous set
@@ -170,103 +89,31 @@ fn normalise_netlink(s: &str) -> String {
     out
 }
 
-/// One row of cases.tsv.
-#[derive(Debug, Clone)]
-struct Case {
-    name: String,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
+/// The rows of `testdata/istio/nftables/cases.tsv`.
+fn read_cases() -> Vec<RunCase> {
+    load_run_cases(&nftables_dir()).expect("cases.tsv")
 }
 
-/// Splits the args column: whitespace separates words, `'…'` is literal (all cases.tsv uses).
-fn words(s: &str) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(x) => word.push(x),
-                        None => bail!("unterminated ' in {s:?}"),
-                    }
-                }
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    out.push(std::mem::take(&mut word));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                word.push(c);
-            }
-        }
-    }
-    if in_word {
-        out.push(word);
-    }
-    Ok(out)
-}
-
-fn read_cases() -> Vec<Case> {
-    let path = testdata().join("cases.tsv");
-    let text = std::fs::read_to_string(&path).expect("cases.tsv");
-    text.lines()
-        .skip(1)
-        .filter(|l| !l.trim().is_empty())
-        .map(|line| {
-            let mut cols = line.split('\t');
-            let name = cols.next().unwrap_or_default().to_string();
-            let args = words(cols.next().unwrap_or_default()).expect("args column");
-            let env = cols
-                .next()
-                .unwrap_or_default()
-                .split_whitespace()
-                .map(|kv| {
-                    let (k, v) = kv.split_once('=').expect("env item NAME=value");
-                    (k.to_string(), v.to_string())
-                })
-                .collect();
-            Case { name, args, env }
-        })
-        .collect()
-}
-
-/// Creates the owner groups a case names by name (`java`), as nft resolves names through `/etc/group`.
-fn ensure_groups(case: &Case) {
-    for (_, v) in case
-        .env
+/// Each case of cases.tsv through `check`; every failure is reported, `what` names the check.
+fn every_case(what: &str, check: fn(&RunCase) -> Result<()>) {
+    require_root_and_nft();
+    let cases = read_cases();
+    assert_eq!(cases.len(), 16, "cases.tsv rows");
+    let failures: Vec<String> = cases
         .iter()
-        .filter(|(k, _)| k.starts_with("ISTIO_OUTBOUND_OWNER_GROUPS"))
-    {
-        for g in v
-            .split(',')
-            .filter(|g| !g.is_empty() && *g != "*" && !g.bytes().all(|b| b.is_ascii_digit()))
-        {
-            let exists = Command::new("getent")
-                .args(["group", g])
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if !exists {
-                let st = Command::new("groupadd")
-                    .args(["-f", g])
-                    .status()
-                    .expect("groupadd");
-                assert!(st.success(), "groupadd {g}");
-            }
-        }
-    }
+        .filter_map(|c| check(c).err().map(|e| format!("{}: {e:#}", c.name)))
+        .collect();
+    eprintln!(
+        "nftables {what} parity: {}/{} cases equal",
+        cases.len() - failures.len(),
+        cases.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 /// `iptables-init <case args> --native-nftables <extra>` with only the case's environment.
-fn ours(case: &Case, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(iptables_init());
+fn ours(case: &RunCase, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(e2e::bin("iptables-init"));
     cmd.args(&case.args)
         .arg("--native-nftables")
         .args(extra)
@@ -301,9 +148,9 @@ fn compare(what: &str, ours: &(String, String), golden: &(String, String)) -> Re
     Ok(())
 }
 
-fn dry_run_case(case: &Case) -> Result<()> {
-    ensure_groups(case);
-    let golden = std::fs::read_to_string(testdata().join(format!("{}.golden", case.name)))?;
+fn dry_run_case(case: &RunCase) -> Result<()> {
+    ensure_groups(case.named_groups())?;
+    let golden = case.golden_text(&nftables_dir())?;
     let record =
         std::env::temp_dir().join(format!("nft-record-{}-{}", std::process::id(), case.name));
     let out = ours(case, &["--dry-run"])
@@ -326,33 +173,21 @@ fn dry_run_case(case: &Case) -> Result<()> {
         text == golden,
         "dry-run text differs from the golden:\n{text}"
     );
-    let g = Ns::new(&format!("nftg-{}", case.name));
-    g.nft_load(&golden).context("loading the golden")?;
-    let o = Ns::new(&format!("nfto-{}", case.name));
-    o.nft_load(&text).context("loading our dry run")?;
-    let gv = g.views()?;
+    let g = new_ns(&format!("nftg-{}", case.name));
+    nft_load(&g, &golden).context("loading the golden")?;
+    let o = new_ns(&format!("nfto-{}", case.name));
+    nft_load(&o, &text).context("loading our dry run")?;
+    let gv = ruleset_views(&g)?;
     ensure!(
         gv.0.contains("table inet istio-proxy-nat"),
         "the golden loaded nothing"
     );
-    compare("dry run", &o.views()?, &gv)
+    compare("dry run", &ruleset_views(&o)?, &gv)
 }
 
 #[test]
 fn parity_dry_run_loaded_with_nft_equals_every_golden() {
-    require_root_and_nft();
-    let cases = read_cases();
-    assert_eq!(cases.len(), 16, "cases.tsv rows");
-    let failures: Vec<String> = cases
-        .iter()
-        .filter_map(|c| dry_run_case(c).err().map(|e| format!("{}: {e:#}", c.name)))
-        .collect();
-    eprintln!(
-        "nftables dry-run parity: {}/{} cases equal",
-        cases.len() - failures.len(),
-        cases.len()
-    );
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    every_case("dry-run", dry_run_case);
 }
 
 /// The tools a real run must not use: `nft`, `iptables*`, `ip6tables*`, `ip`.
@@ -364,7 +199,7 @@ done";
 
 /// A command that runs `argv` in `ns` inside a private mount namespace in which every tool of
 /// [`MASKED`] is `/bin/false`; the sandbox first proves that `nft` and `ip` are gone.
-fn sandboxed(ns: &Ns, argv: &[String], env: &[(String, String)]) -> Command {
+fn sandboxed(ns: &NetNs, argv: &[String], env: &[(String, String)]) -> Command {
     let quoted: Vec<String> = argv
         .iter()
         .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
@@ -381,9 +216,20 @@ fn sandboxed(ns: &Ns, argv: &[String], env: &[(String, String)]) -> Command {
     cmd
 }
 
+/// [`real_run`], which must succeed; `what` names the run in the failure.
+fn real_ok(ns: &NetNs, case: &RunCase, extra: &[&str], what: &str) -> Output {
+    let out = real_run(ns, case, extra).expect(what);
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// A real `--native-nftables` run of `case` (plus `extra`) in `ns`, with no userspace tool available.
-fn real_run(ns: &Ns, case: &Case, extra: &[&str]) -> Result<Output> {
-    let mut argv = vec![iptables_init().to_string_lossy().into_owned()];
+fn real_run(ns: &NetNs, case: &RunCase, extra: &[&str]) -> Result<Output> {
+    let mut argv = vec![e2e::bin("iptables-init").to_string_lossy().into_owned()];
     argv.extend(case.args.iter().cloned());
     argv.push("--native-nftables".into());
     argv.extend(extra.iter().map(|s| s.to_string()));
@@ -396,12 +242,12 @@ fn real_run(ns: &Ns, case: &Case, extra: &[&str]) -> Result<Output> {
     Ok(out)
 }
 
-fn real_case(case: &Case) -> Result<()> {
-    ensure_groups(case);
-    let golden = std::fs::read_to_string(testdata().join(format!("{}.golden", case.name)))?;
-    let g = Ns::new(&format!("nftg-{}", case.name));
-    g.nft_load(&golden).context("loading the golden")?;
-    let o = Ns::new(&format!("nftr-{}", case.name));
+fn real_case(case: &RunCase) -> Result<()> {
+    ensure_groups(case.named_groups())?;
+    let golden = case.golden_text(&nftables_dir())?;
+    let g = new_ns(&format!("nftg-{}", case.name));
+    nft_load(&g, &golden).context("loading the golden")?;
+    let o = new_ns(&format!("nftr-{}", case.name));
     let out = real_run(&o, case, &[])?;
     ensure!(
         out.status.success(),
@@ -409,7 +255,7 @@ fn real_case(case: &Case) -> Result<()> {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    compare("real run", &o.views()?, &g.views()?)?;
+    compare("real run", &ruleset_views(&o)?, &ruleset_views(&g)?)?;
     // A second run finds everything in place and sends nothing: handles and counters stay.
     let before = o.run(&["nft", "-a", "list", "ruleset"])?;
     let again = real_run(&o, case, &[])?;
@@ -428,22 +274,10 @@ fn real_case(case: &Case) -> Result<()> {
 
 #[test]
 fn parity_real_run_without_any_tool_equals_every_golden() {
-    require_root_and_nft();
-    let cases = read_cases();
-    assert_eq!(cases.len(), 16, "cases.tsv rows");
-    let failures: Vec<String> = cases
-        .iter()
-        .filter_map(|c| real_case(c).err().map(|e| format!("{}: {e:#}", c.name)))
-        .collect();
-    eprintln!(
-        "nftables real-run parity: {}/{} cases equal",
-        cases.len() - failures.len(),
-        cases.len()
-    );
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    every_case("real-run", real_case);
 }
 
-fn case(name: &str) -> Case {
+fn case(name: &str) -> RunCase {
     read_cases()
         .into_iter()
         .find(|c| c.name == name)
@@ -451,7 +285,7 @@ fn case(name: &str) -> Case {
 }
 
 /// The `ip rule` and `ip -6 addr show dev lo` of `ns`: what the route actions touch.
-fn routing(ns: &Ns) -> String {
+fn routing(ns: &NetNs) -> String {
     let rules = ns.run(&["ip", "rule"]).unwrap_or_default()
         + &ns.run(&["ip", "-6", "rule"]).unwrap_or_default();
     let routes = ns
@@ -473,25 +307,15 @@ fn routing(ns: &Ns) -> String {
 fn rerun_changes_nothing_and_routes_are_not_duplicated() {
     require_root_and_nft();
     let c = case("tproxy");
-    let ns = Ns::new("nft-rerun");
-    let first = real_run(&ns, &c, &[]).expect("first run");
-    assert!(
-        first.status.success(),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
-    let (views, routes) = (ns.views().expect("views"), routing(&ns));
+    let ns = new_ns("nft-rerun");
+    real_ok(&ns, &c, &[], "first run");
+    let (views, routes) = (ruleset_views(&ns).expect("views"), routing(&ns));
     assert!(routes.contains("fwmark 0x539 lookup 133"), "{routes}");
     assert!(routes.contains("::6/128"), "{routes}");
     let handles = ns.run(&["nft", "-a", "list", "ruleset"]).expect("list");
-    let second = real_run(&ns, &c, &[]).expect("second run");
-    assert!(
-        second.status.success(),
-        "{}",
-        String::from_utf8_lossy(&second.stderr)
-    );
+    real_ok(&ns, &c, &[], "second run");
     assert_eq!(
-        ns.views().expect("views"),
+        ruleset_views(&ns).expect("views"),
         views,
         "a rerun changed the ruleset"
     );
@@ -514,21 +338,16 @@ fn rerun_changes_nothing_and_routes_are_not_duplicated() {
         "accept",
     ])
     .expect("foreign rule");
-    let third = real_run(&ns, &c, &[]).expect("third run");
-    assert!(
-        third.status.success(),
-        "{}",
-        String::from_utf8_lossy(&third.stderr)
-    );
+    real_ok(&ns, &c, &[], "third run");
     assert_eq!(
-        ns.views().expect("views"),
+        ruleset_views(&ns).expect("views"),
         views,
         "the foreign rule survived"
     );
     // So does --force-apply, even with nothing to change.
     let forced = real_run(&ns, &c, &["--force-apply"]).expect("forced run");
     assert!(String::from_utf8_lossy(&forced.stderr).contains("ruleset applied"));
-    assert_eq!(ns.views().expect("views"), views);
+    assert_eq!(ruleset_views(&ns).expect("views"), views);
     assert_eq!(routing(&ns), routes, "a rerun changed the routing");
     assert_eq!(
         routes.matches("fwmark 0x539").count(),
@@ -540,34 +359,23 @@ fn rerun_changes_nothing_and_routes_are_not_duplicated() {
 #[test]
 fn a_smaller_configuration_leaves_no_stale_table() {
     require_root_and_nft();
-    let ns = Ns::new("nft-shrink");
-    let out = real_run(&ns, &case("tproxy"), &[]).expect("tproxy run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let list = ns.views().expect("views").0;
+    let ns = new_ns("nft-shrink");
+    real_ok(&ns, &case("tproxy"), &[], "tproxy run");
+    let list = ruleset_views(&ns).expect("views").0;
     assert!(
         list.contains("istio-proxy-mangle") && list.contains("istio-proxy-raw"),
         "{list}"
     );
     // Without --reconcile too: the tables are re-created every run.
-    let out = real_run(&ns, &case("empty"), &[]).expect("empty run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let fresh = Ns::new("nft-shrink-fresh");
-    let out = real_run(&fresh, &case("empty"), &[]).expect("fresh run");
-    assert!(out.status.success());
+    real_ok(&ns, &case("empty"), &[], "empty run");
+    let fresh = new_ns("nft-shrink-fresh");
+    real_ok(&fresh, &case("empty"), &[], "fresh run");
     assert_eq!(
-        ns.views().expect("views"),
-        fresh.views().expect("views"),
+        ruleset_views(&ns).expect("views"),
+        ruleset_views(&fresh).expect("views"),
         "state differs from a fresh run"
     );
-    let list = ns.views().expect("views").0;
+    let list = ruleset_views(&ns).expect("views").0;
     assert!(
         !list.contains("istio-proxy-mangle") && !list.contains("istio-proxy-raw"),
         "{list}"
@@ -577,26 +385,16 @@ fn a_smaller_configuration_leaves_no_stale_table() {
 #[test]
 fn cleanup_only_removes_our_tables_and_routes_and_nothing_else() {
     require_root_and_nft();
-    let ns = Ns::new("nft-clean");
-    ns.nft_load("add table inet foreign\nadd chain inet foreign c { type filter hook output priority 0 ; }\nadd rule inet foreign c counter accept\n")
+    let ns = new_ns("nft-clean");
+    nft_load(&ns, "add table inet foreign\nadd chain inet foreign c { type filter hook output priority 0 ; }\nadd rule inet foreign c counter accept\n")
         .expect("foreign table");
     ns.run(&["ip", "rule", "add", "fwmark", "7", "lookup", "77"])
         .expect("foreign rule");
-    let before = (ns.views().expect("views"), routing(&ns));
+    let before = (ruleset_views(&ns).expect("views"), routing(&ns));
     let c = case("tproxy");
-    let out = real_run(&ns, &c, &[]).expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = real_run(&ns, &c, &["--cleanup-only"]).expect("cleanup");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let after = ns.views().expect("views");
+    real_ok(&ns, &c, &[], "run");
+    real_ok(&ns, &c, &["--cleanup-only"], "cleanup");
+    let after = ruleset_views(&ns).expect("views");
     assert_eq!(
         after, before.0,
         "cleanup left or removed something in nf_tables"
@@ -605,26 +403,16 @@ fn cleanup_only_removes_our_tables_and_routes_and_nothing_else() {
     assert!(!routes.contains("0x539"), "{routes}");
     assert!(routes.contains("fwmark 0x7 lookup 77"), "{routes}");
     // Cleanup of an empty namespace succeeds too.
-    let empty = Ns::new("nft-clean-empty");
-    let out = real_run(&empty, &c, &["--cleanup-only"]).expect("cleanup");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(empty.views().expect("views").0, "");
+    let empty = new_ns("nft-clean-empty");
+    real_ok(&empty, &c, &["--cleanup-only"], "cleanup");
+    assert_eq!(ruleset_views(&empty).expect("views").0, "");
 }
 
 #[test]
 fn a_batch_refused_midway_leaves_the_namespace_as_it_was() {
     require_root_and_nft();
-    let ns = Ns::new("nft-fail");
-    let out = real_run(&ns, &case("empty"), &[]).expect("first run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let ns = new_ns("nft-fail");
+    real_ok(&ns, &case("empty"), &[], "first run");
     // A table of the same name owned by another process: nf_tables refuses our delete of it, a
     // message near the end of the batch.
     let mut holder = ns
@@ -655,10 +443,10 @@ fn a_batch_refused_midway_leaves_the_namespace_as_it_was() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let before = (ns.views().expect("views"), routing(&ns));
+    let before = (ruleset_views(&ns).expect("views"), routing(&ns));
     let out = real_run(&ns, &case("tproxy"), &[]).expect("failing run");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let after = (ns.views().expect("views"), routing(&ns));
+    let after = (ruleset_views(&ns).expect("views"), routing(&ns));
     let _ = holder.kill();
     let _ = holder.wait();
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -674,21 +462,21 @@ fn a_batch_refused_midway_leaves_the_namespace_as_it_was() {
 #[test]
 fn without_cap_net_admin_nothing_is_touched() {
     require_root_and_nft();
-    let ns = Ns::new("nft-cap");
+    let ns = new_ns("nft-cap");
     let c = case("tproxy");
     let mut argv = vec![
         "setpriv".to_string(),
         "--inh-caps=-all".into(),
         "--bounding-set=-net_admin".into(),
     ];
-    argv.push(iptables_init().to_string_lossy().into_owned());
+    argv.push(e2e::bin("iptables-init").to_string_lossy().into_owned());
     argv.extend(c.args.iter().cloned());
     argv.push("--native-nftables".into());
     let out = sandboxed(&ns, &argv, &c.env).output().expect("run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("CAP_NET_ADMIN"), "{stderr}");
-    assert_eq!(ns.views().expect("views").0, "");
+    assert_eq!(ruleset_views(&ns).expect("views").0, "");
     assert!(!routing(&ns).contains("::6/128"));
 }
 
@@ -706,374 +494,68 @@ fn normaliser_cuts_handles_and_set_numbers() {
     );
 }
 
-// Real traffic: a "pod" namespace and a "peer" namespace joined by a veth pair (pod `eth0`
-// 10.10.0.1/24 + fd00::1/64, peer `eth0` 10.10.0.2/24 + 10.10.0.3/24 + fd00::2/64), rules applied with
-// `--native-nftables` in the pod, real TCP/UDP sent with the `nettool` helper as an application uid
-// (1000) or the proxy uid (1337).
+// Real traffic: rules applied with `--native-nftables` in the pod of an `e2e::netns::Pair`, then the
+// checks of `e2e::interception`, which the iptables backend's tests make too.
 
-const APP_UID: u32 = 1000;
-const PROXY_UID: u32 = 1337;
-
-/// The arguments Istio's injector writes for a default pod.
-const INJECTED: &[&str] = &[
-    "istio-iptables",
-    "-p",
-    "15001",
-    "-z",
-    "15006",
-    "-u",
-    "1337",
-    "-m",
-    "REDIRECT",
-    "-i",
-    "*",
-    "-x",
-    "",
-    "-b",
-    "*",
-    "-d",
-    "15090,15021,15020",
-    "--native-nftables",
-];
-
-/// A binary of the workspace's debug build (`nettool` is the e2e crate's own).
-fn bin(name: &str) -> PathBuf {
-    if name == "iptables-init" {
-        return iptables_init();
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("debug").join(name)
+/// Istio's injected arguments (hello.yaml) with the value of each `replace` flag replaced, then
+/// `--native-nftables` and `extra`.
+fn native(replace: &[(&str, &'static str)], extra: &[&'static str]) -> Vec<&'static str> {
+    injected_args_with(replace, &[&["--native-nftables"][..], extra].concat())
 }
 
-struct Pair {
-    pod: Ns,
-    peer: Ns,
-}
-
-impl Pair {
-    fn new(name: &str) -> Pair {
-        require_root_and_nft();
-        let pod = Ns::new(&format!("{name}-pod"));
-        let peer = Ns::new(&format!("{name}-peer"));
-        pod.run(&[
-            "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns",
-            &peer.name,
-        ])
-        .expect("veth pair");
-        for (ns, addrs) in [
-            (&pod, &["10.10.0.1/24"][..]),
-            (&peer, &["10.10.0.2/24", "10.10.0.3/24"][..]),
-        ] {
-            for a in addrs {
-                ns.run(&["ip", "addr", "add", a, "dev", "eth0"])
-                    .expect("v4 address");
-            }
-        }
-        pod.run(&[
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            "fd00::1/64",
-            "dev",
-            "eth0",
-            "nodad",
-        ])
-        .expect("v6");
-        peer.run(&[
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            "fd00::2/64",
-            "dev",
-            "eth0",
-            "nodad",
-        ])
-        .expect("v6");
-        for ns in [&pod, &peer] {
-            ns.run(&["ip", "link", "set", "eth0", "up"])
-                .expect("eth0 up");
-        }
-        Pair { pod, peer }
-    }
-}
-
-fn init(ns: &Ns, args: &[&str]) -> Output {
-    let out = ns
-        .command(iptables_init())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("iptables-init");
-    eprintln!(
-        "iptables-init {args:?} -> {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn init_ok(ns: &Ns, args: &[&str]) {
-    let out = init(ns, args);
-    assert!(
-        out.status.success(),
-        "iptables-init {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
+/// The injected arguments with `--native-nftables`, then `extra`.
 fn with(extra: &[&'static str]) -> Vec<&'static str> {
-    let mut v = INJECTED.to_vec();
-    v.extend_from_slice(extra);
-    v
+    native(&[], extra)
 }
 
-fn nettool(ns: &Ns, uid: Option<u32>, args: &[&str]) -> Command {
-    let tool = bin("nettool");
-    let mut cmd = match uid {
-        Some(uid) => {
-            let mut c = ns.command("setpriv");
-            let u = uid.to_string();
-            c.args(["--reuid", &u, "--regid", &u, "--clear-groups"])
-                .arg(tool);
-            c
-        }
-        None => ns.command(tool),
-    };
-    cmd.args(args);
-    cmd
-}
-
-/// A running `nettool listen-*`, ready once constructed.
-struct Listener {
-    child: std::process::Child,
-    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
-}
-
-impl Listener {
-    fn start(ns: &Ns, args: &[&str]) -> Listener {
-        Listener::start_as(ns, None, args)
-    }
-
-    fn start_as(ns: &Ns, uid: Option<u32>, args: &[&str]) -> Listener {
-        use std::io::BufRead as _;
-        let mut all = args.to_vec();
-        all.extend(["--timeout-ms", "4000"]);
-        let mut child = nettool(ns, uid, &all)
-            .stdout(Stdio::piped())
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn listener");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = std::io::BufReader::new(stdout).lines();
-        let first = lines.next().and_then(Result::ok).unwrap_or_default();
-        assert_eq!(first, "READY", "listener {args:?} did not start");
-        Listener { child, lines }
-    }
-
-    /// The event the listener reports (`ACCEPTED ...`, `RECEIVED ...` or `TIMEOUT`).
-    fn event(mut self) -> String {
-        let line = self.lines.next().and_then(Result::ok).unwrap_or_default();
-        let _ = self.child.wait();
-        line
-    }
-
-    /// Stops a listener that must have seen nothing; returns what it saw.
-    fn stop(mut self) -> String {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let rest: Vec<String> = self.lines.by_ref().map_while(Result::ok).collect();
-        rest.join("\n")
-    }
-}
-
-/// Runs a `nettool` client: (exit code, its line).
-fn client(ns: &Ns, uid: Option<u32>, args: &[&str]) -> (i32, String) {
-    let out = nettool(ns, uid, args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("client");
-    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (out.status.code().unwrap_or(-1), line)
+/// The pod/peer pair of a test, once root and the tools are checked.
+fn pair(name: &str) -> Pair {
+    require_root_and_nft();
+    Pair::new(name)
 }
 
 #[test]
 fn traffic_outbound_goes_to_15001_with_its_original_destination_and_the_proxy_uid_is_not_redirected(
 ) {
-    let p = Pair::new("nft-a");
+    let p = pair("nft-a");
     init_ok(&p.pod, &with(&["--ipv6", "false"]));
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = proxy.event();
-    assert!(
-        ev.starts_with("ACCEPTED") && ev.contains("orig=10.10.0.2:8080"),
-        "{ev}"
-    );
-    assert_eq!(
-        peer.stop(),
-        "",
-        "the app's connection reached the peer uncaptured"
-    );
-
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
-    let (code, line) = client(&p.pod, Some(PROXY_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = peer.event();
-    assert!(ev.starts_with("ACCEPTED peer=10.10.0.1:"), "{ev}");
-    assert_eq!(proxy.stop(), "", "the proxy's own connection was captured");
+    outbound_of_the_app_is_redirected_and_the_proxy_s_is_not(&p);
 
     // After --cleanup-only nothing is captured any more.
     init_ok(&p.pod, &with(&["--ipv6", "false", "--cleanup-only"]));
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    assert!(
-        peer.event().starts_with("ACCEPTED"),
-        "not direct after cleanup"
-    );
-    assert_eq!(proxy.stop(), "", "captured after cleanup");
+    app_outbound_bypasses_the_proxy(&p, "10.10.0.2:8080", "10.10.0.2:8080");
 }
 
 #[test]
 fn traffic_inbound_goes_to_15006_and_an_excluded_port_does_not() {
-    let p = Pair::new("nft-b");
+    let p = pair("nft-b");
     init_ok(&p.pod, &with(&["--ipv6", "false"]));
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = inbound.event();
-    assert!(
-        ev.starts_with("ACCEPTED peer=10.10.0.2:") && ev.contains("orig=10.10.0.1:8080"),
-        "{ev}"
-    );
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006"]);
-    let direct = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15090"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:15090"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = direct.event();
-    assert!(
-        ev.starts_with("ACCEPTED") && ev.contains("local=10.10.0.1:15090"),
-        "{ev}"
-    );
-    assert_eq!(inbound.stop(), "", "an excluded inbound port was captured");
+    inbound_lands_on_15006_and_an_excluded_port_does_not(&p);
 }
 
 #[test]
 fn traffic_excluded_outbound_cidr_and_port_bypass_the_proxy() {
-    let p = Pair::new("nft-c");
-    init_ok(
-        &p.pod,
-        &[
-            "-p",
-            "15001",
-            "-z",
-            "15006",
-            "-u",
-            "1337",
-            "-m",
-            "REDIRECT",
-            "-i",
-            "*",
-            "-x",
-            "10.10.0.3/32",
-            "-b",
-            "*",
-            "-o",
-            "9090",
-            "--ipv6",
-            "false",
-            "--native-nftables",
-        ],
-    );
-    for (target, listen) in [
-        ("10.10.0.3:8080", "10.10.0.3:8080"),
-        ("10.10.0.2:9090", "10.10.0.2:9090"),
-    ] {
-        let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-        let peer = Listener::start(&p.peer, &["listen-tcp", listen]);
-        let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", target]);
-        assert_eq!(code, 0, "{target}: {line}");
-        let ev = peer.event();
-        assert!(
-            ev.starts_with("ACCEPTED"),
-            "{target} did not bypass the proxy: {ev}"
-        );
-        assert_eq!(proxy.stop(), "", "{target} was captured");
-    }
-    // Control: anything else is still captured.
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    assert!(proxy.event().contains("orig=10.10.0.2:8080"));
+    let p = pair("nft-c");
+    init_ok(&p.pod, &native(EXCLUDED_CIDR, EXCLUDED_PORT));
+    the_excluded_cidr_and_port_bypass_the_proxy(&p);
 }
 
 #[test]
 fn traffic_dns_to_the_configured_server_goes_to_15053() {
-    let p = Pair::new("nft-d");
-    init_ok(
-        &p.pod,
-        &with(&[
-            "--ipv6",
-            "false",
-            "--redirect-dns",
-            "--dns-servers",
-            "10.10.0.2",
-        ]),
-    );
-    // The agent runs as the proxy uid, so its replies use conntrack zone 2 like the app's NATed query.
-    let agent = Listener::start_as(&p.pod, Some(PROXY_UID), &["listen-udp", "127.0.0.1:15053"]);
-    let server = Listener::start(&p.peer, &["listen-udp", "10.10.0.2:53"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["send-udp", "10.10.0.2:53"]);
-    let ev = agent.event();
-    assert!(ev.starts_with("RECEIVED"), "DNS was not captured: {ev}");
-    assert_eq!(code, 0, "no reply: {line}");
-    assert!(
-        line.contains("peer=10.10.0.2:53"),
-        "the reply was not un-NATed: {line}"
-    );
-    assert_eq!(server.stop(), "", "the query reached the real server");
+    let p = pair("nft-d");
+    init_ok(&p.pod, &with(DNS_TO_THE_PEER));
+    dns_to_the_configured_server_lands_on_15053(&p);
 }
 
 #[test]
 fn traffic_tproxy_inbound_reaches_a_transparent_listener_and_a_rerun_changes_nothing() {
-    let p = Pair::new("nft-e");
-    let args: Vec<&str> = with(&["--ipv6", "false"])
-        .into_iter()
-        .map(|a| if a == "REDIRECT" { "TPROXY" } else { a })
-        .collect();
+    let p = pair("nft-e");
+    let args = native(&[("-m", "TPROXY")], &["--ipv6", "false"]);
     init_ok(&p.pod, &args);
-    let rules = p.pod.run(&["ip", "-4", "rule", "show"]).expect("ip rule");
-    assert_eq!(
-        rules.matches("fwmark 0x539 lookup 133").count(),
-        1,
-        "{rules}"
-    );
-    let routes = p
-        .pod
-        .run(&["ip", "-4", "route", "show", "table", "133"])
-        .expect("ip route");
-    assert!(routes.contains("local default dev lo"), "{routes}");
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006", "--transparent"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:8080"]);
-    assert_eq!(code, 0, "{line}");
-    assert!(line.contains("reply=hello"), "{line}");
-    let ev = inbound.event();
-    assert!(
-        ev.starts_with("ACCEPTED peer=10.10.0.2:") && ev.contains("local=10.10.0.1:8080"),
-        "{ev}"
-    );
+    tproxy_inbound_reaches_a_transparent_listener(&p);
 
     // The counters have counted the connection; a rerun leaves them (and the handles) as they are.
-    let listing = |ns: &Ns| ns.run(&["nft", "-a", "list", "ruleset"]).expect("list");
+    let listing = |ns: &NetNs| ns.run(&["nft", "-a", "list", "ruleset"]).expect("list");
     let before = (listing(&p.pod), routing(&p.pod));
     assert!(
         !before.0.contains("istio-tproxy") || before.0.contains("packets 1 "),
@@ -1090,22 +572,9 @@ fn traffic_tproxy_inbound_reaches_a_transparent_listener_and_a_rerun_changes_not
 
 #[test]
 fn traffic_ipv6_outbound_and_inbound() {
-    let p = Pair::new("nft-f");
+    let p = pair("nft-f");
     init_ok(&p.pod, &with(&["--ipv6", "true"]));
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "[::]:15001"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "[fd00::2]:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = proxy.event();
-    assert!(ev.contains("orig=[fd00::2]:8080"), "{ev}");
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "[::]:15006"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "[fd00::1]:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = inbound.event();
-    assert!(
-        ev.starts_with("ACCEPTED peer=[fd00::2]:") && ev.contains("orig=[fd00::1]:8080"),
-        "{ev}"
-    );
+    ipv6_outbound_and_inbound_are_redirected(&p);
 }
 
 #[test]
@@ -1114,7 +583,7 @@ fn run_validation_passes_after_a_native_apply() {
     for (ipv6, probe) in [("false", "127.0.0.6:15002"), ("true", "[::6]:15002")] {
         // One run that applies and validates, as the proxy uid with CAP_NET_ADMIN (the probe is only
         // captured for the proxy uid).
-        let ns = Ns::new("nft-val");
+        let ns = new_ns("nft-val");
         let u = PROXY_UID.to_string();
         let out = ns
             .command("setpriv")
@@ -1127,7 +596,7 @@ fn run_validation_passes_after_a_native_apply() {
                 "--inh-caps=+net_admin",
                 "--ambient-caps=+net_admin",
             ])
-            .arg(iptables_init())
+            .arg(e2e::bin("iptables-init"))
             .args(with(&[
                 "--ipv6",
                 ipv6,
@@ -1140,13 +609,16 @@ fn run_validation_passes_after_a_native_apply() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{err}");
         assert!(err.contains(probe), "{err}");
-        assert!(ns.views().expect("views").0.contains("istio-proxy-nat"));
+        assert!(ruleset_views(&ns)
+            .expect("views")
+            .0
+            .contains("istio-proxy-nat"));
         // Without the rules the same validation fails with 126.
         init_ok(&ns, &with(&["--ipv6", ipv6, "--cleanup-only"]));
         let out = ns
             .command("setpriv")
             .args(["--reuid", &u, "--regid", &u, "--clear-groups"])
-            .arg(iptables_init())
+            .arg(e2e::bin("iptables-init"))
             .args(with(&[
                 "--ipv6",
                 ipv6,
@@ -1264,7 +736,7 @@ fn real_runs_equal_nft_compiling_our_dry_run_beyond_the_goldens() {
     );
     let mut failures = Vec::new();
     for args in &all {
-        let case = Case {
+        let case = RunCase {
             name: "extra".into(),
             args: args.clone(),
             env: Vec::new(),
@@ -1277,9 +749,9 @@ fn real_runs_equal_nft_compiling_our_dry_run_beyond_the_goldens() {
                 String::from_utf8_lossy(&out.stderr)
             );
             let text = transaction_of(&String::from_utf8(out.stdout)?);
-            let d = Ns::new("nftx-d");
-            d.nft_load(&text).context("nft -f of our dry run")?;
-            let r = Ns::new("nftx-r");
+            let d = new_ns("nftx-d");
+            nft_load(&d, &text).context("nft -f of our dry run")?;
+            let r = new_ns("nftx-r");
             let out = real_run(&r, &case, &[])?;
             ensure!(
                 out.status.success(),
@@ -1288,8 +760,8 @@ fn real_runs_equal_nft_compiling_our_dry_run_beyond_the_goldens() {
             );
             compare(
                 "real run vs nft -f of the dry run",
-                &r.views()?,
-                &d.views()?,
+                &ruleset_views(&r)?,
+                &ruleset_views(&d)?,
             )
         })();
         if let Err(e) = result {

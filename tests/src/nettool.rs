@@ -1,0 +1,94 @@
+//! Real traffic through the `nettool` helper (`src/bin/nettool.rs`): listeners and clients run inside a
+//! namespace, as root, an application uid or the proxy uid.
+
+use std::io::{BufRead as _, BufReader, Lines};
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+use crate::netns::NetNs;
+
+/// The uid an application runs as: its traffic is captured.
+pub const APP_UID: u32 = 1000;
+/// The uid of the proxy (`-u 1337`): its own traffic is not captured.
+pub const PROXY_UID: u32 = 1337;
+
+/// A command running `nettool` inside `ns`, as `uid` (through setpriv) or as root.
+pub fn nettool(ns: &NetNs, uid: Option<u32>, args: &[&str]) -> Command {
+    let tool = crate::bin("nettool");
+    let mut cmd = match uid {
+        Some(uid) => {
+            let mut c = ns.command("setpriv");
+            let u = uid.to_string();
+            c.args(["--reuid", &u, "--regid", &u, "--clear-groups"])
+                .arg(tool);
+            c
+        }
+        None => ns.command(tool),
+    };
+    cmd.args(args);
+    cmd
+}
+
+/// A running `nettool listen-*`, ready once constructed.
+pub struct Listener {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+    what: String,
+}
+
+impl Listener {
+    /// Starts `nettool <args>` as root in `ns` and waits for it to listen.
+    pub fn start(ns: &NetNs, args: &[&str]) -> Listener {
+        Listener::start_as(ns, None, args)
+    }
+
+    /// Starts `nettool <args>` as `uid` (root for `None`) in `ns` and waits for it to listen.
+    pub fn start_as(ns: &NetNs, uid: Option<u32>, args: &[&str]) -> Listener {
+        let mut all = args.to_vec();
+        all.extend(["--timeout-ms", "4000"]);
+        let mut child = nettool(ns, uid, &all)
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn listener");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        assert_eq!(first, "READY", "listener {args:?} did not start");
+        Listener {
+            child,
+            lines,
+            what: format!("{args:?} in {}", ns.name()),
+        }
+    }
+
+    /// The event line the listener reports (`ACCEPTED ...`, `RECEIVED ...` or `TIMEOUT`).
+    pub fn event(mut self) -> String {
+        let line = self.lines.next().and_then(Result::ok).unwrap_or_default();
+        let _ = self.child.wait();
+        line
+    }
+
+    /// Stops a listener that must have seen nothing; returns what it saw.
+    pub fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let rest: Vec<String> = self.lines.by_ref().map_while(Result::ok).collect();
+        eprintln!("listener {} stopped: {rest:?}", self.what);
+        rest.join("\n")
+    }
+}
+
+/// Runs a `nettool` client and returns (exit code, its line).
+pub fn client(ns: &NetNs, uid: Option<u32>, args: &[&str]) -> (i32, String) {
+    let out = nettool(ns, uid, args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("client");
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    eprintln!(
+        "client {args:?} as {uid:?}: {} {line} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), line)
+}
