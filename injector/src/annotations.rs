@@ -127,7 +127,7 @@ pub fn validate(annotations: Option<&Map<String, Value>>) -> Result<(), Validati
 
 fn validate_proxy_config(v: &str) -> Result<(), String> {
     crate::proxyconfig::parse_overlay(v).and_then(|overlay| {
-        let mut pc = crate::proxyconfig::builtin_default();
+        let mut pc = crate::defaults::builtin_proxy_config();
         crate::proxyconfig::apply_overlay(&mut pc, &overlay);
         crate::proxyconfig::validate(&pc)
     })

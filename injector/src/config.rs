@@ -4,11 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-
 use serde_json::{Map, Value};
 
 use crate::decision::{LabelSelector, Policy};
+/// Re-exported where the parity test imports it from; the lead curates the public paths.
+pub use crate::defaults::{builtin_mesh, builtin_values, deep_merge};
 
 /// `--native-sidecars` / `ENABLE_NATIVE_SIDECARS`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -183,54 +183,6 @@ impl Default for Settings {
             warnings: Vec::new(),
             sources: Sources::default(),
         }
-    }
-}
-
-/// Istio's chart defaults for the injector `values` (`defaults/values.json`: the chart rendered with the
-/// default profile; hub/tag are the release's).
-pub fn builtin_values() -> &'static Value {
-    static V: OnceLock<Value> = OnceLock::new();
-    V.get_or_init(|| {
-        serde_json::from_str(include_str!("../defaults/values.json"))
-            .unwrap_or_else(|_| Value::Object(Map::new()))
-    })
-}
-
-/// Istio's default MeshConfig with the chart's mesh applied (`defaults/mesh.json`).
-pub fn builtin_mesh() -> &'static Value {
-    static V: OnceLock<Value> = OnceLock::new();
-    V.get_or_init(|| {
-        serde_json::from_str(include_str!("../defaults/mesh.json"))
-            .unwrap_or_else(|_| Value::Object(Map::new()))
-    })
-}
-
-/// Merges `overlay` onto `base`: maps merge key by key, recursively; a `null` deletes the key; anything
-/// else (lists included) replaces. Nulls inside newly added maps are dropped too.
-pub fn deep_merge(base: &mut Value, overlay: &Value) {
-    match (base, overlay) {
-        (Value::Object(b), Value::Object(o)) => {
-            for (k, v) in o {
-                match v {
-                    Value::Null => {
-                        b.remove(k);
-                    }
-                    Value::Object(_) => match b.get_mut(k) {
-                        Some(existing @ Value::Object(_)) => deep_merge(existing, v),
-                        _ => {
-                            let mut fresh = Value::Object(Map::new());
-                            deep_merge(&mut fresh, v);
-                            b.insert(k.clone(), fresh);
-                        }
-                    },
-                    _ => {
-                        b.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-        }
-        (b, o) if !o.is_null() => *b = o.clone(),
-        _ => {}
     }
 }
 
@@ -526,7 +478,7 @@ fn validate_mesh(path: &str, m: &Value) -> Result<(), ConfigError> {
     }
     if let Some(dc) = m.get("defaultConfig") {
         expect_object(path, "defaultConfig", dc)?;
-        let mut pc = crate::proxyconfig::builtin_default();
+        let mut pc = crate::defaults::builtin_proxy_config();
         crate::proxyconfig::apply_overlay(&mut pc, dc);
         crate::proxyconfig::validate(&pc).map_err(|r| invalid(path, "defaultConfig", dc, r))?;
     }
@@ -772,16 +724,6 @@ mod tests {
         let mut merged = builtin_mesh().clone();
         deep_merge(&mut merged, &base_mesh);
         assert_eq!(&merged, builtin_mesh());
-    }
-
-    #[test]
-    fn merge_null_deletes_and_lists_replace() {
-        let mut b = json!({"a": {"x": 1, "y": 2}, "l": [1, 2]});
-        deep_merge(
-            &mut b,
-            &json!({"a": {"x": null, "z": {"n": null, "m": 1}}, "l": [3]}),
-        );
-        assert_eq!(b, json!({"a": {"y": 2, "z": {"m": 1}}, "l": [3]}));
     }
 
     #[test]

@@ -110,7 +110,7 @@ impl Engine {
                 .unwrap_or_else(|_| {
                     // Settings::load validated the mesh's defaultConfig, so this cannot fail; fall back to the
                     // built-in default rather than panic.
-                    crate::proxyconfig::builtin_default()
+                    crate::defaults::builtin_proxy_config()
                 });
         let base_proxy_config_env = render::proxy_config_env(&base_proxy_config).ok();
         let values_str = |path: &str| {

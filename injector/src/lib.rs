@@ -13,6 +13,7 @@ pub mod annotations;
 pub mod certs;
 pub mod config;
 pub mod decision;
+pub mod defaults;
 pub mod engine;
 pub mod fields;
 pub mod json_writer;

@@ -3,24 +3,9 @@
 //! JSON with proto camelCase names, as render expects. Overlays merge like Istio's YAML merge onto the
 //! proto: scalars and lists replace, maps (`proxyMetadata`, nested messages) merge key by key.
 
-use std::sync::OnceLock;
-
 use serde_json::{Map, Value};
 
-use crate::config::builtin_mesh;
-
-/// Istio's default ProxyConfig (the `defaultConfig` of the default MeshConfig).
-pub fn builtin_default() -> Value {
-    static DEFAULT: OnceLock<Value> = OnceLock::new();
-    DEFAULT
-        .get_or_init(|| {
-            builtin_mesh()
-                .get("defaultConfig")
-                .cloned()
-                .unwrap_or_else(|| Value::Object(Map::new()))
-        })
-        .clone()
-}
+use crate::defaults::{builtin_proxy_config, deep_merge};
 
 /// Parses a `proxy.istio.io/config` value (YAML or JSON) into an overlay object.
 pub fn parse_overlay(text: &str) -> Result<Value, String> {
@@ -35,7 +20,7 @@ pub fn parse_overlay(text: &str) -> Result<Value, String> {
 
 /// Applies an overlay onto a ProxyConfig: maps merge recursively, everything else replaces; `null` unsets.
 pub fn apply_overlay(base: &mut Value, overlay: &Value) {
-    crate::config::deep_merge(base, overlay);
+    deep_merge(base, overlay);
     normalize(base);
 }
 
@@ -214,7 +199,7 @@ pub fn effective(
     mesh_default: Option<&Value>,
     annotations: Option<&Map<String, Value>>,
 ) -> Result<Value, String> {
-    let mut pc = builtin_default();
+    let mut pc = builtin_proxy_config();
     if let Some(d) = mesh_default {
         apply_overlay(&mut pc, d);
     }
