@@ -156,18 +156,9 @@ fn validate_u32(v: &str) -> Result<(), String> {
 }
 
 fn validate_bool(v: &str) -> Result<(), String> {
-    parse_go_bool(v)
+    crate::goconv::parse_bool(v)
         .map(|_| ())
         .ok_or_else(|| format!("strconv.ParseBool: parsing {v:?}: invalid syntax"))
-}
-
-/// Go's `strconv.ParseBool`.
-pub fn parse_go_bool(v: &str) -> Option<bool> {
-    match v {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
 }
 
 /// A port: decimal 0-65535 after trimming spaces.

@@ -16,6 +16,7 @@ pub mod decision;
 pub mod defaults;
 pub mod engine;
 pub mod fields;
+pub mod goconv;
 pub mod json_writer;
 pub mod kube_inject;
 pub mod memo;

@@ -11,6 +11,7 @@ use crate::merge::{
     annotation, containers, ensure_map, name_of, parse_overrides, parse_status, set_annotation,
     OVERRIDES_ANNOTATION, STATUS_ANNOTATION,
 };
+use crate::goconv::{parse_bool, parse_bool_value};
 use crate::probes;
 
 /// The proxy container's name.
@@ -89,15 +90,6 @@ const PROM_PATH: &str = "prometheus_io_path";
 const PROM_TARGETS: &str = "prometheus_istio_io_scrape_targets";
 const PROM_SECURE_PORT: &str = "prometheus_istio_io_secure_port";
 
-/// Go's `strconv.ParseBool`.
-fn parse_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
 fn annotations(pod: &Value) -> Option<&Map<String, Value>> {
     pod.field("metadata")?.field("annotations")?.as_object()
 }
@@ -125,14 +117,6 @@ fn mesh_status_port(mesh: &Value) -> i64 {
         .and_then(|d| d.field("statusPort"))
         .and_then(Value::as_i64)
         .unwrap_or(DEFAULT_STATUS_PORT)
-}
-
-fn truthy(v: Option<&Value>) -> bool {
-    match v {
-        Some(Value::Bool(b)) => *b,
-        Some(Value::String(s)) => parse_bool(s) == Some(true),
-        _ => false,
-    }
 }
 
 /// `stripPod`: the pod without a previous injection (by its parseable status annotation).
@@ -433,7 +417,7 @@ fn apply_rewrite(pod: &mut Value, params: &PostProcessParams<'_>) {
                 .values
                 .field("sidecarInjectorWebhook")
                 .and_then(|s| s.field("rewriteAppHTTPProbe"))
-                .map(|v| truthy(Some(v)))
+                .map(|v| parse_bool_value(Some(v)))
                 .unwrap_or(true)
         });
     if !rewrite {
@@ -537,8 +521,8 @@ fn move_container(list: &mut Vec<Value>, name: &str, to: Move) {
 /// istio-proxy, enable-core-dump` first; else `istio-validation` first, `istio-init` then
 /// `enable-core-dump` last.
 fn reorder_pod(pod: &mut Value, params: &PostProcessParams<'_>) {
-    let hold = truthy(params.proxy_config.field("holdApplicationUntilProxyStarts"))
-        || truthy(
+    let hold = parse_bool_value(params.proxy_config.field("holdApplicationUntilProxyStarts"))
+        || parse_bool_value(
             params
                 .values
                 .field("global")

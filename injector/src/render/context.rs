@@ -7,7 +7,8 @@ use askama::Template;
 use serde_json::{Map, Value};
 
 use super::init_args::{self, exclude_inbound, optional_setting, setting};
-use super::{image, sprint, truthy, Inputs, RenderError};
+use super::{image, sprint, Inputs, RenderError};
+use crate::goconv::{self, template_truthy};
 
 /// The default `sidecar` template with its context.
 #[derive(Template)]
@@ -208,10 +209,10 @@ impl<'a> Sidecar<'a> {
         // Shared container parts.
         let image_pull_policy = non_empty(Some(inp.values_str("global.imagePullPolicy")));
         let resources = resources(inp);
-        let privileged = truthy(inp.values_at("global.proxy.privileged"));
+        let privileged = template_truthy(inp.values_at("global.proxy.privileged"));
         let seccomp_profile = inp
             .values_at("global.proxy.seccompProfile")
-            .filter(|v| truthy(Some(v)));
+            .filter(|v| template_truthy(Some(v)));
 
         let init = if inp.interception_mode == "NONE" {
             None
@@ -420,7 +421,7 @@ fn resources<'a>(inp: &Inputs<'a>) -> Option<Cow<'a, Value>> {
     }
     let values = inp.values_at("global.proxy.resources")?;
     // The values block rarely holds nulls: borrow it unless `omitNil` has something to drop.
-    if has_null(values) || !truthy(Some(values)) {
+    if has_null(values) || !template_truthy(Some(values)) {
         omit_nil(values).map(Cow::Owned)
     } else {
         Some(Cow::Borrowed(values))
@@ -623,11 +624,11 @@ fn proxy<'a>(
     }
 
     // Lifecycle.
-    let hold = (truthy(inp.proxy_config.get("holdApplicationUntilProxyStarts"))
+    let hold = (template_truthy(inp.proxy_config.get("holdApplicationUntilProxyStarts"))
         || inp.values_true("global.proxy.holdApplicationUntilProxyStarts"))
         && !inp.native;
     let lifecycle = match inp.values_at("global.proxy.lifecycle") {
-        Some(l) if truthy(Some(l)) => Lifecycle::Values(l),
+        Some(l) if template_truthy(Some(l)) => Lifecycle::Values(l),
         _ if hold => Lifecycle::WaitForProxy,
         _ if inp.native => Lifecycle::Drain(format!("--debug-port={}", inp.status_port())),
         _ => Lifecycle::None,
@@ -641,7 +642,7 @@ fn proxy<'a>(
     } else {
         let startup = if inp.values_true("global.proxy.startupProbe.enabled") {
             let v = inp.values_at("global.proxy.startupProbe.failureThreshold");
-            match v.map(super::as_i64) {
+            match v.map(goconv::as_i64) {
                 None => None,
                 Some(Some(n)) => Some(n),
                 Some(None) => {
@@ -705,7 +706,7 @@ fn proxy<'a>(
         }
         let root = inp.tproxy || cap_net_bind;
         ProxySecurity {
-            privileged: truthy(inp.values_at("global.proxy.privileged")),
+            privileged: template_truthy(inp.values_at("global.proxy.privileged")),
             add,
             run_as_group: if root { 1337 } else { or_1337(inp.proxy_gid) },
             run_as_non_root: !root,

@@ -151,7 +151,7 @@ pub(crate) fn reroute_interfaces<'a>(inp: &Inputs<'a>) -> Option<(&'a str, Sourc
 fn mesh_port(inp: &Inputs<'_>, key: &'static str, default: u16) -> Result<String, RenderError> {
     match inp.mesh.get(key) {
         None | Some(serde_json::Value::Null) => Ok(default.to_string()),
-        Some(v) => match super::as_i64(v) {
+        Some(v) => match crate::goconv::as_i64(v) {
             Some(0) => Ok(default.to_string()),
             Some(n) if (1..=65535).contains(&n) => Ok(n.to_string()),
             _ => Err(RenderError::InvalidArgument {

@@ -22,6 +22,8 @@ use std::borrow::Cow;
 use askama::Template;
 use serde_json::{Map, Value};
 
+use crate::goconv::template_truthy;
+
 pub use proxy_config::ProxyConfigError;
 
 /// The template input (Istio's `SidecarTemplateData`). All documents are JSON as Istio serialises them.
@@ -227,7 +229,7 @@ impl<'a> Inputs<'a> {
         };
         inputs.values_global = data.values.get("global");
         inputs.values_global_proxy = inputs.values_global.and_then(|g| g.get("proxy"));
-        inputs.cni = truthy(inputs.values_at("pilot.cni.enabled"));
+        inputs.cni = template_truthy(inputs.values_at("pilot.cni.enabled"));
         inputs.status_port = match ann("status.sidecar.istio.io/port") {
             Some(p) => Cow::Borrowed(p),
             None => sprint(inputs.values_at("global.proxy.statusPort")),
@@ -266,7 +268,7 @@ impl<'a> Inputs<'a> {
 
     /// Go-template truthiness of a values entry.
     pub fn values_true(&self, path: &str) -> bool {
-        truthy(self.values_at(path))
+        template_truthy(self.values_at(path))
     }
 
     pub fn status_port(&self) -> &str {
@@ -309,30 +311,6 @@ impl<'a> Inputs<'a> {
             .collect();
         out.sort_by(|a, b| a.0.cmp(b.0));
         out
-    }
-}
-
-/// Go-template truthiness: false, 0, nil and empty strings/lists/maps are false.
-pub(crate) fn truthy(v: Option<&Value>) -> bool {
-    match v {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
-        Some(Value::String(s)) => !s.is_empty(),
-        Some(Value::Array(a)) => !a.is_empty(),
-        Some(Value::Object(o)) => !o.is_empty(),
-    }
-}
-
-/// An integer from a JSON number (or an integral float) or a numeric string.
-pub(crate) fn as_i64(v: &Value) -> Option<i64> {
-    match v {
-        Value::Number(n) => n.as_i64().or_else(|| {
-            let f = n.as_f64()?;
-            (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)
-        }),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
     }
 }
 
