@@ -2,9 +2,9 @@
 //! the process environment istiod reads for injection, and the command-line flags shared by `serve` and
 //! `kube-inject`. Everything is parsed and validated once, in [`Settings::load`], never per request.
 
+use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use serde_json::{Map, Value};
 
 use crate::decision::{LabelSelector, Policy};
 /// Re-exported where the parity test imports it from; the lead curates the public paths.
@@ -333,28 +333,37 @@ fn get_path<'a>(v: &'a Value, dotted: &str) -> Option<&'a Value> {
 /// Type and value checks of the values keys the injector reads; those that reach `istio-init` arguments
 /// get the same validation as the corresponding pod annotations.
 fn validate_values(path: &str, v: &Value) -> Result<(), ConfigError> {
-    use crate::annotations as a;
+    use crate::validate;
     type Check = fn(&str) -> Result<(), String>;
     let string_checks: &[(&str, Check)] = &[
         (
             "global.proxy.includeIPRanges",
-            a::validate_include_ip_ranges,
+            validate::validate_include_ip_ranges,
         ),
         (
             "global.proxy.excludeIPRanges",
-            a::validate_exclude_ip_ranges,
+            validate::validate_exclude_ip_ranges,
         ),
         ("global.proxy.includeInboundPorts", |s| {
             if s == "*" {
                 Ok(())
             } else {
-                a::validate_port_list(s)
+                validate::validate_port_list(s)
             }
         }),
-        ("global.proxy.excludeInboundPorts", a::validate_port_list),
-        ("global.proxy.includeOutboundPorts", a::validate_port_list),
-        ("global.proxy.excludeOutboundPorts", a::validate_port_list),
-        ("global.logging.level", a::validate_log_level),
+        (
+            "global.proxy.excludeInboundPorts",
+            validate::validate_port_list,
+        ),
+        (
+            "global.proxy.includeOutboundPorts",
+            validate::validate_port_list,
+        ),
+        (
+            "global.proxy.excludeOutboundPorts",
+            validate::validate_port_list,
+        ),
+        ("global.logging.level", validate::validate_log_level),
         ("global.imagePullPolicy", |s| match s {
             "" | "Always" | "IfNotPresent" | "Never" => Ok(()),
             _ => Err("expected Always, IfNotPresent or Never".to_string()),
@@ -439,7 +448,7 @@ fn validate_values(path: &str, v: &Value) -> Result<(), ConfigError> {
                     for (res, q) in m {
                         let key = format!("global.proxy.resources.{kind}.{res}");
                         let ok = match q {
-                            Value::String(s) => a::validate_quantity(s).is_ok(),
+                            Value::String(s) => validate::validate_quantity(s).is_ok(),
                             Value::Number(_) | Value::Null => true,
                             _ => false,
                         };

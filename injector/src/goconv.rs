@@ -75,7 +75,14 @@ mod tests {
         assert!(parse_bool_value(Some(&json!("T"))));
         assert!(!parse_bool_value(Some(&json!(1))));
         assert!(template_truthy(Some(&json!(1))));
-        for empty in [json!(null), json!(""), json!(0), json!([]), json!({}), json!(false)] {
+        for empty in [
+            json!(null),
+            json!(""),
+            json!(0),
+            json!([]),
+            json!({}),
+            json!(false),
+        ] {
             assert!(!template_truthy(Some(&empty)), "{empty}");
         }
         assert!(!template_truthy(None));

@@ -30,5 +30,6 @@ pub mod reload;
 pub mod render;
 pub mod server;
 pub mod tls;
+pub mod validate;
 pub mod webhook_config;
 pub mod yaml;

@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use crate::fields::Fields;
 use serde_json::{Map, Value};
 
+use crate::goconv::{parse_bool, parse_bool_value};
 use crate::merge::{
     annotation, containers, ensure_map, name_of, parse_overrides, parse_status, set_annotation,
     OVERRIDES_ANNOTATION, STATUS_ANNOTATION,
 };
-use crate::goconv::{parse_bool, parse_bool_value};
 use crate::probes;
 
 /// The proxy container's name.
