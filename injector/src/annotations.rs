@@ -4,37 +4,21 @@
 
 use serde_json::{Map, Value};
 
+use crate::pod::{
+    AGENT_LOG_LEVEL_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
+    EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
+    INCLUDE_INBOUND_PORTS_ANNOTATION, INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+    INCLUDE_OUTBOUND_PORTS_ANNOTATION, INTERCEPTION_MODE_ANNOTATION,
+    KUBEVIRT_INTERFACES_ANNOTATION, MERGE_METRICS_ANNOTATION, PROXY_CONFIG_ANNOTATION,
+    PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_MEMORY_ANNOTATION,
+    PROXY_MEMORY_LIMIT_ANNOTATION, READINESS_FAILURE_THRESHOLD_ANNOTATION,
+    READINESS_INITIAL_DELAY_ANNOTATION, READINESS_PERIOD_ANNOTATION,
+    REROUTE_VIRTUAL_INTERFACES_ANNOTATION, STATUS_PORT_ANNOTATION,
+};
 use crate::validate::{
     parse_port, validate_exclude_ip_ranges, validate_include_ip_ranges, validate_interception_mode,
     validate_interfaces, validate_log_level, validate_port_list, validate_quantity,
 };
-
-pub const PROXY_CONFIG: &str = "proxy.istio.io/config";
-pub const OVERRIDES: &str = "proxy.istio.io/overrides";
-pub const STATUS: &str = "sidecar.istio.io/status";
-pub const TEMPLATES: &str = "inject.istio.io/templates";
-pub const NATIVE_SIDECAR: &str = "sidecar.istio.io/nativeSidecar";
-pub const INTERCEPTION_MODE: &str = "sidecar.istio.io/interceptionMode";
-pub const STATUS_PORT: &str = "status.sidecar.istio.io/port";
-pub const READINESS_INITIAL_DELAY: &str = "readiness.status.sidecar.istio.io/initialDelaySeconds";
-pub const READINESS_PERIOD: &str = "readiness.status.sidecar.istio.io/periodSeconds";
-pub const READINESS_FAILURE_THRESHOLD: &str = "readiness.status.sidecar.istio.io/failureThreshold";
-pub const INCLUDE_OUTBOUND_IP_RANGES: &str = "traffic.sidecar.istio.io/includeOutboundIPRanges";
-pub const EXCLUDE_OUTBOUND_IP_RANGES: &str = "traffic.sidecar.istio.io/excludeOutboundIPRanges";
-pub const INCLUDE_INBOUND_PORTS: &str = "traffic.sidecar.istio.io/includeInboundPorts";
-pub const EXCLUDE_INBOUND_PORTS: &str = "traffic.sidecar.istio.io/excludeInboundPorts";
-pub const INCLUDE_OUTBOUND_PORTS: &str = "traffic.sidecar.istio.io/includeOutboundPorts";
-pub const EXCLUDE_OUTBOUND_PORTS: &str = "traffic.sidecar.istio.io/excludeOutboundPorts";
-pub const EXCLUDE_INTERFACES: &str = "traffic.sidecar.istio.io/excludeInterfaces";
-pub const KUBEVIRT_INTERFACES: &str = "traffic.sidecar.istio.io/kubevirtInterfaces";
-pub const REROUTE_VIRTUAL_INTERFACES: &str = "istio.io/reroute-virtual-interfaces";
-pub const PROXY_CPU: &str = "sidecar.istio.io/proxyCPU";
-pub const PROXY_MEMORY: &str = "sidecar.istio.io/proxyMemory";
-pub const PROXY_CPU_LIMIT: &str = "sidecar.istio.io/proxyCPULimit";
-pub const PROXY_MEMORY_LIMIT: &str = "sidecar.istio.io/proxyMemoryLimit";
-pub const MERGE_METRICS: &str = "prometheus.istio.io/merge-metrics";
-pub const AGENT_LOG_LEVEL: &str = "sidecar.istio.io/agentLogLevel";
-pub const PROXY_IMAGE_TYPE: &str = "sidecar.istio.io/proxyImageType";
 
 /// One invalid annotation value, Istio's wording: `invalid value 'V' for annotation 'K': reason`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,27 +51,45 @@ type Validator = fn(&str) -> Result<(), String>;
 /// The validated annotations and their rules (Istio's `AnnotationValidation`, plus the two init-argument
 /// values Istio does not check).
 const VALIDATORS: &[(&str, Validator)] = &[
-    (PROXY_CONFIG, validate_proxy_config),
-    (INTERCEPTION_MODE, validate_interception_mode),
-    (STATUS_PORT, validate_status_port),
-    (READINESS_INITIAL_DELAY, validate_u32),
-    (READINESS_PERIOD, validate_u32),
-    (READINESS_FAILURE_THRESHOLD, validate_u32),
-    (INCLUDE_OUTBOUND_IP_RANGES, validate_include_ip_ranges),
-    (EXCLUDE_OUTBOUND_IP_RANGES, validate_exclude_ip_ranges),
-    (INCLUDE_INBOUND_PORTS, validate_include_inbound_ports),
-    (EXCLUDE_INBOUND_PORTS, validate_exclude_inbound_ports),
-    (INCLUDE_OUTBOUND_PORTS, validate_include_outbound_ports),
-    (EXCLUDE_OUTBOUND_PORTS, validate_exclude_outbound_ports),
-    (EXCLUDE_INTERFACES, validate_interfaces),
-    (KUBEVIRT_INTERFACES, validate_interfaces),
-    (REROUTE_VIRTUAL_INTERFACES, validate_interfaces),
-    (PROXY_CPU, validate_quantity),
-    (PROXY_MEMORY, validate_quantity),
-    (PROXY_CPU_LIMIT, validate_quantity),
-    (PROXY_MEMORY_LIMIT, validate_quantity),
-    (MERGE_METRICS, validate_bool),
-    (AGENT_LOG_LEVEL, validate_log_level),
+    (PROXY_CONFIG_ANNOTATION, validate_proxy_config),
+    (INTERCEPTION_MODE_ANNOTATION, validate_interception_mode),
+    (STATUS_PORT_ANNOTATION, validate_status_port),
+    (READINESS_INITIAL_DELAY_ANNOTATION, validate_u32),
+    (READINESS_PERIOD_ANNOTATION, validate_u32),
+    (READINESS_FAILURE_THRESHOLD_ANNOTATION, validate_u32),
+    (
+        INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+        validate_include_ip_ranges,
+    ),
+    (
+        EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+        validate_exclude_ip_ranges,
+    ),
+    (
+        INCLUDE_INBOUND_PORTS_ANNOTATION,
+        validate_include_inbound_ports,
+    ),
+    (
+        EXCLUDE_INBOUND_PORTS_ANNOTATION,
+        validate_exclude_inbound_ports,
+    ),
+    (
+        INCLUDE_OUTBOUND_PORTS_ANNOTATION,
+        validate_include_outbound_ports,
+    ),
+    (
+        EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
+        validate_exclude_outbound_ports,
+    ),
+    (EXCLUDE_INTERFACES_ANNOTATION, validate_interfaces),
+    (KUBEVIRT_INTERFACES_ANNOTATION, validate_interfaces),
+    (REROUTE_VIRTUAL_INTERFACES_ANNOTATION, validate_interfaces),
+    (PROXY_CPU_ANNOTATION, validate_quantity),
+    (PROXY_MEMORY_ANNOTATION, validate_quantity),
+    (PROXY_CPU_LIMIT_ANNOTATION, validate_quantity),
+    (PROXY_MEMORY_LIMIT_ANNOTATION, validate_quantity),
+    (MERGE_METRICS_ANNOTATION, validate_bool),
+    (AGENT_LOG_LEVEL_ANNOTATION, validate_log_level),
 ];
 
 /// Validates every present annotation that has a rule; all failures are reported together.
@@ -202,7 +204,7 @@ mod tests {
     #[test]
     fn proxy_config() {
         check(
-            PROXY_CONFIG,
+            PROXY_CONFIG_ANNOTATION,
             &[
                 "{}",
                 "concurrency: 2",
@@ -223,7 +225,7 @@ mod tests {
     #[test]
     fn interception_mode() {
         check(
-            INTERCEPTION_MODE,
+            INTERCEPTION_MODE_ANNOTATION,
             &["REDIRECT", "TPROXY", "NONE"],
             &["redirect", "", "FOO"],
         );
@@ -232,7 +234,7 @@ mod tests {
     #[test]
     fn status_port() {
         check(
-            STATUS_PORT,
+            STATUS_PORT_ANNOTATION,
             &["15020", " 123 ", "0"],
             &["-1", "65536", "abc", ""],
         );
@@ -241,9 +243,9 @@ mod tests {
     #[test]
     fn readiness_u32() {
         for a in [
-            READINESS_INITIAL_DELAY,
-            READINESS_PERIOD,
-            READINESS_FAILURE_THRESHOLD,
+            READINESS_INITIAL_DELAY_ANNOTATION,
+            READINESS_PERIOD_ANNOTATION,
+            READINESS_FAILURE_THRESHOLD_ANNOTATION,
         ] {
             check(
                 a,
@@ -256,7 +258,7 @@ mod tests {
     #[test]
     fn include_ip_ranges() {
         check(
-            INCLUDE_OUTBOUND_IP_RANGES,
+            INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
             &[
                 "*",
                 "",
@@ -274,25 +276,27 @@ mod tests {
                 "10.0.0.0/08",
             ],
         );
-        let err = validate(json!({INCLUDE_OUTBOUND_IP_RANGES: "bad"}).as_object()).unwrap_err();
+        let err = validate(json!({INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: "bad"}).as_object())
+            .unwrap_err();
         assert!(err.to_string().to_lowercase().contains("includeipranges"));
     }
 
     #[test]
     fn exclude_ip_ranges() {
         check(
-            EXCLUDE_OUTBOUND_IP_RANGES,
+            EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
             &["", "10.0.0.0/8,fe80::/10"],
             &["*", "10.0.0.1/40", ";rm -rf /"],
         );
-        let err = validate(json!({EXCLUDE_OUTBOUND_IP_RANGES: "*"}).as_object()).unwrap_err();
+        let err =
+            validate(json!({EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: "*"}).as_object()).unwrap_err();
         assert!(err.to_string().to_lowercase().contains("excludeipranges"));
     }
 
     #[test]
     fn include_inbound_ports() {
         check(
-            INCLUDE_INBOUND_PORTS,
+            INCLUDE_INBOUND_PORTS_ANNOTATION,
             &["*", "", "80", "80, 81,82"],
             &["80,", "*,80", "65536", "x"],
         );
@@ -301,11 +305,11 @@ mod tests {
     #[test]
     fn exclude_inbound_ports() {
         check(
-            EXCLUDE_INBOUND_PORTS,
+            EXCLUDE_INBOUND_PORTS_ANNOTATION,
             &["", "4, 5,6", "15020"],
             &["*", "80,,81", "-1", "80 81"],
         );
-        let err = validate(json!({EXCLUDE_INBOUND_PORTS: "*"}).as_object()).unwrap_err();
+        let err = validate(json!({EXCLUDE_INBOUND_PORTS_ANNOTATION: "*"}).as_object()).unwrap_err();
         assert!(err
             .to_string()
             .to_lowercase()
@@ -315,7 +319,7 @@ mod tests {
     #[test]
     fn include_outbound_ports() {
         check(
-            INCLUDE_OUTBOUND_PORTS,
+            INCLUDE_OUTBOUND_PORTS_ANNOTATION,
             &["", "443,8443"],
             &["*", "443;x", "99999"],
         );
@@ -323,15 +327,19 @@ mod tests {
 
     #[test]
     fn exclude_outbound_ports() {
-        check(EXCLUDE_OUTBOUND_PORTS, &["", "443"], &["*", "a", "1,"]);
+        check(
+            EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
+            &["", "443"],
+            &["*", "a", "1,"],
+        );
     }
 
     #[test]
     fn interfaces() {
         for a in [
-            EXCLUDE_INTERFACES,
-            KUBEVIRT_INTERFACES,
-            REROUTE_VIRTUAL_INTERFACES,
+            EXCLUDE_INTERFACES_ANNOTATION,
+            KUBEVIRT_INTERFACES_ANNOTATION,
+            REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
         ] {
             check(
                 a,
@@ -343,7 +351,12 @@ mod tests {
 
     #[test]
     fn quantities() {
-        for a in [PROXY_CPU, PROXY_MEMORY, PROXY_CPU_LIMIT, PROXY_MEMORY_LIMIT] {
+        for a in [
+            PROXY_CPU_ANNOTATION,
+            PROXY_MEMORY_ANNOTATION,
+            PROXY_CPU_LIMIT_ANNOTATION,
+            PROXY_MEMORY_LIMIT_ANNOTATION,
+        ] {
             check(
                 a,
                 &["100m", "1", "1.5", "128Mi", "1Gi", "1e3", "+2"],
@@ -363,7 +376,7 @@ mod tests {
     #[test]
     fn merge_metrics() {
         check(
-            MERGE_METRICS,
+            MERGE_METRICS_ANNOTATION,
             &["true", "false", "1", "F", "TRUE"],
             &["yes", "on", ""],
         );
@@ -372,7 +385,7 @@ mod tests {
     #[test]
     fn agent_log_level() {
         check(
-            AGENT_LOG_LEVEL,
+            AGENT_LOG_LEVEL_ANNOTATION,
             &["debug", "default:info,ads:debug"],
             &["", "a b", "x\n--privileged"],
         );
@@ -380,7 +393,7 @@ mod tests {
 
     #[test]
     fn errors_are_aggregated_and_unknown_annotations_ignored() {
-        let a = json!({EXCLUDE_INBOUND_PORTS: "*", INTERCEPTION_MODE: "x", "foo/bar": "***"});
+        let a = json!({EXCLUDE_INBOUND_PORTS_ANNOTATION: "*", INTERCEPTION_MODE_ANNOTATION: "x", "foo/bar": "***"});
         let err = validate(a.as_object()).unwrap_err();
         assert_eq!(err.0.len(), 2);
         assert!(err.to_string().starts_with("2 errors occurred"));

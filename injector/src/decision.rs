@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 use crate::fields::{self, Fields};
+use crate::pod::{self, INJECT_KEY};
 
 /// Namespaces never injected, whatever the pod says (Istio's `IgnoredNamespaces`).
 pub const IGNORED_NAMESPACES: [&str; 4] = [
@@ -12,9 +13,6 @@ pub const IGNORED_NAMESPACES: [&str; 4] = [
     "kube-node-lease",
     "local-path-storage",
 ];
-
-/// The label / annotation that opts a pod in or out.
-pub const INJECT_KEY: &str = "sidecar.istio.io/inject";
 
 /// The injector config's `policy`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,20 +257,14 @@ pub fn injection_required(
     if fields::path(pod, &["spec", "hostNetwork"]).and_then(Value::as_bool) == Some(true) {
         return Decision::new(false, "the pod uses the host network (spec.hostNetwork)");
     }
-    let meta = pod.field("metadata");
-    let namespace = meta
-        .and_then(|m| m.field("namespace"))
+    let namespace = fields::path(pod, &["metadata", "namespace"])
         .and_then(Value::as_str)
         .unwrap_or("");
     if IGNORED_NAMESPACES.contains(&namespace) {
         return Decision::new(false, format!("namespace {namespace:?} is never injected"));
     }
-    let labels = meta
-        .and_then(|m| m.field("labels"))
-        .and_then(Value::as_object);
-    let annotations = meta
-        .and_then(|m| m.field("annotations"))
-        .and_then(Value::as_object);
+    let labels = pod::labels(pod);
+    let annotations = pod::annotations(pod);
 
     // The label wins whenever its key is present, even with an empty value.
     let (source, value) = match labels.and_then(|l| l.get(INJECT_KEY)) {

@@ -14,6 +14,7 @@ use crate::config::Settings;
 use crate::decision::{self, Decision};
 use crate::memo::{self, Lookup, RenderMemo};
 use crate::merge;
+use crate::pod;
 use crate::postprocess::{self, PostProcessParams};
 use crate::render::{self, TemplateData};
 
@@ -155,7 +156,7 @@ impl Engine {
         &self,
         annotations: Option<&Map<String, Value>>,
     ) -> Result<Cow<'_, Value>, EngineError> {
-        match annotations.and_then(|a| a.field(annotations::PROXY_CONFIG)) {
+        match annotations.and_then(|a| a.field(pod::PROXY_CONFIG_ANNOTATION)) {
             None => Ok(Cow::Borrowed(&self.base_proxy_config)),
             Some(_) => crate::proxyconfig::effective(
                 self.settings.mesh.field("defaultConfig"),
@@ -169,7 +170,7 @@ impl Engine {
     /// The template names for a pod: `inject.istio.io/templates` or the defaults, aliases expanded one level.
     fn templates(&self, annotations: Option<&Map<String, Value>>, mode: Mode) -> Vec<String> {
         let requested: Vec<String> = match annotations
-            .and_then(|a| a.field(annotations::TEMPLATES))
+            .and_then(|a| a.field(pod::TEMPLATES_ANNOTATION))
             .and_then(Value::as_str)
         {
             Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
@@ -270,7 +271,7 @@ impl Engine {
         // copying it (the common case, a pod never injected before).
         let has_ann = |k: &str| annotations_map.is_some_and(|a| a.has_field(k));
         let view: Cow<'_, Value> =
-            if has_ann(merge::STATUS_ANNOTATION) || has_ann(merge::OVERRIDES_ANNOTATION) {
+            if has_ann(pod::STATUS_ANNOTATION) || has_ann(pod::OVERRIDES_ANNOTATION) {
                 let mut view = postprocess::strip_pod(original, mesh);
                 postprocess::reinsert_overrides(&mut view)?;
                 Cow::Owned(view)
@@ -302,7 +303,7 @@ impl Engine {
 
         // Go's rule for moving a user-supplied istio-proxy (spec §1.6): exact "true"/"false" override.
         let native_move = match annotations_map
-            .and_then(|a| a.field(annotations::NATIVE_SIDECAR))
+            .and_then(|a| a.field(pod::NATIVE_SIDECAR_ANNOTATION))
             .and_then(Value::as_str)
         {
             Some("true") => true,
@@ -732,7 +733,7 @@ mod tests {
             .aliases
             .insert("both".into(), vec!["sidecar".into(), "init".into()]);
         let e = Engine::new(s);
-        let ann = json!({annotations::TEMPLATES: " both , x"});
+        let ann = json!({pod::TEMPLATES_ANNOTATION: " both , x"});
         assert_eq!(
             e.templates(ann.as_object(), Mode::Webhook),
             vec!["sidecar", "init", "x"]

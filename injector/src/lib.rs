@@ -23,6 +23,7 @@ pub mod memo;
 pub mod merge;
 pub mod metrics;
 pub mod patch;
+pub mod pod;
 pub mod postprocess;
 pub mod probes;
 pub mod proxyconfig;

@@ -11,7 +11,12 @@
 
 pub(crate) mod gotypes;
 
-use crate::fields::Fields;
+use crate::fields::{ensure_map, Fields};
+use crate::pod::{
+    annotation, containers, find_named, find_named_mut, name_of, set_annotation, INIT_CONTAINER,
+    INTERCEPTION_MODE_ANNOTATION, OVERRIDES_ANNOTATION, PROXY_CONTAINER, STATUS_ANNOTATION,
+    VALIDATION_CONTAINER,
+};
 use serde_json::{Map, Value};
 
 /// Why a merge failed.
@@ -42,11 +47,6 @@ pub enum MergeError {
     #[error("{0}")]
     InvalidOverrides(String),
 }
-
-/// Annotation holding the user's container customisations saved at the first injection.
-pub const OVERRIDES_ANNOTATION: &str = "proxy.istio.io/overrides";
-/// Annotation holding the names of what a previous injection added.
-pub const STATUS_ANNOTATION: &str = "sidecar.istio.io/status";
 
 /// Which part of the Pod schema a value is, for merge keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -656,29 +656,6 @@ pub(crate) fn parse_status(text: &str) -> Option<InjectedNames> {
     })
 }
 
-pub(crate) fn annotation<'a>(pod: &'a Value, name: &str) -> Option<&'a str> {
-    pod.field("metadata")?
-        .field("annotations")?
-        .field(name)?
-        .as_str()
-}
-
-pub(crate) fn containers<'a>(pod: &'a Value, list: &str) -> &'a [Value] {
-    pod.field("spec")
-        .and_then(|s| s.field(list))
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-}
-
-pub(crate) fn name_of(c: &Value) -> &str {
-    c.field("name").and_then(Value::as_str).unwrap_or("")
-}
-
-fn find_named<'a>(list: &'a [Value], name: &str) -> Option<&'a Value> {
-    list.iter().find(|c| name_of(c) == name)
-}
-
 /// The saved overrides: `(containers, initContainers)`.
 pub(crate) fn parse_overrides(text: &str) -> Result<(Vec<Value>, Vec<Value>), MergeError> {
     let v: Value =
@@ -779,40 +756,6 @@ fn user_overlay(c: &Value) -> Value {
     }
 }
 
-/// Sets `metadata.annotations[name]`, creating the maps as needed.
-pub(crate) fn set_annotation(pod: &mut Value, name: &str, value: String) {
-    if let Some(ann) = ensure_map(pod, &["metadata", "annotations"]) {
-        ann.insert(name.to_string(), Value::String(value));
-    }
-}
-
-/// The object at `path` under `v`, created (replacing non-objects) as needed; `None` only if `v` is not an
-/// object.
-pub(crate) fn ensure_map<'a>(
-    v: &'a mut Value,
-    path: &[&str],
-) -> Option<&'a mut Map<String, Value>> {
-    let mut cur = v;
-    for p in path {
-        let m = cur.as_object_mut()?;
-        // Looked up before inserting: the key is copied and hashed only when the object is missing (an
-        // insert over a non-object keeps the key's place, as the entry would).
-        if !m.field(p).is_some_and(Value::is_object) {
-            m.insert(p.to_string(), Value::Object(Map::new()));
-        }
-        cur = m.field_mut(p)?;
-    }
-    cur.as_object_mut()
-}
-
-fn find_named_mut<'a>(pod: &'a mut Value, list: &str, name: &str) -> Option<&'a mut Value> {
-    pod.field_mut("spec")?
-        .field_mut(list)?
-        .as_array_mut()?
-        .iter_mut()
-        .find(|c| name_of(c) == name)
-}
-
 fn sc_int(c: &Value, k: &str) -> Option<i64> {
     c.field("securityContext")?.field(k)?.as_i64()
 }
@@ -820,16 +763,9 @@ fn sc_int(c: &Value, k: &str) -> Option<i64> {
 /// `adjustInitContainerUser`: a user `istio-proxy` `runAsUser`/`runAsGroup` carries over to the init
 /// container (`-u` argument, the validation container's identity) and, with TPROXY, makes the proxy root.
 fn adjust_init_container_user(final_pod: &mut Value, original: &Value, proxy_config: &Value) {
-    let Some(user) = find_named(
-        containers(original, "containers"),
-        crate::postprocess::PROXY,
-    )
-    .or_else(|| {
-        find_named(
-            containers(original, "initContainers"),
-            crate::postprocess::PROXY,
-        )
-    }) else {
+    let Some(user) = find_named(containers(original, "containers"), PROXY_CONTAINER)
+        .or_else(|| find_named(containers(original, "initContainers"), PROXY_CONTAINER))
+    else {
         return;
     };
     let run_as_user = sc_int(user, "runAsUser");
@@ -837,10 +773,16 @@ fn adjust_init_container_user(final_pod: &mut Value, original: &Value, proxy_con
     if run_as_user.is_none() && run_as_group.is_none() {
         return;
     }
-    let init_name = if find_named(containers(final_pod, "initContainers"), "istio-init").is_some() {
-        "istio-init"
-    } else if find_named(containers(final_pod, "initContainers"), "istio-validation").is_some() {
-        "istio-validation"
+    let init_name = if find_named(containers(final_pod, "initContainers"), INIT_CONTAINER).is_some()
+    {
+        INIT_CONTAINER
+    } else if find_named(
+        containers(final_pod, "initContainers"),
+        VALIDATION_CONTAINER,
+    )
+    .is_some()
+    {
+        VALIDATION_CONTAINER
     } else {
         return;
     };
@@ -848,18 +790,13 @@ fn adjust_init_container_user(final_pod: &mut Value, original: &Value, proxy_con
         .field("interceptionMode")
         .and_then(Value::as_str)
         == Some("TPROXY")
-        || annotation(final_pod, "sidecar.istio.io/interceptionMode") == Some("TPROXY");
+        || annotation(final_pod, INTERCEPTION_MODE_ANNOTATION) == Some("TPROXY");
 
     if tproxy && run_as_user.is_some() {
-        let proxy = if find_named(
-            containers(final_pod, "containers"),
-            crate::postprocess::PROXY,
-        )
-        .is_some()
-        {
-            find_named_mut(final_pod, "containers", crate::postprocess::PROXY)
+        let proxy = if find_named(containers(final_pod, "containers"), PROXY_CONTAINER).is_some() {
+            find_named_mut(final_pod, "containers", PROXY_CONTAINER)
         } else {
-            find_named_mut(final_pod, "initContainers", crate::postprocess::PROXY)
+            find_named_mut(final_pod, "initContainers", PROXY_CONTAINER)
         };
         if let Some(sc) = proxy.and_then(|p| ensure_map(p, &["securityContext"])) {
             sc.insert("runAsUser".to_string(), Value::from(0));
@@ -868,7 +805,7 @@ fn adjust_init_container_user(final_pod: &mut Value, original: &Value, proxy_con
     let Some(init) = find_named_mut(final_pod, "initContainers", init_name) else {
         return;
     };
-    if !tproxy && init_name == "istio-validation" {
+    if !tproxy && init_name == VALIDATION_CONTAINER {
         if let Some(sc) = ensure_map(init, &["securityContext"]) {
             if let Some(u) = run_as_user {
                 sc.insert("runAsUser".to_string(), Value::from(u));

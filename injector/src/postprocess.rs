@@ -7,26 +7,19 @@ use std::collections::BTreeMap;
 use crate::fields::Fields;
 use serde_json::{Map, Value};
 
+use crate::fields::ensure_map;
 use crate::goconv::{parse_bool, parse_bool_value};
-use crate::merge::{
-    annotation, containers, ensure_map, name_of, parse_overrides, parse_status, set_annotation,
-    OVERRIDES_ANNOTATION, STATUS_ANNOTATION,
+use crate::merge::{parse_overrides, parse_status};
+use crate::pod::{
+    annotation, annotations, containers, name_of, set_annotation, CORE_DUMP_CONTAINER,
+    INIT_CONTAINER, MERGE_METRICS_ANNOTATION, NETWORK_LABEL, OVERRIDES_ANNOTATION, PROXY_CONTAINER,
+    REWRITE_PROBES_ANNOTATION, SECURE_PORT_ANNOTATION, STATUS_ANNOTATION, VALIDATION_CONTAINER,
 };
 use crate::probes;
 
-/// The proxy container's name.
-pub const PROXY: &str = "istio-proxy";
-const INIT: &str = "istio-init";
-const VALIDATION: &str = "istio-validation";
-const CORE_DUMP: &str = "enable-core-dump";
-/// Label carrying the pod's network.
-pub const NETWORK_LABEL: &str = "topology.istio.io/network";
 const NETWORK_ENV: &str = "ISTIO_META_NETWORK";
 const PROMETHEUS_ENV: &str = "ISTIO_PROMETHEUS_ANNOTATIONS";
 const SECURE_PORT_ENV: &str = "ENVOY_SECURE_MERGED_METRICS_PORT";
-const SECURE_PORT_ANNOTATION: &str = "prometheus.istio.io/secure-port";
-const MERGE_METRICS_ANNOTATION: &str = "prometheus.istio.io/merge-metrics";
-const REWRITE_ANNOTATION: &str = "sidecar.istio.io/rewriteAppHTTPProbers";
 /// Ports the agent and Envoy listen on; a scrape target may not use them.
 const RESERVED_PORTS: [u16; 9] = [
     15000, 15001, 15004, 15006, 15008, 15020, 15021, 15053, 15090,
@@ -89,10 +82,6 @@ const PROM_PORT: &str = "prometheus_io_port";
 const PROM_PATH: &str = "prometheus_io_path";
 const PROM_TARGETS: &str = "prometheus_istio_io_scrape_targets";
 const PROM_SECURE_PORT: &str = "prometheus_istio_io_secure_port";
-
-fn annotations(pod: &Value) -> Option<&Map<String, Value>> {
-    pod.field("metadata")?.field("annotations")?.as_object()
-}
 
 /// The value of the first annotation whose sanitised key is `sanitized`.
 fn sanitized_annotation<'a>(pod: &'a Value, sanitized: &str) -> Option<&'a str> {
@@ -211,7 +200,7 @@ pub fn post_process(
 fn proxy_mut(pod: &mut Value) -> Option<&mut Map<String, Value>> {
     let in_containers = containers(pod, "containers")
         .iter()
-        .any(|c| name_of(c) == PROXY);
+        .any(|c| name_of(c) == PROXY_CONTAINER);
     let list = if in_containers {
         "containers"
     } else {
@@ -221,7 +210,7 @@ fn proxy_mut(pod: &mut Value) -> Option<&mut Map<String, Value>> {
         .field_mut(list)?
         .as_array_mut()?
         .iter_mut()
-        .find(|c| name_of(c) == PROXY)?
+        .find(|c| name_of(c) == PROXY_CONTAINER)?
         .as_object_mut()
 }
 
@@ -229,7 +218,7 @@ fn proxy(pod: &Value) -> Option<&Value> {
     containers(pod, "containers")
         .iter()
         .chain(containers(pod, "initContainers"))
-        .find(|c| name_of(c) == PROXY)
+        .find(|c| name_of(c) == PROXY_CONTAINER)
 }
 
 fn env_mut(container: &mut Map<String, Value>) -> Option<&mut Vec<Value>> {
@@ -410,7 +399,7 @@ fn apply_rewrite(pod: &mut Value, params: &PostProcessParams<'_>) {
     if proxy(pod).is_none() {
         return;
     }
-    let rewrite = annotation(pod, REWRITE_ANNOTATION)
+    let rewrite = annotation(pod, REWRITE_PROBES_ANNOTATION)
         .and_then(parse_bool)
         .unwrap_or_else(|| {
             params
@@ -533,20 +522,29 @@ fn reorder_pod(pod: &mut Value, params: &PostProcessParams<'_>) {
         return;
     };
     if let Some(cs) = spec.field_mut("containers").and_then(Value::as_array_mut) {
-        move_container(cs, PROXY, if hold { Move::First } else { Move::Last });
+        move_container(
+            cs,
+            PROXY_CONTAINER,
+            if hold { Move::First } else { Move::Last },
+        );
     }
     if let Some(inits) = spec
         .field_mut("initContainers")
         .and_then(Value::as_array_mut)
     {
-        if inits.iter().any(|c| name_of(c) == PROXY) {
-            for name in [CORE_DUMP, PROXY, VALIDATION, INIT] {
+        if inits.iter().any(|c| name_of(c) == PROXY_CONTAINER) {
+            for name in [
+                CORE_DUMP_CONTAINER,
+                PROXY_CONTAINER,
+                VALIDATION_CONTAINER,
+                INIT_CONTAINER,
+            ] {
                 move_container(inits, name, Move::First);
             }
         } else {
-            move_container(inits, VALIDATION, Move::First);
-            move_container(inits, INIT, Move::Last);
-            move_container(inits, CORE_DUMP, Move::Last);
+            move_container(inits, VALIDATION_CONTAINER, Move::First);
+            move_container(inits, INIT_CONTAINER, Move::Last);
+            move_container(inits, CORE_DUMP_CONTAINER, Move::Last);
         }
     }
 }

@@ -204,7 +204,7 @@ pub fn effective(
         apply_overlay(&mut pc, d);
     }
     if let Some(Value::String(text)) =
-        annotations.and_then(|a| a.get(crate::annotations::PROXY_CONFIG))
+        annotations.and_then(|a| a.get(crate::pod::PROXY_CONFIG_ANNOTATION))
     {
         let overlay = parse_overlay(text)?;
         apply_overlay(&mut pc, &overlay);

@@ -9,6 +9,17 @@ use serde_json::{Map, Value};
 use super::init_args::{self, exclude_inbound, optional_setting, setting};
 use super::{image, sprint, Inputs, RenderError};
 use crate::goconv::{self, template_truthy};
+use crate::pod::{
+    self, EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
+    EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
+    INCLUDE_INBOUND_PORTS_ANNOTATION, INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+    INCLUDE_OUTBOUND_PORTS_ANNOTATION, INIT_CONTAINER, INTERCEPTION_MODE_ANNOTATION,
+    KUBEVIRT_INTERFACES_ANNOTATION, PROXY_CONTAINER, PROXY_CPU_ANNOTATION,
+    PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_TYPE_ANNOTATION, PROXY_MEMORY_ANNOTATION,
+    PROXY_MEMORY_LIMIT_ANNOTATION, READINESS_FAILURE_THRESHOLD_ANNOTATION,
+    READINESS_INITIAL_DELAY_ANNOTATION, READINESS_PERIOD_ANNOTATION,
+    REROUTE_VIRTUAL_INTERFACES_ANNOTATION, VALIDATION_CONTAINER,
+};
 
 /// The default `sidecar` template with its context.
 #[derive(Template)]
@@ -145,17 +156,11 @@ fn canonical(name: &str) -> &str {
 impl<'a> Sidecar<'a> {
     pub(crate) fn build(inp: &Inputs<'a>) -> Result<Sidecar<'a>, RenderError> {
         let data = inp.data;
-        let containers: &'a [Value] = data
-            .pod
-            .get("spec")
-            .and_then(|s| s.get("containers"))
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
+        let containers: &'a [Value] = pod::containers(data.pod, "containers");
         let app_containers: Vec<&'a str> = containers
             .iter()
             .filter_map(|c| c.get("name").and_then(Value::as_str))
-            .filter(|n| *n != "istio-proxy")
+            .filter(|n| *n != PROXY_CONTAINER)
             .collect();
 
         // Labels.
@@ -297,16 +302,16 @@ fn cni_annotations<'a>(inp: &Inputs<'a>) -> Result<Vec<(&'static str, Cow<'a, st
         ));
     }
     out.push((
-        "sidecar.istio.io/interceptionMode",
+        INTERCEPTION_MODE_ANNOTATION,
         Cow::Borrowed(inp.interception_mode),
     ));
     for (key, values_path) in [
         (
-            "traffic.sidecar.istio.io/includeOutboundIPRanges",
+            INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
             "global.proxy.includeIPRanges",
         ),
         (
-            "traffic.sidecar.istio.io/excludeOutboundIPRanges",
+            EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
             "global.proxy.excludeIPRanges",
         ),
     ] {
@@ -317,19 +322,19 @@ fn cni_annotations<'a>(inp: &Inputs<'a>) -> Result<Vec<(&'static str, Cow<'a, st
     }
     let (v, _) = setting(
         inp,
-        "traffic.sidecar.istio.io/includeInboundPorts",
+        INCLUDE_INBOUND_PORTS_ANNOTATION,
         "global.proxy.includeInboundPorts",
     );
-    out.push(("traffic.sidecar.istio.io/includeInboundPorts", v));
+    out.push((INCLUDE_INBOUND_PORTS_ANNOTATION, v));
     let (e, _) = exclude_inbound(inp);
-    out.push(("traffic.sidecar.istio.io/excludeInboundPorts", e));
+    out.push((EXCLUDE_INBOUND_PORTS_ANNOTATION, e));
     for (key, values_path) in [
         (
-            "traffic.sidecar.istio.io/includeOutboundPorts",
+            INCLUDE_OUTBOUND_PORTS_ANNOTATION,
             "global.proxy.includeOutboundPorts",
         ),
         (
-            "traffic.sidecar.istio.io/excludeOutboundPorts",
+            EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
             "global.proxy.excludeOutboundPorts",
         ),
     ] {
@@ -338,9 +343,9 @@ fn cni_annotations<'a>(inp: &Inputs<'a>) -> Result<Vec<(&'static str, Cow<'a, st
         }
     }
     for key in [
-        "traffic.sidecar.istio.io/kubevirtInterfaces",
-        "istio.io/reroute-virtual-interfaces",
-        "traffic.sidecar.istio.io/excludeInterfaces",
+        KUBEVIRT_INTERFACES_ANNOTATION,
+        REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
+        EXCLUDE_INTERFACES_ANNOTATION,
     ] {
         if let Some(v) = non_empty(inp.ann(key)) {
             out.push((key, Cow::Borrowed(v)));
@@ -393,10 +398,10 @@ pub(crate) fn append_multus_network<'a>(
 
 /// Resources of both containers: the four resource annotations replace the values block entirely.
 fn resources<'a>(inp: &Inputs<'a>) -> Option<Cow<'a, Value>> {
-    let cpu = inp.ann("sidecar.istio.io/proxyCPU");
-    let memory = inp.ann("sidecar.istio.io/proxyMemory");
-    let cpu_limit = inp.ann("sidecar.istio.io/proxyCPULimit");
-    let memory_limit = inp.ann("sidecar.istio.io/proxyMemoryLimit");
+    let cpu = inp.ann(PROXY_CPU_ANNOTATION);
+    let memory = inp.ann(PROXY_MEMORY_ANNOTATION);
+    let cpu_limit = inp.ann(PROXY_CPU_LIMIT_ANNOTATION);
+    let memory_limit = inp.ann(PROXY_MEMORY_LIMIT_ANNOTATION);
     if cpu.is_some() || memory.is_some() || cpu_limit.is_some() || memory_limit.is_some() {
         let block = |cpu: Option<&str>, memory: Option<&str>| {
             let mut m = Map::new();
@@ -499,7 +504,7 @@ fn init_container<'a>(inp: &Inputs<'a>) -> Result<InitContainer<'a>, RenderError
         None => sprint(inp.values_at("global.proxy_init.image")),
     };
     let image_type = inp
-        .ann("sidecar.istio.io/proxyImageType")
+        .ann(PROXY_IMAGE_TYPE_ANNOTATION)
         .unwrap_or_else(|| inp.values_str("global.variant"));
     let image = match requested {
         Cow::Borrowed(r) => image::choose(r, || {
@@ -515,9 +520,9 @@ fn init_container<'a>(inp: &Inputs<'a>) -> Result<InitContainer<'a>, RenderError
     let id = |v: i64| if inp.tproxy || v == 0 { 1337 } else { v };
     Ok(InitContainer {
         name: if inp.cni {
-            "istio-validation"
+            VALIDATION_CONTAINER
         } else {
-            "istio-init"
+            INIT_CONTAINER
         },
         image,
         args: init_args::init_args(inp)?,
@@ -572,7 +577,7 @@ fn proxy<'a>(
         .and_then(|i| i.get("imageType"))
         .and_then(Value::as_str);
     let image_type = inp
-        .ann("sidecar.istio.io/proxyImageType")
+        .ann(PROXY_IMAGE_TYPE_ANNOTATION)
         .or(non_empty(pc_image_type))
         .unwrap_or_else(|| inp.values_str("global.variant"));
     let image = match requested {
@@ -659,17 +664,17 @@ fn proxy<'a>(
         let readiness = Readiness {
             initial_delay_seconds: int_setting(
                 inp,
-                "readiness.status.sidecar.istio.io/initialDelaySeconds",
+                READINESS_INITIAL_DELAY_ANNOTATION,
                 "global.proxy.readinessInitialDelaySeconds",
             )?,
             period_seconds: int_setting(
                 inp,
-                "readiness.status.sidecar.istio.io/periodSeconds",
+                READINESS_PERIOD_ANNOTATION,
                 "global.proxy.readinessPeriodSeconds",
             )?,
             failure_threshold: int_setting(
                 inp,
-                "readiness.status.sidecar.istio.io/failureThreshold",
+                READINESS_FAILURE_THRESHOLD_ANNOTATION,
                 "global.proxy.readinessFailureThreshold",
             )?,
         };

@@ -11,6 +11,13 @@
 use std::borrow::Cow;
 
 use super::{Inputs, RenderError};
+use crate::pod::{
+    EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
+    EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
+    INCLUDE_INBOUND_PORTS_ANNOTATION, INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+    INCLUDE_OUTBOUND_PORTS_ANNOTATION, KUBEVIRT_INTERFACES_ANNOTATION,
+    REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
+};
 
 /// Which shape an argument value must have.
 #[derive(Clone, Copy, Debug)]
@@ -109,7 +116,7 @@ pub(crate) fn setting<'a>(
 pub(crate) fn exclude_inbound<'a>(inp: &Inputs<'a>) -> (Cow<'a, str>, Source) {
     let (list, src) = setting(
         inp,
-        "traffic.sidecar.istio.io/excludeInboundPorts",
+        EXCLUDE_INBOUND_PORTS_ANNOTATION,
         "global.proxy.excludeInboundPorts",
     );
     let port = inp.status_port();
@@ -140,8 +147,8 @@ pub(crate) fn optional_setting<'a>(
 
 /// `-k`: `istio.io/reroute-virtual-interfaces` wins over the deprecated `kubevirtInterfaces`.
 pub(crate) fn reroute_interfaces<'a>(inp: &Inputs<'a>) -> Option<(&'a str, Source)> {
-    const REROUTE: &str = "istio.io/reroute-virtual-interfaces";
-    const KUBEVIRT: &str = "traffic.sidecar.istio.io/kubevirtInterfaces";
+    const REROUTE: &str = REROUTE_VIRTUAL_INTERFACES_ANNOTATION;
+    const KUBEVIRT: &str = KUBEVIRT_INTERFACES_ANNOTATION;
     inp.ann(REROUTE)
         .map(|v| (v, Source::Annotation(REROUTE)))
         .or_else(|| inp.ann(KUBEVIRT).map(|v| (v, Source::Annotation(KUBEVIRT))))
@@ -184,7 +191,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
 
     let (v, src) = setting(
         inp,
-        "traffic.sidecar.istio.io/includeOutboundIPRanges",
+        INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
         "global.proxy.includeIPRanges",
     );
     check(&v, Shape::Cidrs, src)?;
@@ -193,7 +200,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
 
     let (v, src) = setting(
         inp,
-        "traffic.sidecar.istio.io/excludeOutboundIPRanges",
+        EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
         "global.proxy.excludeIPRanges",
     );
     check(&v, Shape::Cidrs, src)?;
@@ -202,7 +209,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
 
     let (v, src) = setting(
         inp,
-        "traffic.sidecar.istio.io/includeInboundPorts",
+        INCLUDE_INBOUND_PORTS_ANNOTATION,
         "global.proxy.includeInboundPorts",
     );
     check(&v, Shape::Ports, src)?;
@@ -220,7 +227,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
 
     if let Some((v, src)) = optional_setting(
         inp,
-        "traffic.sidecar.istio.io/includeOutboundPorts",
+        INCLUDE_OUTBOUND_PORTS_ANNOTATION,
         "global.proxy.includeOutboundPorts",
     ) {
         check(&v, Shape::Ports, src)?;
@@ -229,7 +236,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
     }
     if let Some((v, src)) = optional_setting(
         inp,
-        "traffic.sidecar.istio.io/excludeOutboundPorts",
+        EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
         "global.proxy.excludeOutboundPorts",
     ) {
         check(&v, Shape::Ports, src)?;
@@ -241,7 +248,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
         push("-k");
         push(v);
     }
-    const EXCLUDE_IFACES: &str = "traffic.sidecar.istio.io/excludeInterfaces";
+    const EXCLUDE_IFACES: &str = EXCLUDE_INTERFACES_ANNOTATION;
     if let Some(v) = inp.ann(EXCLUDE_IFACES) {
         check(v, Shape::Interfaces, Source::Annotation(EXCLUDE_IFACES))?;
         push("-c");

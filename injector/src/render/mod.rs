@@ -23,6 +23,10 @@ use askama::Template;
 use serde_json::{Map, Value};
 
 use crate::goconv::template_truthy;
+use crate::pod::{
+    self, AGENT_LOG_LEVEL_ANNOTATION, INTERCEPTION_MODE_ANNOTATION, NATIVE_SIDECAR_ANNOTATION,
+    STATUS_PORT_ANNOTATION,
+};
 
 pub use proxy_config::ProxyConfigError;
 
@@ -165,19 +169,12 @@ pub(crate) struct Inputs<'a> {
     values_global_proxy: Option<&'a Value>,
 }
 
-const INTERCEPTION_ANNOTATION: &str = "sidecar.istio.io/interceptionMode";
-
 impl<'a> Inputs<'a> {
     fn new(data: &'a TemplateData<'a>) -> Result<Inputs<'a>, RenderError> {
-        let metadata = data.pod.get("metadata");
-        let annotations = metadata
-            .and_then(|m| m.get("annotations"))
-            .and_then(Value::as_object);
-        let labels = metadata
-            .and_then(|m| m.get("labels"))
-            .and_then(Value::as_object);
+        let annotations = pod::annotations(data.pod);
+        let labels = pod::labels(data.pod);
         let ann = |k: &str| annotations.and_then(|a| a.get(k)).and_then(Value::as_str);
-        let interception_mode = match ann(INTERCEPTION_ANNOTATION) {
+        let interception_mode = match ann(INTERCEPTION_MODE_ANNOTATION) {
             Some(m) => m,
             None => match data.proxy_config.get("interceptionMode") {
                 None | Some(Value::Null) => "REDIRECT",
@@ -192,9 +189,9 @@ impl<'a> Inputs<'a> {
             },
         };
         if !matches!(interception_mode, "REDIRECT" | "TPROXY" | "NONE") {
-            return Err(match ann(INTERCEPTION_ANNOTATION) {
+            return Err(match ann(INTERCEPTION_MODE_ANNOTATION) {
                 Some(v) => RenderError::InvalidAnnotation {
-                    annotation: INTERCEPTION_ANNOTATION,
+                    annotation: INTERCEPTION_MODE_ANNOTATION,
                     value: v.to_string(),
                     reason: "must be one of REDIRECT, TPROXY, NONE".to_string(),
                 },
@@ -217,7 +214,7 @@ impl<'a> Inputs<'a> {
             cni: false,
             // The template's own rule (spec §1.6): a non-empty annotation decides, and anything but
             // "false" means native.
-            native: match ann("sidecar.istio.io/nativeSidecar").filter(|v| !v.is_empty()) {
+            native: match ann(NATIVE_SIDECAR_ANNOTATION).filter(|v| !v.is_empty()) {
                 Some(v) => v != "false",
                 None => data.native_sidecars,
             },
@@ -230,7 +227,7 @@ impl<'a> Inputs<'a> {
         inputs.values_global = data.values.get("global");
         inputs.values_global_proxy = inputs.values_global.and_then(|g| g.get("proxy"));
         inputs.cni = template_truthy(inputs.values_at("pilot.cni.enabled"));
-        inputs.status_port = match ann("status.sidecar.istio.io/port") {
+        inputs.status_port = match ann(STATUS_PORT_ANNOTATION) {
             Some(p) => Cow::Borrowed(p),
             None => sprint(inputs.values_at("global.proxy.statusPort")),
         };
@@ -286,9 +283,11 @@ impl<'a> Inputs<'a> {
 
     /// `--log_output_level` of both containers.
     pub fn agent_log_level(&self) -> (Cow<'a, str>, init_args::Source) {
-        const KEY: &str = "sidecar.istio.io/agentLogLevel";
-        match self.ann(KEY) {
-            Some(v) => (Cow::Borrowed(v), init_args::Source::Annotation(KEY)),
+        match self.ann(AGENT_LOG_LEVEL_ANNOTATION) {
+            Some(v) => (
+                Cow::Borrowed(v),
+                init_args::Source::Annotation(AGENT_LOG_LEVEL_ANNOTATION),
+            ),
             None => (
                 sprint(self.values_at("global.logging.level")),
                 init_args::Source::Values("global.logging.level"),
