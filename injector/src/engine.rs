@@ -462,7 +462,7 @@ impl Skeleton {
         let (rev, status) = self.status.get_or_init(|| {
             (
                 revision.to_string(),
-                postprocess::status_annotation(&self.pod, revision),
+                crate::status::build(&self.pod, revision),
             )
         });
         (rev == revision).then_some(status.as_str())
@@ -706,7 +706,7 @@ mod tests {
         let rendered = json!({"spec": {"initContainers": [{"name": "istio-init"}, {"name": "istio-proxy"}],
                                        "volumes": [{"name": "v1"}], "imagePullSecrets": [{"name": "s"}]}});
         let sk = template_skeleton(&rendered);
-        let want = postprocess::status_annotation(&sk.pod, "canary");
+        let want = crate::status::build(&sk.pod, "canary");
         assert!(want.contains("\"revision\":\"canary\""), "{want}");
         assert!(want.contains("\"istio-init\",\"istio-proxy\""), "{want}");
         assert_eq!(sk.status("canary"), Some(want.as_str()));

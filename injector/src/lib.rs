@@ -30,6 +30,7 @@ pub mod proxyconfig;
 pub mod reload;
 pub mod render;
 pub mod server;
+pub mod status;
 pub mod tls;
 pub mod validate;
 pub mod webhook_config;

@@ -626,36 +626,6 @@ fn merge_scalar_list(orig: &mut Vec<Value>, patch: Vec<Value>) {
 // ---------------------------------------------------------------------------------------------------
 // reapplyOverwrittenContainers / adjustInitContainerUser
 
-/// The `sidecar.istio.io/status` names a previous injection recorded (unparseable → `None`).
-#[derive(Debug, Default, Clone)]
-pub(crate) struct InjectedNames {
-    pub containers: Vec<String>,
-    pub init_containers: Vec<String>,
-}
-
-/// Parses a status annotation value; `None` when it is not a JSON object of name lists.
-pub(crate) fn parse_status(text: &str) -> Option<InjectedNames> {
-    let v: Value = serde_json::from_str(text).ok()?;
-    let obj = v.as_object()?;
-    let names = |k: &str| -> Option<Vec<String>> {
-        match obj.field(k) {
-            None | Some(Value::Null) => Some(Vec::new()),
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|n| n.as_str().map(str::to_string))
-                .collect::<Option<Vec<_>>>(),
-            Some(_) => None,
-        }
-    };
-    // Go decodes the whole status struct: a mistyped list makes it unparseable
-    names("volumes")?;
-    names("imagePullSecrets")?;
-    Some(InjectedNames {
-        containers: names("containers")?,
-        init_containers: names("initContainers")?,
-    })
-}
-
 /// The saved overrides: `(containers, initContainers)`.
 pub(crate) fn parse_overrides(text: &str) -> Result<(Vec<Value>, Vec<Value>), MergeError> {
     let v: Value =
@@ -689,7 +659,7 @@ pub fn reapply_overwritten_containers(
     };
     let status = annotation(original, STATUS_ANNOTATION);
     let already_injected = status.is_some();
-    let skip = status.and_then(parse_status).unwrap_or_default();
+    let skip = status.and_then(crate::status::parse).unwrap_or_default();
 
     let orig_containers = containers(original, "containers");
     let orig_inits = containers(original, "initContainers");

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::fields::ensure_map;
 use crate::goconv::{parse_bool, parse_bool_value};
-use crate::merge::{parse_overrides, parse_status};
+use crate::merge::parse_overrides;
 use crate::pod::{
     annotation, annotations, containers, name_of, set_annotation, CORE_DUMP_CONTAINER,
     INIT_CONTAINER, MERGE_METRICS_ANNOTATION, NETWORK_LABEL, OVERRIDES_ANNOTATION, PROXY_CONTAINER,
@@ -111,7 +111,7 @@ fn mesh_status_port(mesh: &Value) -> i64 {
 /// `stripPod`: the pod without a previous injection (by its parseable status annotation).
 pub fn strip_pod(pod: &Value, mesh: &Value) -> Value {
     let mut out = pod.clone();
-    let Some(status) = annotation(pod, STATUS_ANNOTATION).and_then(parse_status) else {
+    let Some(status) = annotation(pod, STATUS_ANNOTATION).and_then(crate::status::parse) else {
         return out;
     };
     if let Some(spec) = out.field_mut("spec").and_then(Value::as_object_mut) {
@@ -435,37 +435,6 @@ fn apply_rewrite(pod: &mut Value, params: &PostProcessParams<'_>) {
     probes::patch_rewrite_probes(pod, status_port);
 }
 
-/// The `sidecar.istio.io/status` text: names the template added, keys in Istio's order, `null` for none.
-pub fn status_annotation(template_pod: &Value, revision: &str) -> String {
-    /// Istio's `SidecarInjectionStatus`, field order as Go prints it.
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Status<'a> {
-        init_containers: Option<Vec<&'a str>>,
-        containers: Option<Vec<&'a str>>,
-        volumes: Option<Vec<&'a str>>,
-        image_pull_secrets: Option<Vec<&'a str>>,
-        revision: &'a str,
-    }
-    let names = |k: &str| -> Option<Vec<&str>> {
-        let list = containers(template_pod, k);
-        (!list.is_empty()).then(|| list.iter().map(name_of).collect())
-    };
-    let status = Status {
-        init_containers: names("initContainers"),
-        containers: names("containers"),
-        volumes: names("volumes"),
-        image_pull_secrets: names("imagePullSecrets"),
-        revision: if revision.is_empty() {
-            "default"
-        } else {
-            revision
-        },
-    };
-    // Serialising string lists cannot fail.
-    serde_json::to_string(&status).unwrap_or_default()
-}
-
 /// `applyMetadata`: network label, status annotation, `injectedAnnotations`.
 fn apply_metadata(pod: &mut Value, template_pod: &Value, params: &PostProcessParams<'_>) {
     if let Some(network) = params.url_env.get(NETWORK_ENV) {
@@ -477,7 +446,7 @@ fn apply_metadata(pod: &mut Value, template_pod: &Value, params: &PostProcessPar
         pod,
         STATUS_ANNOTATION,
         params.status.map_or_else(
-            || status_annotation(template_pod, params.revision),
+            || crate::status::build(template_pod, params.revision),
             str::to_string,
         ),
     );
