@@ -22,6 +22,7 @@ pub mod kube_inject;
 pub mod memo;
 pub mod merge;
 pub mod metrics;
+pub mod overrides;
 pub mod patch;
 pub mod pod;
 pub mod postprocess;

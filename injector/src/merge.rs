@@ -12,6 +12,7 @@
 pub(crate) mod gotypes;
 
 use crate::fields::{ensure_map, Fields};
+use crate::overrides;
 use crate::pod::{
     annotation, containers, find_named, find_named_mut, name_of, set_annotation, INIT_CONTAINER,
     INTERCEPTION_MODE_ANNOTATION, OVERRIDES_ANNOTATION, PROXY_CONTAINER, STATUS_ANNOTATION,
@@ -45,7 +46,7 @@ pub enum MergeError {
     /// The `proxy.istio.io/overrides` annotation is not the JSON Istio writes. (Messages carry no
     /// prefix: the engine adds Istio's `strategic merge:` / `failed to re apply container:`.)
     #[error("{0}")]
-    InvalidOverrides(String),
+    InvalidOverrides(#[from] overrides::InvalidOverrides),
 }
 
 /// Which part of the Pod schema a value is, for merge keys.
@@ -626,25 +627,6 @@ fn merge_scalar_list(orig: &mut Vec<Value>, patch: Vec<Value>) {
 // ---------------------------------------------------------------------------------------------------
 // reapplyOverwrittenContainers / adjustInitContainerUser
 
-/// The saved overrides: `(containers, initContainers)`.
-pub(crate) fn parse_overrides(text: &str) -> Result<(Vec<Value>, Vec<Value>), MergeError> {
-    let v: Value =
-        serde_json::from_str(text).map_err(|e| MergeError::InvalidOverrides(e.to_string()))?;
-    let obj = v.as_object().ok_or_else(|| {
-        MergeError::InvalidOverrides(format!("{OVERRIDES_ANNOTATION} is not a JSON object"))
-    })?;
-    let list = |k: &str| -> Result<Vec<Value>, MergeError> {
-        match obj.field(k) {
-            None | Some(Value::Null) => Ok(Vec::new()),
-            Some(Value::Array(a)) if a.iter().all(Value::is_object) => Ok(a.clone()),
-            Some(other) => Err(MergeError::InvalidOverrides(format!(
-                "{OVERRIDES_ANNOTATION}: {k} must be a list of containers, got {other}"
-            ))),
-        }
-    };
-    Ok((list("containers")?, list("initContainers")?))
-}
-
 /// `reapplyOverwrittenContainers` + `adjustInitContainerUser`: fields the user set on a container the
 /// template also defines win. `original` is the request pod, `template_pod` the merged template output.
 pub fn reapply_overwritten_containers(
@@ -654,7 +636,7 @@ pub fn reapply_overwritten_containers(
     proxy_config: &Value,
 ) -> Result<(), MergeError> {
     let (saved_containers, saved_inits) = match annotation(original, OVERRIDES_ANNOTATION) {
-        Some(text) => parse_overrides(text)?,
+        Some(text) => overrides::parse(text)?,
         None => (Vec::new(), Vec::new()),
     };
     let status = annotation(original, STATUS_ANNOTATION);
@@ -698,16 +680,10 @@ pub fn reapply_overwritten_containers(
         recorded_inits.push(overlay);
     }
 
-    if !already_injected && (!recorded_containers.is_empty() || !recorded_inits.is_empty()) {
-        let mut saved = Map::new();
-        if !recorded_containers.is_empty() {
-            saved.insert("containers".to_string(), Value::Array(recorded_containers));
+    if !already_injected {
+        if let Some(text) = overrides::build(recorded_containers, recorded_inits) {
+            set_annotation(final_pod, OVERRIDES_ANNOTATION, text);
         }
-        if !recorded_inits.is_empty() {
-            saved.insert("initContainers".to_string(), Value::Array(recorded_inits));
-        }
-        let text = Value::Object(saved).to_string();
-        set_annotation(final_pod, OVERRIDES_ANNOTATION, text);
     }
     adjust_init_container_user(final_pod, original, proxy_config);
     Ok(())

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::fields::ensure_map;
 use crate::goconv::{parse_bool, parse_bool_value};
-use crate::merge::parse_overrides;
+use crate::overrides;
 use crate::pod::{
     annotation, annotations, containers, name_of, set_annotation, CORE_DUMP_CONTAINER,
     INIT_CONTAINER, MERGE_METRICS_ANNOTATION, NETWORK_LABEL, OVERRIDES_ANNOTATION, PROXY_CONTAINER,
@@ -59,7 +59,7 @@ pub enum PostProcessError {
     ScrapeConfig(String),
     /// `proxy.istio.io/overrides` is not valid JSON.
     #[error("invalid proxy.istio.io/overrides annotation: {0}")]
-    Overrides(#[from] crate::merge::MergeError),
+    Overrides(#[from] overrides::InvalidOverrides),
 }
 
 /// Whether `key` sanitises to `sanitized` (already sanitised) under Prometheus label sanitising (every
@@ -147,7 +147,7 @@ pub fn reinsert_overrides(pod: &mut Value) -> Result<(), PostProcessError> {
     let Some(text) = annotation(pod, OVERRIDES_ANNOTATION) else {
         return Ok(());
     };
-    let (saved_containers, saved_inits) = parse_overrides(text)?;
+    let (saved_containers, saved_inits) = overrides::parse(text)?;
     for (list, saved) in [
         ("containers", saved_containers),
         ("initContainers", saved_inits),
