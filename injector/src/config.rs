@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::decision::{LabelSelector, Policy};
-/// Re-exported where the parity test imports it from; the lead curates the public paths.
+// Re-exported where the parity test imports it from; the lead curates the public paths.
 pub use crate::defaults::{builtin_mesh, builtin_values, deep_merge};
 
 /// `--native-sidecars` / `ENABLE_NATIVE_SIDECARS`.

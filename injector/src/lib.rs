@@ -35,4 +35,5 @@ pub mod status;
 pub mod tls;
 pub mod validate;
 pub mod webhook_config;
+pub mod workload;
 pub mod yaml;
