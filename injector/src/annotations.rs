@@ -131,10 +131,10 @@ pub fn validate(annotations: Option<&Map<String, Value>>) -> Result<(), Validati
 }
 
 fn validate_proxy_config(v: &str) -> Result<(), String> {
-    crate::proxyconfig::parse_overlay(v).and_then(|overlay| {
+    crate::effective_proxy_config::parse_overlay(v).and_then(|overlay| {
         let mut pc = crate::defaults::builtin_proxy_config();
-        crate::proxyconfig::apply_overlay(&mut pc, &overlay);
-        crate::proxyconfig::validate(&pc)
+        crate::effective_proxy_config::apply_overlay(&mut pc, &overlay);
+        crate::effective_proxy_config::validate(&pc)
     })
 }
 

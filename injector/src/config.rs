@@ -488,8 +488,9 @@ fn validate_mesh(path: &str, m: &Value) -> Result<(), ConfigError> {
     if let Some(dc) = m.get("defaultConfig") {
         expect_object(path, "defaultConfig", dc)?;
         let mut pc = crate::defaults::builtin_proxy_config();
-        crate::proxyconfig::apply_overlay(&mut pc, dc);
-        crate::proxyconfig::validate(&pc).map_err(|r| invalid(path, "defaultConfig", dc, r))?;
+        crate::effective_proxy_config::apply_overlay(&mut pc, dc);
+        crate::effective_proxy_config::validate(&pc)
+            .map_err(|r| invalid(path, "defaultConfig", dc, r))?;
     }
     if let Some(mode) = m.pointer("/inboundTrafficPolicy/mode") {
         if !mode.is_string() {

@@ -100,7 +100,7 @@ impl Engine {
     /// [`Engine::new`], with its render memo counting into `counters` (the server's `/metrics`).
     pub fn with_memo_counters(settings: Settings, counters: memo::MemoCounters) -> Engine {
         let base_proxy_config =
-            crate::proxyconfig::effective(settings.mesh.field("defaultConfig"), None)
+            crate::effective_proxy_config::effective(settings.mesh.field("defaultConfig"), None)
                 .unwrap_or_else(|_| {
                     // Settings::load validated the mesh's defaultConfig, so this cannot fail; fall back to the
                     // built-in default rather than panic.
@@ -151,7 +151,7 @@ impl Engine {
     ) -> Result<Cow<'_, Value>, EngineError> {
         match annotations.and_then(|a| a.field(pod::PROXY_CONFIG_ANNOTATION)) {
             None => Ok(Cow::Borrowed(&self.base_proxy_config)),
-            Some(_) => crate::proxyconfig::effective(
+            Some(_) => crate::effective_proxy_config::effective(
                 self.settings.mesh.field("defaultConfig"),
                 annotations,
             )

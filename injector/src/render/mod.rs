@@ -15,7 +15,7 @@
 mod context;
 mod image;
 mod init_args;
-mod proxy_config;
+mod proxy_config_json;
 
 use std::borrow::Cow;
 
@@ -28,7 +28,7 @@ use crate::pod::{
     STATUS_PORT_ANNOTATION,
 };
 
-pub use proxy_config::ProxyConfigError;
+pub use proxy_config_json::ProxyConfigError;
 
 /// The template input (Istio's `SidecarTemplateData`). All documents are JSON as Istio serialises them.
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +67,7 @@ pub struct TemplateData<'a> {
 /// cleared, and a trailing newline as Istio prints it. Depends on the ProxyConfig only, so the engine
 /// computes it once per configuration instead of once per pod.
 pub fn proxy_config_env(proxy_config: &Value) -> Result<String, RenderError> {
-    let mut text = proxy_config::proto_to_json(proxy_config)?;
+    let mut text = proxy_config_json::proto_to_json(proxy_config)?;
     text.push('\n');
     Ok(text)
 }
