@@ -155,109 +155,49 @@ fn canonical(name: &str) -> &str {
 
 impl<'a> Sidecar<'a> {
     pub(crate) fn build(inp: &Inputs<'a>) -> Result<Sidecar<'a>, RenderError> {
-        let data = inp.data;
-        let containers: &'a [Value] = pod::containers(data.pod, "containers");
+        let containers: &'a [Value] = pod::containers(inp.data.pod, "containers");
         let app_containers: Vec<&'a str> = containers
             .iter()
             .filter_map(|c| c.get("name").and_then(Value::as_str))
             .filter(|n| *n != PROXY_CONTAINER)
             .collect();
-
-        // Labels.
-        let tls_mode = non_empty(inp.label("security.istio.io/tlsMode")).unwrap_or("istio");
-        let hbone = inp
-            .proxy_config
-            .get("proxyMetadata")
-            .and_then(|m| m.get("ISTIO_META_ENABLE_HBONE"))
-            .and_then(Value::as_str)
-            == Some("true");
-        let tunnel =
-            hbone.then(|| non_empty(inp.label("networking.istio.io/tunnel")).unwrap_or("http"));
-        let canonical_name = canonical(
-            [
-                "service.istio.io/canonical-name",
-                "app.kubernetes.io/name",
-                "app",
-            ]
-            .iter()
-            .find_map(|k| non_empty(inp.label(k)))
-            .unwrap_or(data.deploy_name),
-        );
-        let canonical_revision = [
-            "service.istio.io/canonical-revision",
-            "app.kubernetes.io/version",
-            "version",
-        ]
-        .iter()
-        .find_map(|k| non_empty(inp.label(k)))
-        .unwrap_or("latest");
-
-        // Annotations.
-        let revision = if data.revision.is_empty() {
-            "default"
-        } else {
-            data.revision
-        };
-        let first_app = app_containers.first().copied();
-        let default_container =
-            first_app.filter(|_| inp.ann("kubectl.kubernetes.io/default-container").is_none());
-        let default_logs_container = first_app.filter(|_| {
-            inp.ann("kubectl.kubernetes.io/default-logs-container")
-                .is_none()
-        });
-        let cni_annotations = if inp.cni {
-            cni_annotations(inp)?
-        } else {
-            Vec::new()
-        };
-
-        // Shared container parts.
-        let image_pull_policy = non_empty(Some(inp.values_str("global.imagePullPolicy")));
-        let resources = resources(inp);
-        let privileged = template_truthy(inp.values_at("global.proxy.privileged"));
-        let seccomp_profile = inp
-            .values_at("global.proxy.seccompProfile")
-            .filter(|v| template_truthy(Some(v)));
-
+        let Labels {
+            tls_mode,
+            tunnel,
+            canonical_name,
+            canonical_revision,
+        } = metadata_labels(inp);
+        let Annotations {
+            revision,
+            default_container,
+            default_logs_container,
+            cni_annotations,
+        } = metadata_annotations(inp, &app_containers)?;
+        let Shared {
+            image_pull_policy,
+            resources,
+            privileged,
+            seccomp_profile,
+        } = shared_container_parts(inp);
         let init = if inp.interception_mode == "NONE" {
             None
         } else {
             Some(init_container(inp)?)
         };
         let proxy = proxy(inp, containers, &app_containers)?;
-
-        // Volumes.
-        let gke_workload_certificate = inp.values_str("global.caName") == "GkeWorkloadCertificate";
-        let bootstrap_override = inp.ann("sidecar.istio.io/bootstrapOverride");
-        let istiod_ca = inp.values_str("global.pilotCertProvider") == "istiod";
-        let trust_bundle_name = non_empty(Some(inp.values_str("global.trustBundleName")));
-        let ctb = inp.values_at("pilot.env.ENABLE_CLUSTER_TRUST_BUNDLE_API");
-        let cluster_trust_bundle = (ctb == Some(&Value::Bool(true))
-            || ctb.and_then(Value::as_str) == Some("true"))
-        .then(|| {
-            format!(
-                "istio.io:istiod-ca:{}",
-                trust_bundle_name.unwrap_or("root-cert")
-            )
-        });
-        let mtls_certs_secret = inp.values_true("global.mountMtlsCerts").then(|| {
-            let sa = data
-                .pod
-                .get("spec")
-                .and_then(|s| s.get("serviceAccountName"))
-                .and_then(Value::as_str);
-            format!("istio.{}", non_empty(sa).unwrap_or("default"))
-        });
-        let image_pull_secrets = inp
-            .values_at("global.imagePullSecrets")
-            .and_then(Value::as_array)
-            .map(|l| {
-                l.iter()
-                    .filter_map(|s| s.as_str().or_else(|| s.get("name").and_then(Value::as_str)))
-                    .collect()
-            })
-            .unwrap_or_default();
-
+        let Volumes {
+            gke_workload_certificate,
+            bootstrap_override,
+            token_audience,
+            istiod_ca,
+            cluster_trust_bundle,
+            ca_root_config_map,
+            crl_config_map,
+            mtls_certs_secret,
+            user_volumes,
+            user_volume_mounts,
+            image_pull_secrets,
+        } = volumes(inp)?;
         Ok(Sidecar {
             tls_mode,
             tunnel,
@@ -276,18 +216,177 @@ impl<'a> Sidecar<'a> {
             seccomp_profile,
             gke_workload_certificate,
             bootstrap_override,
-            token_audience: sprint(inp.values_at("global.sds.token.aud")),
+            token_audience,
             istiod_ca,
             cluster_trust_bundle,
-            ca_root_config_map: trust_bundle_name.unwrap_or("istio-ca-root-cert"),
-            crl_config_map: non_empty(Some(inp.values_str("pilot.crlConfigMapName")))
-                .unwrap_or("istio-ca-crl"),
+            ca_root_config_map,
+            crl_config_map,
             mtls_certs_secret,
-            user_volumes: named_objects(inp, "sidecar.istio.io/userVolume")?,
-            user_volume_mounts: named_objects(inp, "sidecar.istio.io/userVolumeMount")?,
+            user_volumes,
+            user_volume_mounts,
             image_pull_secrets,
         })
     }
+}
+
+/// The template's `metadata.labels`.
+struct Labels<'a> {
+    tls_mode: &'a str,
+    tunnel: Option<&'a str>,
+    canonical_name: &'a str,
+    canonical_revision: &'a str,
+}
+
+fn metadata_labels<'a>(inp: &Inputs<'a>) -> Labels<'a> {
+    let tls_mode = non_empty(inp.label("security.istio.io/tlsMode")).unwrap_or("istio");
+    let hbone = inp
+        .proxy_config
+        .get("proxyMetadata")
+        .and_then(|m| m.get("ISTIO_META_ENABLE_HBONE"))
+        .and_then(Value::as_str)
+        == Some("true");
+    let tunnel =
+        hbone.then(|| non_empty(inp.label("networking.istio.io/tunnel")).unwrap_or("http"));
+    let canonical_name = canonical(
+        [
+            "service.istio.io/canonical-name",
+            "app.kubernetes.io/name",
+            "app",
+        ]
+        .iter()
+        .find_map(|k| non_empty(inp.label(k)))
+        .unwrap_or(inp.data.deploy_name),
+    );
+    let canonical_revision = [
+        "service.istio.io/canonical-revision",
+        "app.kubernetes.io/version",
+        "version",
+    ]
+    .iter()
+    .find_map(|k| non_empty(inp.label(k)))
+    .unwrap_or("latest");
+    Labels {
+        tls_mode,
+        tunnel,
+        canonical_name,
+        canonical_revision,
+    }
+}
+
+/// The template's `metadata.annotations`.
+struct Annotations<'a> {
+    revision: &'a str,
+    default_container: Option<&'a str>,
+    default_logs_container: Option<&'a str>,
+    cni_annotations: Vec<(&'static str, Cow<'a, str>)>,
+}
+
+fn metadata_annotations<'a>(
+    inp: &Inputs<'a>,
+    app_containers: &[&'a str],
+) -> Result<Annotations<'a>, RenderError> {
+    let revision = if inp.data.revision.is_empty() {
+        "default"
+    } else {
+        inp.data.revision
+    };
+    let first_app = app_containers.first().copied();
+    let default_container =
+        first_app.filter(|_| inp.ann("kubectl.kubernetes.io/default-container").is_none());
+    let default_logs_container = first_app.filter(|_| {
+        inp.ann("kubectl.kubernetes.io/default-logs-container")
+            .is_none()
+    });
+    let cni_annotations = if inp.cni {
+        cni_annotations(inp)?
+    } else {
+        Vec::new()
+    };
+    Ok(Annotations {
+        revision,
+        default_container,
+        default_logs_container,
+        cni_annotations,
+    })
+}
+
+/// The parts both containers share.
+struct Shared<'a> {
+    image_pull_policy: Option<&'a str>,
+    resources: Option<Cow<'a, Value>>,
+    privileged: bool,
+    seccomp_profile: Option<&'a Value>,
+}
+
+fn shared_container_parts<'a>(inp: &Inputs<'a>) -> Shared<'a> {
+    Shared {
+        image_pull_policy: non_empty(Some(inp.values_str("global.imagePullPolicy"))),
+        resources: resources(inp),
+        privileged: template_truthy(inp.values_at("global.proxy.privileged")),
+        seccomp_profile: inp
+            .values_at("global.proxy.seccompProfile")
+            .filter(|v| template_truthy(Some(v))),
+    }
+}
+
+/// The template's volumes and the settings of their mounts.
+struct Volumes<'a> {
+    gke_workload_certificate: bool,
+    bootstrap_override: Option<&'a str>,
+    token_audience: Cow<'a, str>,
+    istiod_ca: bool,
+    cluster_trust_bundle: Option<String>,
+    ca_root_config_map: &'a str,
+    crl_config_map: &'a str,
+    mtls_certs_secret: Option<String>,
+    user_volumes: Vec<Value>,
+    user_volume_mounts: Vec<Value>,
+    image_pull_secrets: Vec<&'a str>,
+}
+
+fn volumes<'a>(inp: &Inputs<'a>) -> Result<Volumes<'a>, RenderError> {
+    let trust_bundle_name = non_empty(Some(inp.values_str("global.trustBundleName")));
+    let ctb = inp.values_at("pilot.env.ENABLE_CLUSTER_TRUST_BUNDLE_API");
+    let cluster_trust_bundle = (ctb == Some(&Value::Bool(true))
+        || ctb.and_then(Value::as_str) == Some("true"))
+    .then(|| {
+        format!(
+            "istio.io:istiod-ca:{}",
+            trust_bundle_name.unwrap_or("root-cert")
+        )
+    });
+    let mtls_certs_secret = inp.values_true("global.mountMtlsCerts").then(|| {
+        let sa = inp
+            .data
+            .pod
+            .get("spec")
+            .and_then(|s| s.get("serviceAccountName"))
+            .and_then(Value::as_str);
+        format!("istio.{}", non_empty(sa).unwrap_or("default"))
+    });
+    let image_pull_secrets = inp
+        .values_at("global.imagePullSecrets")
+        .and_then(Value::as_array)
+        .map(|l| {
+            l.iter()
+                .filter_map(|s| s.as_str().or_else(|| s.get("name").and_then(Value::as_str)))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Volumes {
+        gke_workload_certificate: inp.values_str("global.caName") == "GkeWorkloadCertificate",
+        bootstrap_override: inp.ann("sidecar.istio.io/bootstrapOverride"),
+        token_audience: sprint(inp.values_at("global.sds.token.aud")),
+        istiod_ca: inp.values_str("global.pilotCertProvider") == "istiod",
+        cluster_trust_bundle,
+        ca_root_config_map: trust_bundle_name.unwrap_or("istio-ca-root-cert"),
+        crl_config_map: non_empty(Some(inp.values_str("pilot.crlConfigMapName")))
+            .unwrap_or("istio-ca-crl"),
+        mtls_certs_secret,
+        user_volumes: named_objects(inp, "sidecar.istio.io/userVolume")?,
+        user_volume_mounts: named_objects(inp, "sidecar.istio.io/userVolumeMount")?,
+        image_pull_secrets,
+    })
 }
 
 /// The traffic annotations echoed onto the pod for the CNI plugin (CNI mode only).
@@ -499,24 +598,10 @@ fn named_objects(inp: &Inputs<'_>, key: &'static str) -> Result<Vec<Value>, Rend
 }
 
 fn init_container<'a>(inp: &Inputs<'a>) -> Result<InitContainer<'a>, RenderError> {
-    let requested: Cow<'a, str> = match inp.ann("sidecar.istio.io/proxyImage") {
-        Some(a) => Cow::Borrowed(a),
-        None => sprint(inp.values_at("global.proxy_init.image")),
-    };
     let image_type = inp
         .ann(PROXY_IMAGE_TYPE_ANNOTATION)
         .unwrap_or_else(|| inp.values_str("global.variant"));
-    let image = match requested {
-        Cow::Borrowed(r) => image::choose(r, || {
-            proxy_image_url(inp, "global.proxy_init.image", image_type)
-        }),
-        Cow::Owned(r) => Cow::Owned(
-            image::choose(&r, || {
-                proxy_image_url(inp, "global.proxy_init.image", image_type)
-            })
-            .into_owned(),
-        ),
-    };
+    let image = container_image(inp, "global.proxy_init.image", image_type);
     let id = |v: i64| if inp.tproxy || v == 0 { 1337 } else { v };
     Ok(InitContainer {
         name: if inp.cni {
@@ -531,6 +616,21 @@ fn init_container<'a>(inp: &Inputs<'a>) -> Result<InitContainer<'a>, RenderError
         run_as_user: id(inp.proxy_uid),
         run_as_group: id(inp.proxy_gid),
     })
+}
+
+/// A container's image: the `sidecar.istio.io/proxyImage` annotation, else the values entry at
+/// `values_path`, either used as is when it is a full reference (see `image::choose`).
+fn container_image<'a>(inp: &Inputs<'a>, values_path: &str, image_type: &str) -> Cow<'a, str> {
+    let requested: Cow<'a, str> = match inp.ann("sidecar.istio.io/proxyImage") {
+        Some(a) => Cow::Borrowed(a),
+        None => sprint(inp.values_at(values_path)),
+    };
+    match requested {
+        Cow::Borrowed(r) => image::choose(r, || proxy_image_url(inp, values_path, image_type)),
+        Cow::Owned(r) => Cow::Owned(
+            image::choose(&r, || proxy_image_url(inp, values_path, image_type)).into_owned(),
+        ),
+    }
 }
 
 /// `<hub>/<values image name or proxyv2>:<tag[-type]>`.
@@ -567,10 +667,25 @@ fn proxy<'a>(
     containers: &'a [Value],
     app_containers: &[&'a str],
 ) -> Result<Proxy<'a>, RenderError> {
-    let requested: Cow<'a, str> = match inp.ann("sidecar.istio.io/proxyImage") {
-        Some(a) => Cow::Borrowed(a),
-        None => sprint(inp.values_at("global.proxy.image")),
-    };
+    let image = proxy_image(inp);
+    let args = proxy_args(inp);
+    let lifecycle = proxy_lifecycle(inp);
+    let env = proxy_env(inp, containers, app_containers)?;
+    let (startup_failure_threshold, readiness) = proxy_probes(inp)?;
+    Ok(Proxy {
+        image,
+        args,
+        lifecycle,
+        env,
+        startup_failure_threshold,
+        readiness,
+        security: proxy_security(inp),
+        lightstep_certs_dir: lightstep_certs_dir(inp),
+    })
+}
+
+/// The proxy's image; its type also comes from the ProxyConfig, unlike the init container's.
+fn proxy_image<'a>(inp: &Inputs<'a>) -> Cow<'a, str> {
     let pc_image_type = inp
         .proxy_config
         .get("image")
@@ -580,19 +695,11 @@ fn proxy<'a>(
         .ann(PROXY_IMAGE_TYPE_ANNOTATION)
         .or(non_empty(pc_image_type))
         .unwrap_or_else(|| inp.values_str("global.variant"));
-    let image = match requested {
-        Cow::Borrowed(r) => {
-            image::choose(r, || proxy_image_url(inp, "global.proxy.image", image_type))
-        }
-        Cow::Owned(r) => Cow::Owned(
-            image::choose(&r, || {
-                proxy_image_url(inp, "global.proxy.image", image_type)
-            })
-            .into_owned(),
-        ),
-    };
+    container_image(inp, "global.proxy.image", image_type)
+}
 
-    // Args.
+/// The proxy's arguments.
+fn proxy_args<'a>(inp: &Inputs<'a>) -> Vec<Cow<'a, str>> {
     let mut args: Vec<Cow<'a, str>> = vec![
         Cow::Borrowed("proxy"),
         Cow::Borrowed("sidecar"),
@@ -627,61 +734,65 @@ fn proxy<'a>(
     if !outlier.is_empty() {
         args.push(Cow::Owned(format!("--outlierLogPath={outlier}")));
     }
+    args
+}
 
-    // Lifecycle.
+/// The proxy's lifecycle hooks.
+fn proxy_lifecycle<'a>(inp: &Inputs<'a>) -> Lifecycle<'a> {
     let hold = (template_truthy(inp.proxy_config.get("holdApplicationUntilProxyStarts"))
         || inp.values_true("global.proxy.holdApplicationUntilProxyStarts"))
         && !inp.native;
-    let lifecycle = match inp.values_at("global.proxy.lifecycle") {
+    match inp.values_at("global.proxy.lifecycle") {
         Some(l) if template_truthy(Some(l)) => Lifecycle::Values(l),
         _ if hold => Lifecycle::WaitForProxy,
         _ if inp.native => Lifecycle::Drain(format!("--debug-port={}", inp.status_port())),
         _ => Lifecycle::None,
-    };
+    }
+}
 
-    let env = proxy_env(inp, containers, app_containers)?;
-
-    // Probes.
-    let (startup_failure_threshold, readiness) = if inp.status_port() == "0" {
-        (None, None)
-    } else {
-        let startup = if inp.values_true("global.proxy.startupProbe.enabled") {
-            let v = inp.values_at("global.proxy.startupProbe.failureThreshold");
-            match v.map(goconv::as_i64) {
-                None => None,
-                Some(Some(n)) => Some(n),
-                Some(None) => {
-                    return Err(RenderError::InvalidSetting {
-                        key: "global.proxy.startupProbe.failureThreshold",
-                        value: sprint(v).into_owned(),
-                        reason: "not an integer",
-                    })
-                }
+/// The proxy's startup probe threshold and readiness probe timings; neither without a status port.
+fn proxy_probes(inp: &Inputs<'_>) -> Result<(Option<i64>, Option<Readiness>), RenderError> {
+    if inp.status_port() == "0" {
+        return Ok((None, None));
+    }
+    let startup = if inp.values_true("global.proxy.startupProbe.enabled") {
+        let v = inp.values_at("global.proxy.startupProbe.failureThreshold");
+        match v.map(goconv::as_i64) {
+            None => None,
+            Some(Some(n)) => Some(n),
+            Some(None) => {
+                return Err(RenderError::InvalidSetting {
+                    key: "global.proxy.startupProbe.failureThreshold",
+                    value: sprint(v).into_owned(),
+                    reason: "not an integer",
+                })
             }
-        } else {
-            None
-        };
-        let readiness = Readiness {
-            initial_delay_seconds: int_setting(
-                inp,
-                READINESS_INITIAL_DELAY_ANNOTATION,
-                "global.proxy.readinessInitialDelaySeconds",
-            )?,
-            period_seconds: int_setting(
-                inp,
-                READINESS_PERIOD_ANNOTATION,
-                "global.proxy.readinessPeriodSeconds",
-            )?,
-            failure_threshold: int_setting(
-                inp,
-                READINESS_FAILURE_THRESHOLD_ANNOTATION,
-                "global.proxy.readinessFailureThreshold",
-            )?,
-        };
-        (startup.filter(|n| *n != 0), Some(readiness))
+        }
+    } else {
+        None
     };
+    let readiness = Readiness {
+        initial_delay_seconds: int_setting(
+            inp,
+            READINESS_INITIAL_DELAY_ANNOTATION,
+            "global.proxy.readinessInitialDelaySeconds",
+        )?,
+        period_seconds: int_setting(
+            inp,
+            READINESS_PERIOD_ANNOTATION,
+            "global.proxy.readinessPeriodSeconds",
+        )?,
+        failure_threshold: int_setting(
+            inp,
+            READINESS_FAILURE_THRESHOLD_ANNOTATION,
+            "global.proxy.readinessFailureThreshold",
+        )?,
+    };
+    Ok((startup.filter(|n| *n != 0), Some(readiness)))
+}
 
-    // Security context.
+/// The proxy's security context.
+fn proxy_security(inp: &Inputs<'_>) -> ProxySecurity {
     let iptables_trace = inp
         .proxy_config
         .get("proxyMetadata")
@@ -693,7 +804,7 @@ fn proxy<'a>(
         "global.proxy.capNetBindService",
     ) == "true";
     let or_1337 = |v: i64| if v == 0 { 1337 } else { v };
-    let security = if iptables_trace {
+    if iptables_trace {
         ProxySecurity {
             privileged: true,
             add: vec!["NET_ADMIN"],
@@ -717,9 +828,12 @@ fn proxy<'a>(
             run_as_non_root: !root,
             run_as_user: if root { 0 } else { or_1337(inp.proxy_uid) },
         }
-    };
+    }
+}
 
-    let lightstep_certs_dir = if inp.values_str("global.proxy.tracer") == "lightstep" {
+/// The directory of the Lightstep tracer's CA certificates, mounted into the proxy.
+fn lightstep_certs_dir<'a>(inp: &Inputs<'a>) -> Option<&'a str> {
+    if inp.values_str("global.proxy.tracer") == "lightstep" {
         inp.proxy_config
             .get("tracing")
             .and_then(|t| t.get("tlsSettings"))
@@ -733,18 +847,7 @@ fn proxy<'a>(
             })
     } else {
         None
-    };
-
-    Ok(Proxy {
-        image,
-        args,
-        lifecycle,
-        env,
-        startup_failure_threshold,
-        readiness,
-        security,
-        lightstep_certs_dir,
-    })
+    }
 }
 
 /// `ISTIO_META_POD_PORTS`: every port of every (non-init) container, one per line, in Go's `ContainerPort`
