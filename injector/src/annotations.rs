@@ -1,6 +1,7 @@
-//! Pod annotations Istio honours (spec §4) and their validation, as Istio's `validate.go` does it (the
-//! "V" rows of spec §4.1), plus the values that reach `istio-init` arguments which Istio leaves unchecked
-//! (`includeOutboundPorts`, `agentLogLevel`): nothing unvalidated reaches the init container's arguments.
+//! Validation of a pod's annotations before rendering, as Istio's `validate.go` `AnnotationValidation`
+//! table (run by `validateAnnotations` in `inject.go` `RunTemplate`) does it, plus the values that reach
+//! `istio-init` arguments which Istio leaves unchecked (`includeOutboundPorts`, `agentLogLevel`): nothing
+//! unvalidated reaches the init container's arguments. The names are `pod`'s, the checks `validate`'s.
 
 use serde_json::{Map, Value};
 

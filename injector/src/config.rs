@@ -25,7 +25,7 @@ pub enum NativeSidecars {
 }
 
 impl NativeSidecars {
-    /// The global decision (spec §1.6).
+    /// The global decision (Istio's `DetectNativeSidecar` in `webhook.go`, without a node client).
     pub fn resolve(self) -> bool {
         !matches!(self, NativeSidecars::False)
     }

@@ -1,4 +1,4 @@
-//! The injection decision, exactly as Istio's `injectRequired` (spec §1.1), with the reason returned so
+//! The injection decision, exactly as Istio's `injectRequired` (`inject.go`), with the reason returned so
 //! that "why was/wasn't this pod injected" has an answer in logs, metrics and kube-inject warnings.
 
 use serde_json::{Map, Value};
@@ -245,7 +245,7 @@ impl Decision {
     }
 }
 
-/// Istio's `injectRequired` (spec §1.1), in its order: hostNetwork, ignored namespaces, the
+/// Istio's `injectRequired` in `inject.go`, in its order: hostNetwork, ignored namespaces, the
 /// `sidecar.istio.io/inject` label (if present) over the annotation, never- then always-selectors, policy.
 /// `pod` is the Pod JSON (its `metadata.namespace` already defaulted by the caller).
 pub fn injection_required(
@@ -343,7 +343,7 @@ mod tests {
                "spec": {"containers": [{"name": "c"}]}})
     }
 
-    /// Istio's `TestInjectRequired` table (spec §1.1).
+    /// Istio's `TestInjectRequired` table (`inject_test.go`).
     #[test]
     fn inject_required_table() {
         let foo_bar = || vec![sel(json!({"matchLabels": {"foo": "bar"}}))];
@@ -609,9 +609,10 @@ mod tests {
         }
     }
 
-    /// The classic 8-row table (spec §1.4). The namespace-selector column is the webhook configuration's
-    /// job: when no webhook entry selects the pod the API server never calls us (rows 5-8); here the
-    /// pod/policy part is checked for rows 1-4, and rows 5-8 are "not called → not injected".
+    /// The classic 8-row table of istio.io's "Automatic Sidecar Injection" page (v1.3–v1.8). The
+    /// namespace-selector column is the webhook configuration's job: when no webhook entry selects the pod
+    /// the API server never calls us (rows 5-8); here the pod/policy part is checked for rows 1-4, and rows
+    /// 5-8 are "not called → not injected".
     #[test]
     fn classic_eight_rows() {
         let rows = [

@@ -1,4 +1,5 @@
-//! The effective ProxyConfig (spec §2.4 step 5, §3.1): Istio's built-in default, overlaid by the mesh's
+//! The effective ProxyConfig (Istio's `GetProxyConfigOrDefault`, `proxy_config.go`, as `inject` in
+//! `webhook.go` calls it, without ProxyConfig resources): Istio's built-in default, overlaid by the mesh's
 //! `defaultConfig`, overlaid by the pod's `proxy.istio.io/config` annotation (YAML or JSON). The result is
 //! JSON with proto camelCase names, as render expects. Overlays merge like Istio's YAML merge onto the
 //! proto: scalars and lists replace, maps (`proxyMetadata`, nested messages) merge key by key.

@@ -1,5 +1,6 @@
-//! Strategic merge with the Pod schema's rules (spec §5.3) and re-applying user-set container fields
-//! (spec §5.4).
+//! Strategic merge with the Pod schema's rules (as Istio's `RunTemplate` in `inject.go` merges the
+//! rendered template) and re-applying user-set container fields (`reapplyOverwrittenContainers` and
+//! `adjustInitContainerUser` in Istio's `webhook.go`).
 //!
 //! The merge follows Kubernetes' `strategicpatch` package as the injector uses it (parallel-list
 //! directives on, unmatched nulls ignored): maps merge recursively and a `null` deletes; lists with a
@@ -255,7 +256,8 @@ fn merge_map(
                 *ov = pv;
             }
             (_, pv) => {
-                // Absent in the original (or of another type): the patch value, with its directives applied.
+                // Absent in the original (or of another type): the patch value, with its directives
+                // applied.
                 let fresh = match pv {
                     // Nothing to apply (the usual case: a rendered template has no directives): moved
                     // in whole, instead of being rebuilt key by key.

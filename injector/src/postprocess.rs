@@ -1,6 +1,6 @@
-//! Before and after the template: stripping a previous injection, re-inserting saved overrides, and
-//! `postProcessPod` (cluster env, Prometheus merge, probe rewrite, status annotation, container order;
-//! spec §5.2, §5.5).
+//! Before and after the template: stripping a previous injection and re-inserting saved overrides
+//! (`stripPod` and `reinsertOverrides` in Istio's `inject.go`), and `postProcessPod` in Istio's
+//! `webhook.go` (cluster env, Prometheus merge, probe rewrite, status annotation, container order).
 
 use std::collections::BTreeMap;
 
@@ -39,9 +39,10 @@ pub struct PostProcessParams<'a> {
     pub injected_annotations: &'a BTreeMap<String, String>,
     /// Webhook revision; empty for default.
     pub revision: &'a str,
-    /// The final cluster/network env map (spec §2.5): URL path parameters plus the resolved
-    /// `ISTIO_META_CLUSTER_ID` / `ISTIO_META_NETWORK` when non-empty. Each key is moved to the end of the
-    /// proxy env, sorted; `ISTIO_META_NETWORK` also becomes the `topology.istio.io/network` label.
+    /// The final cluster/network env map (Istio's `parseInjectEnvs` in `webhook.go`): URL path parameters
+    /// plus the resolved `ISTIO_META_CLUSTER_ID` / `ISTIO_META_NETWORK` when non-empty. Each key is moved
+    /// to the end of the proxy env, sorted; `ISTIO_META_NETWORK` also becomes the
+    /// `topology.istio.io/network` label.
     pub url_env: &'a BTreeMap<String, String>,
     /// The status annotation's value when the caller already has it for this template pod and
     /// revision (a memoised skeleton's, see `engine::Skeleton`); otherwise it is made here.

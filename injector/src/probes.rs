@@ -1,7 +1,7 @@
-//! App probe and lifecycle-hook rewriting (spec §5.6): the original HTTP/TCP/gRPC probes of every
-//! application container are recorded in the proxy's `ISTIO_KUBE_APP_PROBERS` env (`DumpAppProbers`) and
-//! the probes are pointed at the agent's status port under `/app-health/<c>/<kind>z` or
-//! `/app-lifecycle/<c>/<hook>z` (`patchRewriteProbe`).
+//! App probe and lifecycle-hook rewriting (`applyRewrite` in Istio's `webhook.go`, `app_probe.go`): the
+//! original HTTP/TCP/gRPC probes of every application container are recorded in the proxy's
+//! `ISTIO_KUBE_APP_PROBERS` env (`DumpAppProbers`) and the probes are pointed at the agent's status port
+//! under `/app-health/<c>/<kind>z` or `/app-lifecycle/<c>/<hook>z` (`patchRewriteProbe`).
 
 use crate::fields::Fields;
 use serde_json::{Map, Value};

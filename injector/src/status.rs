@@ -36,7 +36,8 @@ pub(crate) fn parse(text: &str) -> Option<InjectedNames> {
     })
 }
 
-/// The annotation's value for a template pod: the names the template added, keys in Istio's order, `null` for none.
+/// The annotation's value for a template pod: the names the template added, keys in Istio's order,
+/// `null` for none.
 pub fn build(template_pod: &Value, revision: &str) -> String {
     /// Istio's `SidecarInjectionStatus`, field order as Go prints it.
     #[derive(serde::Serialize)]

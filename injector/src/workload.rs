@@ -14,7 +14,7 @@ pub struct Workload {
     pub namespace: String,
 }
 
-/// Istio's `GetDeployMetaFromPod` (spec §2.4 step 6): the workload a pod belongs to, from its owner
+/// Istio's `GetDeployMetaFromPod` (`pkg/kube/util.go`): the workload a pod belongs to, from its owner
 /// references and the controllers' naming conventions.
 pub fn deploy_meta_from_pod(pod: &Value) -> Workload {
     let meta = pod.field("metadata");

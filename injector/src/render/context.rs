@@ -1,5 +1,6 @@
-//! The typed context of the `sidecar` template (spec §3): every decision of Istio's Go template, made in
-//! Rust. `templates/sidecar.json` and `templates/sidecar-proxy.json` only lay the result out.
+//! The typed context of the `sidecar` template (Istio's `files/injection-template.yaml`): every decision of
+//! Istio's Go template, made in Rust. `templates/sidecar.json` and `templates/sidecar-proxy.json` only lay
+//! the result out.
 
 use std::borrow::Cow;
 
@@ -25,12 +26,12 @@ use crate::pod::{
 #[derive(Template)]
 #[template(path = "sidecar.json", escape = "none")]
 pub(crate) struct Sidecar<'a> {
-    // metadata.labels (§3.3)
+    // metadata.labels
     tls_mode: &'a str,
     tunnel: Option<&'a str>,
     canonical_name: &'a str,
     canonical_revision: &'a str,
-    // metadata.annotations (§3.4)
+    // metadata.annotations
     revision: &'a str,
     default_container: Option<&'a str>,
     default_logs_container: Option<&'a str>,
@@ -44,7 +45,7 @@ pub(crate) struct Sidecar<'a> {
     resources: Option<Cow<'a, Value>>,
     privileged: bool,
     seccomp_profile: Option<&'a Value>,
-    // volumes and mounts (§3.6, §3.7)
+    // volumes and mounts
     gke_workload_certificate: bool,
     bootstrap_override: Option<&'a str>,
     token_audience: Cow<'a, str>,
@@ -903,7 +904,7 @@ fn is_zero(v: &Value) -> bool {
     v.is_null() || v.as_f64() == Some(0.0)
 }
 
-/// The proxy's env in the template's order (spec §3.6).
+/// The proxy's env in the order of Istio's `injection-template.yaml`.
 fn proxy_env<'a>(
     inp: &Inputs<'a>,
     containers: &'a [Value],

@@ -1,12 +1,13 @@
-//! The `istio-init` / `istio-validation` arguments (spec §3.5), built from the pod's annotations, the values
-//! and the mesh exactly as Istio's template builds them, so that they are valid `iptables-init istio-iptables`
-//! arguments.
+//! The `istio-init` / `istio-validation` arguments (the init container of Istio's
+//! `injection-template.yaml`), built from the pod's annotations, the values and the mesh exactly as Istio's
+//! template builds them, so that they are valid `iptables-init istio-iptables` arguments.
 //!
-//! Annotation values are validated by the engine before rendering (spec §4.1); values come from the
-//! operator's configuration. As a second line of defence every value placed into an argument is checked here
-//! against the characters its kind can contain (and must not look like a flag), so nothing unchecked reaches
-//! the init container's command line whatever its source. `traffic.sidecar.istio.io/includeOutboundPorts`,
-//! which Istio does not validate, is held to the port-list shape here.
+//! Annotation values are validated by the engine before rendering (Istio's `validateAnnotations`); values
+//! come from the operator's configuration. As a second line of defence every value placed into an argument
+//! is checked here against the characters its kind can contain (and must not look like a flag), so nothing
+//! unchecked reaches the init container's command line whatever its source.
+//! `traffic.sidecar.istio.io/includeOutboundPorts`, which Istio does not validate, is held to the port-list
+//! shape here.
 
 use std::borrow::Cow;
 
@@ -112,7 +113,8 @@ pub(crate) fn setting<'a>(
     }
 }
 
-/// The effective exclusion list for inbound ports with the status port appended (`E` of spec §3.5).
+/// The effective exclusion list for inbound ports with the status port appended (the template's
+/// `excludeInboundPorts` with the status port).
 pub(crate) fn exclude_inbound<'a>(inp: &Inputs<'a>) -> (Cow<'a, str>, Source) {
     let (list, src) = setting(
         inp,

@@ -49,7 +49,7 @@ pub struct TemplateData<'a> {
     pub values: &'a Value,
     /// Webhook revision; empty for the default revision.
     pub revision: &'a str,
-    /// The global native-sidecar decision (spec §1.6). The template applies the pod's
+    /// The global native-sidecar decision (Istio's `DetectNativeSidecar`). The template applies the pod's
     /// `sidecar.istio.io/nativeSidecar` annotation itself, with the template's rule (non-empty value
     /// `!= "false"` means native); passing the Go rule's per-pod result here gives the same outcome.
     pub native_sidecars: bool,
@@ -212,8 +212,8 @@ impl<'a> Inputs<'a> {
             interception_mode,
             tproxy: interception_mode == "TPROXY",
             cni: false,
-            // The template's own rule (spec §1.6): a non-empty annotation decides, and anything but
-            // "false" means native.
+            // The template's own rule (`injection-template.yaml`, unlike `RunTemplate`'s): a non-empty
+            // annotation decides, and anything but "false" means native.
             native: match ann(NATIVE_SIDECAR_ANNOTATION).filter(|v| !v.is_empty()) {
                 Some(v) => v != "false",
                 None => data.native_sidecars,

@@ -1,4 +1,5 @@
-//! `protoToJSON` of the effective ProxyConfig for the `PROXY_CONFIG` env var (spec §3.6 item 10).
+//! `protoToJSON` of the effective ProxyConfig for the `PROXY_CONFIG` env var (Istio's
+//! `injection-template.yaml`, `protoToJSON` in `inject.go`).
 //!
 //! Istio prints the ProxyConfig with the fields that equal its built-in defaults cleared, using the legacy
 //! jsonpb marshaller: fields in proto declaration order, proto3 zero values omitted, wrapper types
