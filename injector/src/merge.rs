@@ -15,9 +15,9 @@ pub(crate) mod gotypes;
 use crate::fields::{ensure_map, Fields};
 use crate::overrides;
 use crate::pod::{
-    annotation, containers, find_named, find_named_mut, name_of, set_annotation, INIT_CONTAINER,
-    INTERCEPTION_MODE_ANNOTATION, OVERRIDES_ANNOTATION, PROXY_CONTAINER, STATUS_ANNOTATION,
-    VALIDATION_CONTAINER,
+    annotation, containers, find_named, find_named_mut, name_of, proxy_container,
+    proxy_container_mut, set_annotation, INIT_CONTAINER, INTERCEPTION_MODE_ANNOTATION,
+    OVERRIDES_ANNOTATION, STATUS_ANNOTATION, VALIDATION_CONTAINER,
 };
 use serde_json::{Map, Value};
 
@@ -711,9 +711,7 @@ fn sc_int(c: &Value, k: &str) -> Option<i64> {
 /// `adjustInitContainerUser`: a user `istio-proxy` `runAsUser`/`runAsGroup` carries over to the init
 /// container (`-u` argument, the validation container's identity) and, with TPROXY, makes the proxy root.
 fn adjust_init_container_user(final_pod: &mut Value, original: &Value, proxy_config: &Value) {
-    let Some(user) = find_named(containers(original, "containers"), PROXY_CONTAINER)
-        .or_else(|| find_named(containers(original, "initContainers"), PROXY_CONTAINER))
-    else {
+    let Some(user) = proxy_container(original) else {
         return;
     };
     let run_as_user = sc_int(user, "runAsUser");
@@ -741,12 +739,9 @@ fn adjust_init_container_user(final_pod: &mut Value, original: &Value, proxy_con
         || annotation(final_pod, INTERCEPTION_MODE_ANNOTATION) == Some("TPROXY");
 
     if tproxy && run_as_user.is_some() {
-        let proxy = if find_named(containers(final_pod, "containers"), PROXY_CONTAINER).is_some() {
-            find_named_mut(final_pod, "containers", PROXY_CONTAINER)
-        } else {
-            find_named_mut(final_pod, "initContainers", PROXY_CONTAINER)
-        };
-        if let Some(sc) = proxy.and_then(|p| ensure_map(p, &["securityContext"])) {
+        if let Some(sc) =
+            proxy_container_mut(final_pod).and_then(|p| ensure_map(p, &["securityContext"]))
+        {
             sc.insert("runAsUser".to_string(), Value::from(0));
         }
     }

@@ -41,6 +41,13 @@ pub const PROXY_CPU_LIMIT_ANNOTATION: &str = "sidecar.istio.io/proxyCPULimit";
 pub const PROXY_MEMORY_LIMIT_ANNOTATION: &str = "sidecar.istio.io/proxyMemoryLimit";
 pub const AGENT_LOG_LEVEL_ANNOTATION: &str = "sidecar.istio.io/agentLogLevel";
 pub const PROXY_IMAGE_TYPE_ANNOTATION: &str = "sidecar.istio.io/proxyImageType";
+pub const PROXY_IMAGE_ANNOTATION: &str = "sidecar.istio.io/proxyImage";
+pub const LOG_LEVEL_ANNOTATION: &str = "sidecar.istio.io/logLevel";
+pub const COMPONENT_LOG_LEVEL_ANNOTATION: &str = "sidecar.istio.io/componentLogLevel";
+pub const CAP_NET_BIND_SERVICE_ANNOTATION: &str = "sidecar.istio.io/capNetBindService";
+pub const BOOTSTRAP_OVERRIDE_ANNOTATION: &str = "sidecar.istio.io/bootstrapOverride";
+pub const USER_VOLUME_ANNOTATION: &str = "sidecar.istio.io/userVolume";
+pub const USER_VOLUME_MOUNT_ANNOTATION: &str = "sidecar.istio.io/userVolumeMount";
 pub const REWRITE_PROBES_ANNOTATION: &str = "sidecar.istio.io/rewriteAppHTTPProbers";
 pub const MERGE_METRICS_ANNOTATION: &str = "prometheus.istio.io/merge-metrics";
 pub const SECURE_PORT_ANNOTATION: &str = "prometheus.istio.io/secure-port";
@@ -56,6 +63,13 @@ pub const CORE_DUMP_CONTAINER: &str = "enable-core-dump";
 /// `metadata.annotations`, when it is an object.
 pub fn annotations(pod: &Value) -> Option<&Map<String, Value>> {
     pod.field("metadata")?.field("annotations")?.as_object()
+}
+
+/// `metadata.annotations`, when it is an object, for changing it.
+pub fn annotations_mut(pod: &mut Value) -> Option<&mut Map<String, Value>> {
+    pod.field_mut("metadata")?
+        .field_mut("annotations")?
+        .as_object_mut()
 }
 
 /// `metadata.labels`, when it is an object.
@@ -108,10 +122,40 @@ pub fn find_named_mut<'a>(pod: &'a mut Value, list: &str, name: &str) -> Option<
         .find(|c| name_of(c) == name)
 }
 
+/// The proxy container: in `containers`, else (native sidecar) in `initContainers`.
+pub fn proxy_container(pod: &Value) -> Option<&Value> {
+    find_named(containers(pod, "containers"), PROXY_CONTAINER)
+        .or_else(|| find_named(containers(pod, "initContainers"), PROXY_CONTAINER))
+}
+
+/// [`proxy_container`], for changing it.
+pub fn proxy_container_mut(pod: &mut Value) -> Option<&mut Value> {
+    let list = if find_named(containers(pod, "containers"), PROXY_CONTAINER).is_some() {
+        "containers"
+    } else {
+        "initContainers"
+    };
+    find_named_mut(pod, list, PROXY_CONTAINER)
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_proxy_is_found_in_containers_first() {
+        let mut pod = json!({"spec": {"initContainers": [{"name": "istio-proxy", "n": 1}],
+                                      "containers": [{"name": "istio-proxy", "n": 2}]}});
+        assert_eq!(proxy_container(&pod).unwrap()["n"], json!(2));
+        proxy_container_mut(&mut pod).unwrap()["n"] = json!(3);
+        assert_eq!(pod["spec"]["containers"][0]["n"], json!(3));
+        pod["spec"]["containers"] = json!([]);
+        assert_eq!(proxy_container(&pod).unwrap()["n"], json!(1));
+        assert_eq!(proxy_container_mut(&mut pod).unwrap()["n"], json!(1));
+        assert!(proxy_container(&json!({})).is_none());
+    }
 
     #[test]
     fn accessors_read_strings_only_and_default_to_empty() {
@@ -127,6 +171,8 @@ mod tests {
         assert!(find_named_mut(&mut pod, "containers", "nope").is_none());
         set_annotation(&mut pod, "b", "2".to_string());
         assert_eq!(annotation(&pod, "b"), Some("2"));
+        annotations_mut(&mut pod).unwrap().remove("b");
+        assert_eq!(annotation(&pod, "b"), None);
         let mut bare = json!({});
         set_annotation(&mut bare, STATUS_ANNOTATION, "{}".to_string());
         assert_eq!(annotation(&bare, STATUS_ANNOTATION), Some("{}"));

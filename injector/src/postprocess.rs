@@ -11,8 +11,9 @@ use crate::fields::ensure_map;
 use crate::goconv::{parse_bool, parse_bool_value};
 use crate::overrides;
 use crate::pod::{
-    annotation, annotations, containers, name_of, set_annotation, CORE_DUMP_CONTAINER,
-    INIT_CONTAINER, MERGE_METRICS_ANNOTATION, NETWORK_LABEL, OVERRIDES_ANNOTATION, PROXY_CONTAINER,
+    annotation, annotations, annotations_mut, containers, name_of, proxy_container,
+    proxy_container_mut, set_annotation, CORE_DUMP_CONTAINER, INIT_CONTAINER,
+    MERGE_METRICS_ANNOTATION, NETWORK_LABEL, OVERRIDES_ANNOTATION, PROXY_CONTAINER,
     REWRITE_PROBES_ANNOTATION, SECURE_PORT_ANNOTATION, STATUS_ANNOTATION, VALIDATION_CONTAINER,
 };
 use crate::probes;
@@ -93,11 +94,7 @@ fn sanitized_annotation<'a>(pod: &'a Value, sanitized: &str) -> Option<&'a str> 
 }
 
 fn remove_sanitized(pod: &mut Value, keys: &[&str]) {
-    if let Some(ann) = pod
-        .field_mut("metadata")
-        .and_then(|m| m.field_mut("annotations"))
-        .and_then(Value::as_object_mut)
-    {
+    if let Some(ann) = annotations_mut(pod) {
         ann.retain(|k, _| !keys.iter().any(|s| sanitizes_to(k, s)));
     }
 }
@@ -133,11 +130,7 @@ pub fn strip_pod(pod: &Value, mesh: &Value) -> Value {
     if port_is_ours {
         remove_sanitized(&mut out, &[PROM_PATH, PROM_PORT, PROM_SCRAPE, PROM_TARGETS]);
     }
-    if let Some(ann) = out
-        .field_mut("metadata")
-        .and_then(|m| m.field_mut("annotations"))
-        .and_then(Value::as_object_mut)
-    {
+    if let Some(ann) = annotations_mut(&mut out) {
         ann.shift_remove(STATUS_ANNOTATION);
     }
     out
@@ -197,29 +190,9 @@ pub fn post_process(
     Ok(())
 }
 
-/// The proxy container (in `containers`, else in `initContainers`).
+/// The proxy container's fields.
 fn proxy_mut(pod: &mut Value) -> Option<&mut Map<String, Value>> {
-    let in_containers = containers(pod, "containers")
-        .iter()
-        .any(|c| name_of(c) == PROXY_CONTAINER);
-    let list = if in_containers {
-        "containers"
-    } else {
-        "initContainers"
-    };
-    pod.field_mut("spec")?
-        .field_mut(list)?
-        .as_array_mut()?
-        .iter_mut()
-        .find(|c| name_of(c) == PROXY_CONTAINER)?
-        .as_object_mut()
-}
-
-fn proxy(pod: &Value) -> Option<&Value> {
-    containers(pod, "containers")
-        .iter()
-        .chain(containers(pod, "initContainers"))
-        .find(|c| name_of(c) == PROXY_CONTAINER)
+    proxy_container_mut(pod)?.as_object_mut()
 }
 
 fn env_mut(container: &mut Map<String, Value>) -> Option<&mut Vec<Value>> {
@@ -382,7 +355,7 @@ fn apply_secure_prometheus_annotation(pod: &mut Value) {
     if sanitized_annotation(pod, PROM_SECURE_PORT).is_some() {
         return;
     }
-    let port = proxy(pod)
+    let port = proxy_container(pod)
         .and_then(|p| p.field("env"))
         .and_then(Value::as_array)
         .and_then(|env| env.iter().find(|e| name_of(e) == SECURE_PORT_ENV))
@@ -397,7 +370,7 @@ fn apply_secure_prometheus_annotation(pod: &mut Value) {
 
 /// `applyRewrite`: record the app probes for the agent and point them at it.
 fn apply_rewrite(pod: &mut Value, params: &PostProcessParams<'_>) {
-    if proxy(pod).is_none() {
+    if proxy_container(pod).is_none() {
         return;
     }
     let rewrite = annotation(pod, REWRITE_PROBES_ANNOTATION)

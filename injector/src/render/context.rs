@@ -11,15 +11,17 @@ use super::init_args::{self, exclude_inbound, optional_setting, setting};
 use super::{image, sprint, Inputs, RenderError};
 use crate::goconv::{self, template_truthy};
 use crate::pod::{
-    self, EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
-    EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
-    INCLUDE_INBOUND_PORTS_ANNOTATION, INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
-    INCLUDE_OUTBOUND_PORTS_ANNOTATION, INIT_CONTAINER, INTERCEPTION_MODE_ANNOTATION,
-    KUBEVIRT_INTERFACES_ANNOTATION, PROXY_CONTAINER, PROXY_CPU_ANNOTATION,
-    PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_TYPE_ANNOTATION, PROXY_MEMORY_ANNOTATION,
-    PROXY_MEMORY_LIMIT_ANNOTATION, READINESS_FAILURE_THRESHOLD_ANNOTATION,
-    READINESS_INITIAL_DELAY_ANNOTATION, READINESS_PERIOD_ANNOTATION,
-    REROUTE_VIRTUAL_INTERFACES_ANNOTATION, VALIDATION_CONTAINER,
+    self, BOOTSTRAP_OVERRIDE_ANNOTATION, CAP_NET_BIND_SERVICE_ANNOTATION,
+    COMPONENT_LOG_LEVEL_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION,
+    EXCLUDE_INTERFACES_ANNOTATION, EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+    EXCLUDE_OUTBOUND_PORTS_ANNOTATION, INCLUDE_INBOUND_PORTS_ANNOTATION,
+    INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, INCLUDE_OUTBOUND_PORTS_ANNOTATION, INIT_CONTAINER,
+    INTERCEPTION_MODE_ANNOTATION, KUBEVIRT_INTERFACES_ANNOTATION, LOG_LEVEL_ANNOTATION,
+    PROXY_CONTAINER, PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_ANNOTATION,
+    PROXY_IMAGE_TYPE_ANNOTATION, PROXY_MEMORY_ANNOTATION, PROXY_MEMORY_LIMIT_ANNOTATION,
+    READINESS_FAILURE_THRESHOLD_ANNOTATION, READINESS_INITIAL_DELAY_ANNOTATION,
+    READINESS_PERIOD_ANNOTATION, REROUTE_VIRTUAL_INTERFACES_ANNOTATION, USER_VOLUME_ANNOTATION,
+    USER_VOLUME_MOUNT_ANNOTATION, VALIDATION_CONTAINER,
 };
 
 /// The default `sidecar` template with its context.
@@ -376,7 +378,7 @@ fn volumes<'a>(inp: &Inputs<'a>) -> Result<Volumes<'a>, RenderError> {
         .unwrap_or_default();
     Ok(Volumes {
         gke_workload_certificate: inp.values_str("global.caName") == "GkeWorkloadCertificate",
-        bootstrap_override: inp.ann("sidecar.istio.io/bootstrapOverride"),
+        bootstrap_override: inp.ann(BOOTSTRAP_OVERRIDE_ANNOTATION),
         token_audience: sprint(inp.values_at("global.sds.token.aud")),
         istiod_ca: inp.values_str("global.pilotCertProvider") == "istiod",
         cluster_trust_bundle,
@@ -384,8 +386,8 @@ fn volumes<'a>(inp: &Inputs<'a>) -> Result<Volumes<'a>, RenderError> {
         crl_config_map: non_empty(Some(inp.values_str("pilot.crlConfigMapName")))
             .unwrap_or("istio-ca-crl"),
         mtls_certs_secret,
-        user_volumes: named_objects(inp, "sidecar.istio.io/userVolume")?,
-        user_volume_mounts: named_objects(inp, "sidecar.istio.io/userVolumeMount")?,
+        user_volumes: named_objects(inp, USER_VOLUME_ANNOTATION)?,
+        user_volume_mounts: named_objects(inp, USER_VOLUME_MOUNT_ANNOTATION)?,
         image_pull_secrets,
     })
 }
@@ -622,7 +624,7 @@ fn init_container<'a>(inp: &Inputs<'a>) -> Result<InitContainer<'a>, RenderError
 /// A container's image: the `sidecar.istio.io/proxyImage` annotation, else the values entry at
 /// `values_path`, either used as is when it is a full reference (see `image::choose`).
 fn container_image<'a>(inp: &Inputs<'a>, values_path: &str, image_type: &str) -> Cow<'a, str> {
-    let requested: Cow<'a, str> = match inp.ann("sidecar.istio.io/proxyImage") {
+    let requested: Cow<'a, str> = match inp.ann(PROXY_IMAGE_ANNOTATION) {
         Some(a) => Cow::Borrowed(a),
         None => sprint(inp.values_at(values_path)),
     };
@@ -711,12 +713,12 @@ fn proxy_args<'a>(inp: &Inputs<'a>) -> Vec<Cow<'a, str>> {
         )),
         Cow::Owned(format!(
             "--proxyLogLevel={}",
-            inp.ann_or_values("sidecar.istio.io/logLevel", "global.proxy.logLevel")
+            inp.ann_or_values(LOG_LEVEL_ANNOTATION, "global.proxy.logLevel")
         )),
         Cow::Owned(format!(
             "--proxyComponentLogLevel={}",
             inp.ann_or_values(
-                "sidecar.istio.io/componentLogLevel",
+                COMPONENT_LOG_LEVEL_ANNOTATION,
                 "global.proxy.componentLogLevel"
             )
         )),
@@ -801,7 +803,7 @@ fn proxy_security(inp: &Inputs<'_>) -> ProxySecurity {
         .and_then(Value::as_str)
         == Some("true");
     let cap_net_bind = inp.ann_or_values(
-        "sidecar.istio.io/capNetBindService",
+        CAP_NET_BIND_SERVICE_ANNOTATION,
         "global.proxy.capNetBindService",
     ) == "true";
     let or_1337 = |v: i64| if v == 0 { 1337 } else { v };
@@ -992,7 +994,7 @@ fn proxy_env<'a>(
             ),
         ));
     }
-    if inp.ann("sidecar.istio.io/bootstrapOverride").is_some() {
+    if inp.ann(BOOTSTRAP_OVERRIDE_ANNOTATION).is_some() {
         out.push(env_static(
             "ISTIO_BOOTSTRAP_OVERRIDE",
             "/etc/istio/custom-bootstrap/custom_bootstrap.json",
