@@ -2,13 +2,15 @@
 //! the process environment istiod reads for injection, and the command-line flags shared by `serve` and
 //! `kube-inject`. Everything is parsed and validated once, in [`Settings::load`], never per request.
 
-use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use serde_json::{Map, Value};
+
 use crate::decision::{LabelSelector, Policy};
+use crate::defaults::{builtin_mesh, builtin_values};
 // Re-exported where the parity test imports it from; the lead curates the public paths.
-pub use crate::defaults::{builtin_mesh, builtin_values, deep_merge};
+pub use crate::defaults::deep_merge;
 
 /// `--native-sidecars` / `ENABLE_NATIVE_SIDECARS`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]

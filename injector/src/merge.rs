@@ -12,6 +12,8 @@
 
 pub(crate) mod gotypes;
 
+use serde_json::{Map, Value};
+
 use crate::fields::{ensure_map, Fields};
 use crate::overrides;
 use crate::pod::{
@@ -19,7 +21,6 @@ use crate::pod::{
     proxy_container_mut, set_annotation, INIT_CONTAINER, INTERCEPTION_MODE_ANNOTATION,
     OVERRIDES_ANNOTATION, STATUS_ANNOTATION, VALIDATION_CONTAINER,
 };
-use serde_json::{Map, Value};
 
 /// Why a merge failed.
 #[derive(Debug, thiserror::Error)]

@@ -4,10 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::fields::Fields;
 use serde_json::{Map, Value};
 
-use crate::fields::ensure_map;
+use crate::fields::{ensure_map, Fields};
 use crate::goconv::{parse_bool, parse_bool_value};
 use crate::overrides;
 use crate::pod::{
