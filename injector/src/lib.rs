@@ -8,7 +8,7 @@
 //! (askama templates from `templates/`) → `merge` (strategic merge, user overrides) → `postprocess`
 //! (Prometheus, `probes`, status annotation, ordering) → `patch` (RFC 6902 diff of the original request
 //! JSON). The steps share a vocabulary that depends on none of them: `pod` (names and accessors), `status`,
-//! `overrides`, `workload`, `defaults`, `validate`, `goconv` and `fields`.
+//! `overrides`, `workload`, `defaults`, `validate`, `goconv`, `gotypes` and `fields`.
 
 pub mod admission;
 pub mod annotations;
@@ -20,6 +20,7 @@ pub mod effective_proxy_config;
 pub mod engine;
 pub mod fields;
 pub mod goconv;
+pub mod gotypes;
 pub mod json_writer;
 pub mod kube_inject;
 pub mod memo;

@@ -10,11 +10,10 @@
 //! `$patch: replace|delete`, `$retainKeys`, `$deleteFromPrimitiveList/…` and `$setElementOrder/…` are
 //! honoured.
 
-pub(crate) mod gotypes;
-
 use serde_json::{Map, Value};
 
 use crate::fields::{ensure_map, Fields};
+use crate::gotypes;
 use crate::overrides;
 use crate::pod::{
     annotation, containers, find_named, find_named_mut, name_of, proxy_container,

@@ -6,7 +6,7 @@
 use crate::fields::Fields;
 use serde_json::{Map, Value};
 
-use crate::merge::gotypes::{go_struct, F, GRPC, HTTP_GET, TCP_SOCKET};
+use crate::gotypes::{go_struct, F, GRPC, HTTP_GET, TCP_SOCKET};
 use crate::pod::{annotation, containers, name_of, PROXY_CONTAINER, STATUS_PORT_ANNOTATION};
 
 /// The env var carrying the original probes to the agent.
