@@ -1,37 +1,25 @@
-//! Pod annotations Istio honours (spec §4) and their validation, as Istio's `validate.go` does it (the
-//! "V" rows of spec §4.1), plus the values that reach `istio-init` arguments which Istio leaves unchecked
-//! (`includeOutboundPorts`, `agentLogLevel`): nothing unvalidated reaches the init container's arguments.
-
-use std::net::IpAddr;
+//! Validation of a pod's annotations before rendering, as Istio's `validate.go` `AnnotationValidation`
+//! table (run by `validateAnnotations` in `inject.go` `RunTemplate`) does it, plus the values that reach
+//! `istio-init` arguments which Istio leaves unchecked (`includeOutboundPorts`, `agentLogLevel`): nothing
+//! unvalidated reaches the init container's arguments. The names are `pod`'s, the checks `validate`'s.
 
 use serde_json::{Map, Value};
 
-pub const PROXY_CONFIG: &str = "proxy.istio.io/config";
-pub const OVERRIDES: &str = "proxy.istio.io/overrides";
-pub const STATUS: &str = "sidecar.istio.io/status";
-pub const TEMPLATES: &str = "inject.istio.io/templates";
-pub const NATIVE_SIDECAR: &str = "sidecar.istio.io/nativeSidecar";
-pub const INTERCEPTION_MODE: &str = "sidecar.istio.io/interceptionMode";
-pub const STATUS_PORT: &str = "status.sidecar.istio.io/port";
-pub const READINESS_INITIAL_DELAY: &str = "readiness.status.sidecar.istio.io/initialDelaySeconds";
-pub const READINESS_PERIOD: &str = "readiness.status.sidecar.istio.io/periodSeconds";
-pub const READINESS_FAILURE_THRESHOLD: &str = "readiness.status.sidecar.istio.io/failureThreshold";
-pub const INCLUDE_OUTBOUND_IP_RANGES: &str = "traffic.sidecar.istio.io/includeOutboundIPRanges";
-pub const EXCLUDE_OUTBOUND_IP_RANGES: &str = "traffic.sidecar.istio.io/excludeOutboundIPRanges";
-pub const INCLUDE_INBOUND_PORTS: &str = "traffic.sidecar.istio.io/includeInboundPorts";
-pub const EXCLUDE_INBOUND_PORTS: &str = "traffic.sidecar.istio.io/excludeInboundPorts";
-pub const INCLUDE_OUTBOUND_PORTS: &str = "traffic.sidecar.istio.io/includeOutboundPorts";
-pub const EXCLUDE_OUTBOUND_PORTS: &str = "traffic.sidecar.istio.io/excludeOutboundPorts";
-pub const EXCLUDE_INTERFACES: &str = "traffic.sidecar.istio.io/excludeInterfaces";
-pub const KUBEVIRT_INTERFACES: &str = "traffic.sidecar.istio.io/kubevirtInterfaces";
-pub const REROUTE_VIRTUAL_INTERFACES: &str = "istio.io/reroute-virtual-interfaces";
-pub const PROXY_CPU: &str = "sidecar.istio.io/proxyCPU";
-pub const PROXY_MEMORY: &str = "sidecar.istio.io/proxyMemory";
-pub const PROXY_CPU_LIMIT: &str = "sidecar.istio.io/proxyCPULimit";
-pub const PROXY_MEMORY_LIMIT: &str = "sidecar.istio.io/proxyMemoryLimit";
-pub const MERGE_METRICS: &str = "prometheus.istio.io/merge-metrics";
-pub const AGENT_LOG_LEVEL: &str = "sidecar.istio.io/agentLogLevel";
-pub const PROXY_IMAGE_TYPE: &str = "sidecar.istio.io/proxyImageType";
+use crate::pod::{
+    AGENT_LOG_LEVEL_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
+    EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
+    INCLUDE_INBOUND_PORTS_ANNOTATION, INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+    INCLUDE_OUTBOUND_PORTS_ANNOTATION, INTERCEPTION_MODE_ANNOTATION,
+    KUBEVIRT_INTERFACES_ANNOTATION, MERGE_METRICS_ANNOTATION, PROXY_CONFIG_ANNOTATION,
+    PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_MEMORY_ANNOTATION,
+    PROXY_MEMORY_LIMIT_ANNOTATION, READINESS_FAILURE_THRESHOLD_ANNOTATION,
+    READINESS_INITIAL_DELAY_ANNOTATION, READINESS_PERIOD_ANNOTATION,
+    REROUTE_VIRTUAL_INTERFACES_ANNOTATION, STATUS_PORT_ANNOTATION,
+};
+use crate::validate::{
+    parse_port, validate_exclude_ip_ranges, validate_include_ip_ranges, validate_interception_mode,
+    validate_interfaces, validate_log_level, validate_port_list, validate_quantity,
+};
 
 /// One invalid annotation value, Istio's wording: `invalid value 'V' for annotation 'K': reason`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,27 +52,45 @@ type Validator = fn(&str) -> Result<(), String>;
 /// The validated annotations and their rules (Istio's `AnnotationValidation`, plus the two init-argument
 /// values Istio does not check).
 const VALIDATORS: &[(&str, Validator)] = &[
-    (PROXY_CONFIG, validate_proxy_config),
-    (INTERCEPTION_MODE, validate_interception_mode),
-    (STATUS_PORT, validate_status_port),
-    (READINESS_INITIAL_DELAY, validate_u32),
-    (READINESS_PERIOD, validate_u32),
-    (READINESS_FAILURE_THRESHOLD, validate_u32),
-    (INCLUDE_OUTBOUND_IP_RANGES, validate_include_ip_ranges),
-    (EXCLUDE_OUTBOUND_IP_RANGES, validate_exclude_ip_ranges),
-    (INCLUDE_INBOUND_PORTS, validate_include_inbound_ports),
-    (EXCLUDE_INBOUND_PORTS, validate_exclude_inbound_ports),
-    (INCLUDE_OUTBOUND_PORTS, validate_include_outbound_ports),
-    (EXCLUDE_OUTBOUND_PORTS, validate_exclude_outbound_ports),
-    (EXCLUDE_INTERFACES, validate_interfaces),
-    (KUBEVIRT_INTERFACES, validate_interfaces),
-    (REROUTE_VIRTUAL_INTERFACES, validate_interfaces),
-    (PROXY_CPU, validate_quantity),
-    (PROXY_MEMORY, validate_quantity),
-    (PROXY_CPU_LIMIT, validate_quantity),
-    (PROXY_MEMORY_LIMIT, validate_quantity),
-    (MERGE_METRICS, validate_bool),
-    (AGENT_LOG_LEVEL, validate_log_level),
+    (PROXY_CONFIG_ANNOTATION, validate_proxy_config),
+    (INTERCEPTION_MODE_ANNOTATION, validate_interception_mode),
+    (STATUS_PORT_ANNOTATION, validate_status_port),
+    (READINESS_INITIAL_DELAY_ANNOTATION, validate_u32),
+    (READINESS_PERIOD_ANNOTATION, validate_u32),
+    (READINESS_FAILURE_THRESHOLD_ANNOTATION, validate_u32),
+    (
+        INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+        validate_include_ip_ranges,
+    ),
+    (
+        EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+        validate_exclude_ip_ranges,
+    ),
+    (
+        INCLUDE_INBOUND_PORTS_ANNOTATION,
+        validate_include_inbound_ports,
+    ),
+    (
+        EXCLUDE_INBOUND_PORTS_ANNOTATION,
+        validate_exclude_inbound_ports,
+    ),
+    (
+        INCLUDE_OUTBOUND_PORTS_ANNOTATION,
+        validate_include_outbound_ports,
+    ),
+    (
+        EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
+        validate_exclude_outbound_ports,
+    ),
+    (EXCLUDE_INTERFACES_ANNOTATION, validate_interfaces),
+    (KUBEVIRT_INTERFACES_ANNOTATION, validate_interfaces),
+    (REROUTE_VIRTUAL_INTERFACES_ANNOTATION, validate_interfaces),
+    (PROXY_CPU_ANNOTATION, validate_quantity),
+    (PROXY_MEMORY_ANNOTATION, validate_quantity),
+    (PROXY_CPU_LIMIT_ANNOTATION, validate_quantity),
+    (PROXY_MEMORY_LIMIT_ANNOTATION, validate_quantity),
+    (MERGE_METRICS_ANNOTATION, validate_bool),
+    (AGENT_LOG_LEVEL_ANNOTATION, validate_log_level),
 ];
 
 /// Validates every present annotation that has a rule; all failures are reported together.
@@ -126,21 +132,11 @@ pub fn validate(annotations: Option<&Map<String, Value>>) -> Result<(), Validati
 }
 
 fn validate_proxy_config(v: &str) -> Result<(), String> {
-    crate::proxyconfig::parse_overlay(v).and_then(|overlay| {
-        let mut pc = crate::proxyconfig::builtin_default();
-        crate::proxyconfig::apply_overlay(&mut pc, &overlay);
-        crate::proxyconfig::validate(&pc)
+    crate::effective_proxy_config::parse_overlay(v).and_then(|overlay| {
+        let mut pc = crate::defaults::builtin_proxy_config();
+        crate::effective_proxy_config::apply_overlay(&mut pc, &overlay);
+        crate::effective_proxy_config::validate(&pc)
     })
-}
-
-/// `REDIRECT`, `TPROXY` or `NONE`, exactly.
-pub fn validate_interception_mode(v: &str) -> Result<(), String> {
-    match v {
-        "REDIRECT" | "TPROXY" | "NONE" => Ok(()),
-        _ => Err(format!(
-            "interceptionMode invalid, use REDIRECT,TPROXY,NONE: {v}"
-        )),
-    }
 }
 
 fn validate_status_port(v: &str) -> Result<(), String> {
@@ -156,39 +152,9 @@ fn validate_u32(v: &str) -> Result<(), String> {
 }
 
 fn validate_bool(v: &str) -> Result<(), String> {
-    parse_go_bool(v)
+    crate::goconv::parse_bool(v)
         .map(|_| ())
         .ok_or_else(|| format!("strconv.ParseBool: parsing {v:?}: invalid syntax"))
-}
-
-/// Go's `strconv.ParseBool`.
-pub fn parse_go_bool(v: &str) -> Option<bool> {
-    match v {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
-/// A port: decimal 0-65535 after trimming spaces.
-pub fn parse_port(v: &str) -> Result<u16, String> {
-    let t = v.trim();
-    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("failed parsing port {t:?}"));
-    }
-    t.parse::<u16>()
-        .map_err(|_| format!("failed parsing port {t:?}: out of range"))
-}
-
-/// A comma list of ports; an all-blank value is an empty list; entries are trimmed; empty entries fail.
-pub fn validate_port_list(v: &str) -> Result<(), String> {
-    if v.trim().is_empty() {
-        return Ok(());
-    }
-    for p in v.split(',') {
-        parse_port(p)?;
-    }
-    Ok(())
 }
 
 fn validate_include_inbound_ports(v: &str) -> Result<(), String> {
@@ -208,154 +174,6 @@ fn validate_include_outbound_ports(v: &str) -> Result<(), String> {
 
 fn validate_exclude_outbound_ports(v: &str) -> Result<(), String> {
     validate_port_list(v).map_err(|e| format!("excludeOutboundPorts invalid: {e}"))
-}
-
-/// One CIDR as Go's `netip.ParsePrefix` accepts it: an address, `/`, a decimal prefix length without
-/// leading zeros, within the family's width; no zones, no spaces.
-pub fn parse_cidr(c: &str) -> Result<(IpAddr, u8), String> {
-    let (addr, bits) = c
-        .split_once('/')
-        .ok_or_else(|| format!("failed parsing cidr '{c}': no '/'"))?;
-    let ip: IpAddr = addr
-        .parse()
-        .map_err(|_| format!("failed parsing cidr '{c}': bad address {addr:?}"))?;
-    let max = if ip.is_ipv4() { 32 } else { 128 };
-    let ok_digits = !bits.is_empty()
-        && bits.bytes().all(|b| b.is_ascii_digit())
-        && !(bits.len() > 1 && bits.starts_with('0'))
-        && bits.len() <= 3;
-    let n: u8 = if ok_digits {
-        bits.parse().unwrap_or(u8::MAX)
-    } else {
-        u8::MAX
-    };
-    if n > max {
-        return Err(format!(
-            "failed parsing cidr '{c}': bad bits after slash: {bits:?}"
-        ));
-    }
-    Ok((ip, n))
-}
-
-/// A comma list of CIDRs (empty value allowed, empty entries not).
-pub fn validate_cidr_list(v: &str) -> Result<(), String> {
-    if v.is_empty() {
-        return Ok(());
-    }
-    for c in v.split(',') {
-        parse_cidr(c)?;
-    }
-    Ok(())
-}
-
-/// `*` or a CIDR list (Istio's `ValidateIncludeIPRanges`).
-pub fn validate_include_ip_ranges(v: &str) -> Result<(), String> {
-    if v == "*" {
-        return Ok(());
-    }
-    validate_cidr_list(v).map_err(|e| format!("IncludeIPRanges invalid: {e}"))
-}
-
-/// A CIDR list (Istio's `ValidateExcludeIPRanges`; `*` is invalid).
-pub fn validate_exclude_ip_ranges(v: &str) -> Result<(), String> {
-    validate_cidr_list(v).map_err(|e| format!("ExcludeIPRanges invalid: {e}"))
-}
-
-/// Interface names: comma list, entries trimmed and non-empty, `^[a-zA-Z][a-zA-Z0-9_.-]*$`, ≤ 15 chars.
-pub fn validate_interfaces(v: &str) -> Result<(), String> {
-    if v.is_empty() {
-        return Ok(());
-    }
-    for name in v.split(',') {
-        let n = name.trim();
-        let b = n.as_bytes();
-        let ok = !b.is_empty()
-            && b.len() <= 15
-            && b[0].is_ascii_alphabetic()
-            && b.iter()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
-        if !ok {
-            return Err(format!("interface name {n:?} invalid"));
-        }
-    }
-    Ok(())
-}
-
-/// A Kubernetes quantity (`resource.ParseQuantity`): sign, decimal number, optional suffix (binary SI,
-/// decimal SI or exponent).
-pub fn validate_quantity(v: &str) -> Result<(), String> {
-    if parse_quantity(v).is_some() {
-        Ok(())
-    } else {
-        Err("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'".to_string())
-    }
-}
-
-/// Parses a Kubernetes quantity to its value (as f64; precise enough to compare and validate).
-pub fn parse_quantity(v: &str) -> Option<f64> {
-    let b = v.as_bytes();
-    let mut i = 0;
-    if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
-        i += 1;
-    }
-    let num_start = i;
-    let mut dots = 0;
-    while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'.') {
-        if b[i] == b'.' {
-            dots += 1;
-        }
-        i += 1;
-    }
-    let num = &v[num_start..i];
-    if num.is_empty() || num == "." || dots > 1 {
-        return None;
-    }
-    let mut value: f64 = num.parse().ok()?;
-    if num_start == 1 && b[0] == b'-' {
-        value = -value;
-    }
-    let suffix = &v[i..];
-    let mult = match suffix {
-        "" => 1.0,
-        "Ki" => 1024f64,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        s if s.starts_with(['e', 'E']) => {
-            let exp = &s[1..];
-            let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
-            if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
-                return None;
-            }
-            10f64.powi(exp.parse::<i32>().ok()?)
-        }
-        _ => return None,
-    };
-    Some(value * mult)
-}
-
-/// `scope:level` pairs (or a bare level) joined by commas: the value becomes one `--log_output_level=`
-/// argument, so only a conservative character set is allowed.
-pub fn validate_log_level(v: &str) -> Result<(), String> {
-    let ok = !v.is_empty()
-        && v.bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b':' | b',' | b'_' | b'-' | b'.'));
-    if ok {
-        Ok(())
-    } else {
-        Err("log level must be level or scope:level[,scope:level…] (letters, digits, ':', ',', '_', '-', '.')".to_string())
-    }
 }
 
 #[cfg(test)]
@@ -387,7 +205,7 @@ mod tests {
     #[test]
     fn proxy_config() {
         check(
-            PROXY_CONFIG,
+            PROXY_CONFIG_ANNOTATION,
             &[
                 "{}",
                 "concurrency: 2",
@@ -408,7 +226,7 @@ mod tests {
     #[test]
     fn interception_mode() {
         check(
-            INTERCEPTION_MODE,
+            INTERCEPTION_MODE_ANNOTATION,
             &["REDIRECT", "TPROXY", "NONE"],
             &["redirect", "", "FOO"],
         );
@@ -417,7 +235,7 @@ mod tests {
     #[test]
     fn status_port() {
         check(
-            STATUS_PORT,
+            STATUS_PORT_ANNOTATION,
             &["15020", " 123 ", "0"],
             &["-1", "65536", "abc", ""],
         );
@@ -426,9 +244,9 @@ mod tests {
     #[test]
     fn readiness_u32() {
         for a in [
-            READINESS_INITIAL_DELAY,
-            READINESS_PERIOD,
-            READINESS_FAILURE_THRESHOLD,
+            READINESS_INITIAL_DELAY_ANNOTATION,
+            READINESS_PERIOD_ANNOTATION,
+            READINESS_FAILURE_THRESHOLD_ANNOTATION,
         ] {
             check(
                 a,
@@ -441,7 +259,7 @@ mod tests {
     #[test]
     fn include_ip_ranges() {
         check(
-            INCLUDE_OUTBOUND_IP_RANGES,
+            INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
             &[
                 "*",
                 "",
@@ -459,25 +277,27 @@ mod tests {
                 "10.0.0.0/08",
             ],
         );
-        let err = validate(json!({INCLUDE_OUTBOUND_IP_RANGES: "bad"}).as_object()).unwrap_err();
+        let err = validate(json!({INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: "bad"}).as_object())
+            .unwrap_err();
         assert!(err.to_string().to_lowercase().contains("includeipranges"));
     }
 
     #[test]
     fn exclude_ip_ranges() {
         check(
-            EXCLUDE_OUTBOUND_IP_RANGES,
+            EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
             &["", "10.0.0.0/8,fe80::/10"],
             &["*", "10.0.0.1/40", ";rm -rf /"],
         );
-        let err = validate(json!({EXCLUDE_OUTBOUND_IP_RANGES: "*"}).as_object()).unwrap_err();
+        let err =
+            validate(json!({EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: "*"}).as_object()).unwrap_err();
         assert!(err.to_string().to_lowercase().contains("excludeipranges"));
     }
 
     #[test]
     fn include_inbound_ports() {
         check(
-            INCLUDE_INBOUND_PORTS,
+            INCLUDE_INBOUND_PORTS_ANNOTATION,
             &["*", "", "80", "80, 81,82"],
             &["80,", "*,80", "65536", "x"],
         );
@@ -486,11 +306,11 @@ mod tests {
     #[test]
     fn exclude_inbound_ports() {
         check(
-            EXCLUDE_INBOUND_PORTS,
+            EXCLUDE_INBOUND_PORTS_ANNOTATION,
             &["", "4, 5,6", "15020"],
             &["*", "80,,81", "-1", "80 81"],
         );
-        let err = validate(json!({EXCLUDE_INBOUND_PORTS: "*"}).as_object()).unwrap_err();
+        let err = validate(json!({EXCLUDE_INBOUND_PORTS_ANNOTATION: "*"}).as_object()).unwrap_err();
         assert!(err
             .to_string()
             .to_lowercase()
@@ -500,7 +320,7 @@ mod tests {
     #[test]
     fn include_outbound_ports() {
         check(
-            INCLUDE_OUTBOUND_PORTS,
+            INCLUDE_OUTBOUND_PORTS_ANNOTATION,
             &["", "443,8443"],
             &["*", "443;x", "99999"],
         );
@@ -508,15 +328,19 @@ mod tests {
 
     #[test]
     fn exclude_outbound_ports() {
-        check(EXCLUDE_OUTBOUND_PORTS, &["", "443"], &["*", "a", "1,"]);
+        check(
+            EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
+            &["", "443"],
+            &["*", "a", "1,"],
+        );
     }
 
     #[test]
     fn interfaces() {
         for a in [
-            EXCLUDE_INTERFACES,
-            KUBEVIRT_INTERFACES,
-            REROUTE_VIRTUAL_INTERFACES,
+            EXCLUDE_INTERFACES_ANNOTATION,
+            KUBEVIRT_INTERFACES_ANNOTATION,
+            REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
         ] {
             check(
                 a,
@@ -528,21 +352,32 @@ mod tests {
 
     #[test]
     fn quantities() {
-        for a in [PROXY_CPU, PROXY_MEMORY, PROXY_CPU_LIMIT, PROXY_MEMORY_LIMIT] {
+        for a in [
+            PROXY_CPU_ANNOTATION,
+            PROXY_MEMORY_ANNOTATION,
+            PROXY_CPU_LIMIT_ANNOTATION,
+            PROXY_MEMORY_LIMIT_ANNOTATION,
+        ] {
             check(
                 a,
                 &["100m", "1", "1.5", "128Mi", "1Gi", "1e3", "+2"],
                 &["", "abc", "1 Gi", "1Gib", "1..2", "1\n"],
             );
         }
-        assert_eq!(parse_quantity("2000m"), parse_quantity("2"));
-        assert_eq!(parse_quantity("1024Mi"), parse_quantity("1Gi"));
+        assert_eq!(
+            crate::validate::parse_quantity("2000m"),
+            crate::validate::parse_quantity("2")
+        );
+        assert_eq!(
+            crate::validate::parse_quantity("1024Mi"),
+            crate::validate::parse_quantity("1Gi")
+        );
     }
 
     #[test]
     fn merge_metrics() {
         check(
-            MERGE_METRICS,
+            MERGE_METRICS_ANNOTATION,
             &["true", "false", "1", "F", "TRUE"],
             &["yes", "on", ""],
         );
@@ -551,7 +386,7 @@ mod tests {
     #[test]
     fn agent_log_level() {
         check(
-            AGENT_LOG_LEVEL,
+            AGENT_LOG_LEVEL_ANNOTATION,
             &["debug", "default:info,ads:debug"],
             &["", "a b", "x\n--privileged"],
         );
@@ -559,7 +394,7 @@ mod tests {
 
     #[test]
     fn errors_are_aggregated_and_unknown_annotations_ignored() {
-        let a = json!({EXCLUDE_INBOUND_PORTS: "*", INTERCEPTION_MODE: "x", "foo/bar": "***"});
+        let a = json!({EXCLUDE_INBOUND_PORTS_ANNOTATION: "*", INTERCEPTION_MODE_ANNOTATION: "x", "foo/bar": "***"});
         let err = validate(a.as_object()).unwrap_err();
         assert_eq!(err.0.len(), 2);
         assert!(err.to_string().starts_with("2 errors occurred"));

@@ -4,11 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
 use crate::decision::{LabelSelector, Policy};
+use crate::defaults::{builtin_mesh, builtin_values};
+// Re-exported where the parity test imports it from; the lead curates the public paths.
+pub use crate::defaults::deep_merge;
 
 /// `--native-sidecars` / `ENABLE_NATIVE_SIDECARS`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -25,7 +27,7 @@ pub enum NativeSidecars {
 }
 
 impl NativeSidecars {
-    /// The global decision (spec §1.6).
+    /// The global decision (Istio's `DetectNativeSidecar` in `webhook.go`, without a node client).
     pub fn resolve(self) -> bool {
         !matches!(self, NativeSidecars::False)
     }
@@ -186,54 +188,6 @@ impl Default for Settings {
     }
 }
 
-/// Istio's chart defaults for the injector `values` (`defaults/values.json`: the chart rendered with the
-/// default profile; hub/tag are the release's).
-pub fn builtin_values() -> &'static Value {
-    static V: OnceLock<Value> = OnceLock::new();
-    V.get_or_init(|| {
-        serde_json::from_str(include_str!("../defaults/values.json"))
-            .unwrap_or_else(|_| Value::Object(Map::new()))
-    })
-}
-
-/// Istio's default MeshConfig with the chart's mesh applied (`defaults/mesh.json`).
-pub fn builtin_mesh() -> &'static Value {
-    static V: OnceLock<Value> = OnceLock::new();
-    V.get_or_init(|| {
-        serde_json::from_str(include_str!("../defaults/mesh.json"))
-            .unwrap_or_else(|_| Value::Object(Map::new()))
-    })
-}
-
-/// Merges `overlay` onto `base`: maps merge key by key, recursively; a `null` deletes the key; anything
-/// else (lists included) replaces. Nulls inside newly added maps are dropped too.
-pub fn deep_merge(base: &mut Value, overlay: &Value) {
-    match (base, overlay) {
-        (Value::Object(b), Value::Object(o)) => {
-            for (k, v) in o {
-                match v {
-                    Value::Null => {
-                        b.remove(k);
-                    }
-                    Value::Object(_) => match b.get_mut(k) {
-                        Some(existing @ Value::Object(_)) => deep_merge(existing, v),
-                        _ => {
-                            let mut fresh = Value::Object(Map::new());
-                            deep_merge(&mut fresh, v);
-                            b.insert(k.clone(), fresh);
-                        }
-                    },
-                    _ => {
-                        b.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-        }
-        (b, o) if !o.is_null() => *b = o.clone(),
-        _ => {}
-    }
-}
-
 /// Values blocks that replace the default whole instead of merging into it. A `values` document from an
 /// Istio ConfigMap is complete (Helm already merged the chart defaults and dropped nulls), so a resources
 /// block without `cpu` means "no cpu": merging the default `cpu` back in would undo the user's deletion.
@@ -381,28 +335,37 @@ fn get_path<'a>(v: &'a Value, dotted: &str) -> Option<&'a Value> {
 /// Type and value checks of the values keys the injector reads; those that reach `istio-init` arguments
 /// get the same validation as the corresponding pod annotations.
 fn validate_values(path: &str, v: &Value) -> Result<(), ConfigError> {
-    use crate::annotations as a;
+    use crate::validate;
     type Check = fn(&str) -> Result<(), String>;
     let string_checks: &[(&str, Check)] = &[
         (
             "global.proxy.includeIPRanges",
-            a::validate_include_ip_ranges,
+            validate::validate_include_ip_ranges,
         ),
         (
             "global.proxy.excludeIPRanges",
-            a::validate_exclude_ip_ranges,
+            validate::validate_exclude_ip_ranges,
         ),
         ("global.proxy.includeInboundPorts", |s| {
             if s == "*" {
                 Ok(())
             } else {
-                a::validate_port_list(s)
+                validate::validate_port_list(s)
             }
         }),
-        ("global.proxy.excludeInboundPorts", a::validate_port_list),
-        ("global.proxy.includeOutboundPorts", a::validate_port_list),
-        ("global.proxy.excludeOutboundPorts", a::validate_port_list),
-        ("global.logging.level", a::validate_log_level),
+        (
+            "global.proxy.excludeInboundPorts",
+            validate::validate_port_list,
+        ),
+        (
+            "global.proxy.includeOutboundPorts",
+            validate::validate_port_list,
+        ),
+        (
+            "global.proxy.excludeOutboundPorts",
+            validate::validate_port_list,
+        ),
+        ("global.logging.level", validate::validate_log_level),
         ("global.imagePullPolicy", |s| match s {
             "" | "Always" | "IfNotPresent" | "Never" => Ok(()),
             _ => Err("expected Always, IfNotPresent or Never".to_string()),
@@ -487,7 +450,7 @@ fn validate_values(path: &str, v: &Value) -> Result<(), ConfigError> {
                     for (res, q) in m {
                         let key = format!("global.proxy.resources.{kind}.{res}");
                         let ok = match q {
-                            Value::String(s) => a::validate_quantity(s).is_ok(),
+                            Value::String(s) => validate::validate_quantity(s).is_ok(),
                             Value::Number(_) | Value::Null => true,
                             _ => false,
                         };
@@ -526,9 +489,10 @@ fn validate_mesh(path: &str, m: &Value) -> Result<(), ConfigError> {
     }
     if let Some(dc) = m.get("defaultConfig") {
         expect_object(path, "defaultConfig", dc)?;
-        let mut pc = crate::proxyconfig::builtin_default();
-        crate::proxyconfig::apply_overlay(&mut pc, dc);
-        crate::proxyconfig::validate(&pc).map_err(|r| invalid(path, "defaultConfig", dc, r))?;
+        let mut pc = crate::defaults::builtin_proxy_config();
+        crate::effective_proxy_config::apply_overlay(&mut pc, dc);
+        crate::effective_proxy_config::validate(&pc)
+            .map_err(|r| invalid(path, "defaultConfig", dc, r))?;
     }
     if let Some(mode) = m.pointer("/inboundTrafficPolicy/mode") {
         if !mode.is_string() {
@@ -766,16 +730,6 @@ mod tests {
         let mut merged = builtin_mesh().clone();
         deep_merge(&mut merged, &base_mesh);
         assert_eq!(&merged, builtin_mesh());
-    }
-
-    #[test]
-    fn merge_null_deletes_and_lists_replace() {
-        let mut b = json!({"a": {"x": 1, "y": 2}, "l": [1, 2]});
-        deep_merge(
-            &mut b,
-            &json!({"a": {"x": null, "z": {"n": null, "m": 1}}, "l": [3]}),
-        );
-        assert_eq!(b, json!({"a": {"y": 2, "z": {"m": 1}}, "l": [3]}));
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! The injection decision, exactly as Istio's `injectRequired` (spec §1.1), with the reason returned so
+//! The injection decision, exactly as Istio's `injectRequired` (`inject.go`), with the reason returned so
 //! that "why was/wasn't this pod injected" has an answer in logs, metrics and kube-inject warnings.
 
 use serde_json::{Map, Value};
 
 use crate::fields::{self, Fields};
+use crate::pod::{self, INJECT_KEY};
 
 /// Namespaces never injected, whatever the pod says (Istio's `IgnoredNamespaces`).
 pub const IGNORED_NAMESPACES: [&str; 4] = [
@@ -12,9 +13,6 @@ pub const IGNORED_NAMESPACES: [&str; 4] = [
     "kube-node-lease",
     "local-path-storage",
 ];
-
-/// The label / annotation that opts a pod in or out.
-pub const INJECT_KEY: &str = "sidecar.istio.io/inject";
 
 /// The injector config's `policy`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,7 +245,7 @@ impl Decision {
     }
 }
 
-/// Istio's `injectRequired` (spec §1.1), in its order: hostNetwork, ignored namespaces, the
+/// Istio's `injectRequired` in `inject.go`, in its order: hostNetwork, ignored namespaces, the
 /// `sidecar.istio.io/inject` label (if present) over the annotation, never- then always-selectors, policy.
 /// `pod` is the Pod JSON (its `metadata.namespace` already defaulted by the caller).
 pub fn injection_required(
@@ -259,20 +257,14 @@ pub fn injection_required(
     if fields::path(pod, &["spec", "hostNetwork"]).and_then(Value::as_bool) == Some(true) {
         return Decision::new(false, "the pod uses the host network (spec.hostNetwork)");
     }
-    let meta = pod.field("metadata");
-    let namespace = meta
-        .and_then(|m| m.field("namespace"))
+    let namespace = fields::path(pod, &["metadata", "namespace"])
         .and_then(Value::as_str)
         .unwrap_or("");
     if IGNORED_NAMESPACES.contains(&namespace) {
         return Decision::new(false, format!("namespace {namespace:?} is never injected"));
     }
-    let labels = meta
-        .and_then(|m| m.field("labels"))
-        .and_then(Value::as_object);
-    let annotations = meta
-        .and_then(|m| m.field("annotations"))
-        .and_then(Value::as_object);
+    let labels = pod::labels(pod);
+    let annotations = pod::annotations(pod);
 
     // The label wins whenever its key is present, even with an empty value.
     let (source, value) = match labels.and_then(|l| l.get(INJECT_KEY)) {
@@ -351,7 +343,7 @@ mod tests {
                "spec": {"containers": [{"name": "c"}]}})
     }
 
-    /// Istio's `TestInjectRequired` table (spec §1.1).
+    /// Istio's `TestInjectRequired` table (`inject_test.go`).
     #[test]
     fn inject_required_table() {
         let foo_bar = || vec![sel(json!({"matchLabels": {"foo": "bar"}}))];
@@ -617,9 +609,10 @@ mod tests {
         }
     }
 
-    /// The classic 8-row table (spec §1.4). The namespace-selector column is the webhook configuration's
-    /// job: when no webhook entry selects the pod the API server never calls us (rows 5-8); here the
-    /// pod/policy part is checked for rows 1-4, and rows 5-8 are "not called → not injected".
+    /// The classic 8-row table of istio.io's "Automatic Sidecar Injection" page (v1.3–v1.8). The
+    /// namespace-selector column is the webhook configuration's job: when no webhook entry selects the pod
+    /// the API server never calls us (rows 5-8); here the pod/policy part is checked for rows 1-4, and rows
+    /// 5-8 are "not called → not injected".
     #[test]
     fn classic_eight_rows() {
         let rows = [

@@ -13,8 +13,11 @@ use crate::annotations;
 use crate::config::Settings;
 use crate::decision::{self, Decision};
 use crate::merge;
+use crate::pod;
 use crate::postprocess::{self, PostProcessParams};
 use crate::render::{self, TemplateData};
+// Where the engine's callers import them from; the lead curates the public paths.
+pub use crate::workload::{deploy_meta_from_pod, Workload};
 
 /// Istio's proxy uid/gid (no OpenShift namespace lookup here).
 pub const PROXY_UID: i64 = 1337;
@@ -35,15 +38,6 @@ pub struct Engine {
     /// `values.global.multiCluster.clusterName` and `values.global.network`, looked up once.
     values_cluster: Option<String>,
     values_network: Option<String>,
-}
-
-/// The workload a pod belongs to (Istio's deploy meta + type meta).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Workload {
-    pub kind: String,
-    pub api_version: String,
-    pub name: String,
-    pub namespace: String,
 }
 
 /// Which front end is asking: kube-inject differs in a few documented ways (Istio's `inject.go` `IntoObject`).
@@ -98,11 +92,11 @@ impl Engine {
     /// Builds an engine from loaded settings.
     pub fn new(settings: Settings) -> Engine {
         let base_proxy_config =
-            crate::proxyconfig::effective(settings.mesh.field("defaultConfig"), None)
+            crate::effective_proxy_config::effective(settings.mesh.field("defaultConfig"), None)
                 .unwrap_or_else(|_| {
                     // Settings::load validated the mesh's defaultConfig, so this cannot fail; fall back to the
                     // built-in default rather than panic.
-                    crate::proxyconfig::builtin_default()
+                    crate::defaults::builtin_proxy_config()
                 });
         let base_proxy_config_env = render::proxy_config_env(&base_proxy_config).ok();
         let values_str = |path: &str| {
@@ -146,9 +140,9 @@ impl Engine {
         &self,
         annotations: Option<&Map<String, Value>>,
     ) -> Result<Cow<'_, Value>, EngineError> {
-        match annotations.and_then(|a| a.field(annotations::PROXY_CONFIG)) {
+        match annotations.and_then(|a| a.field(pod::PROXY_CONFIG_ANNOTATION)) {
             None => Ok(Cow::Borrowed(&self.base_proxy_config)),
-            Some(_) => crate::proxyconfig::effective(
+            Some(_) => crate::effective_proxy_config::effective(
                 self.settings.mesh.field("defaultConfig"),
                 annotations,
             )
@@ -160,7 +154,7 @@ impl Engine {
     /// The template names for a pod: `inject.istio.io/templates` or the defaults, aliases expanded one level.
     fn templates(&self, annotations: Option<&Map<String, Value>>, mode: Mode) -> Vec<String> {
         let requested: Vec<String> = match annotations
-            .and_then(|a| a.field(annotations::TEMPLATES))
+            .and_then(|a| a.field(pod::TEMPLATES_ANNOTATION))
             .and_then(Value::as_str)
         {
             Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
@@ -331,7 +325,7 @@ impl Engine {
         // Go's rule for moving a user-supplied istio-proxy (Istio's `inject.go` `RunTemplate`): exact
         // "true"/"false" override.
         let native_move = match annotations_map
-            .and_then(|a| a.field(annotations::NATIVE_SIDECAR))
+            .and_then(|a| a.field(pod::NATIVE_SIDECAR_ANNOTATION))
             .and_then(Value::as_str)
         {
             Some("true") => true,
@@ -389,7 +383,7 @@ fn template_view<'a>(
     mesh: &Value,
 ) -> Result<Cow<'a, Value>, EngineError> {
     let has_ann = |k: &str| annotations_map.is_some_and(|a| a.has_field(k));
-    if has_ann(merge::STATUS_ANNOTATION) || has_ann(merge::OVERRIDES_ANNOTATION) {
+    if has_ann(pod::STATUS_ANNOTATION) || has_ann(pod::OVERRIDES_ANNOTATION) {
         let mut view = postprocess::strip_pod(original, mesh);
         postprocess::reinsert_overrides(&mut view)?;
         Ok(Cow::Owned(view))
@@ -511,107 +505,11 @@ fn move_proxy_to_init(pod: &mut Value) {
     }
 }
 
-/// Istio's `GetDeployMetaFromPod` (called from Istio's `webhook.go` `inject`): the workload a pod belongs to, from its owner
-/// references and the controllers' naming conventions.
-pub fn deploy_meta_from_pod(pod: &Value) -> Workload {
-    let meta = pod.field("metadata");
-    let get = |k: &str| {
-        meta.and_then(|m| m.field(k))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    let labels = meta
-        .and_then(|m| m.field("labels"))
-        .and_then(Value::as_object);
-    let label = |k: &str| labels.and_then(|l| l.field(k)).and_then(Value::as_str);
-    let mut w = Workload {
-        kind: "Pod".to_string(),
-        api_version: "v1".to_string(),
-        name: get("name"),
-        namespace: get("namespace"),
-    };
-    if !get("generateName").is_empty() {
-        let owner = meta
-            .and_then(|m| m.field("ownerReferences"))
-            .and_then(Value::as_array)
-            .and_then(|refs| {
-                refs.iter()
-                    .find(|r| r.field("controller").and_then(Value::as_bool) == Some(true))
-            });
-        if let Some(o) = owner {
-            let s = |k: &str| o.field(k).and_then(Value::as_str).unwrap_or("").to_string();
-            w.kind = s("kind");
-            w.api_version = s("apiVersion");
-            w.name = s("name");
-            let name = w.name.clone();
-            if w.kind == "ReplicaSet" {
-                if let Some(hash) = label("pod-template-hash") {
-                    if let Some(base) = name.strip_suffix(&format!("-{hash}")) {
-                        w.kind = "Deployment".to_string();
-                        w.name = base.to_string();
-                    }
-                } else if let Some(hash) = label("rollouts-pod-template-hash") {
-                    w.kind = "Rollout".to_string();
-                    w.api_version = "v1alpha1".to_string();
-                    if let Some(base) = name.strip_suffix(&format!("-{hash}")) {
-                        w.name = base.to_string();
-                    }
-                }
-            } else if w.kind == "ReplicationController" {
-                if let Some(dc) = label("deploymentconfig") {
-                    w.kind = "DeploymentConfig".to_string();
-                    w.name = dc.to_string();
-                }
-            } else if w.kind == "Job" {
-                // `(.+)-\d{8,10}$`: a CronJob's scheduled Job.
-                if let Some((base, suffix)) = name.rsplit_once('-') {
-                    if !base.is_empty()
-                        && (8..=10).contains(&suffix.len())
-                        && suffix.bytes().all(|b| b.is_ascii_digit())
-                    {
-                        w.kind = "CronJob".to_string();
-                        w.api_version = "batch/v1".to_string();
-                        w.name = base.to_string();
-                    }
-                }
-            }
-        }
-    }
-    if w.name.is_empty() {
-        w.name = get("name");
-    }
-    w
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn deploy_meta_heuristics() {
-        let pod = json!({"metadata": {"name": "", "generateName": "hello-fake-", "namespace": "ns",
-            "labels": {"pod-template-hash": "fake"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "hello-fake", "controller": true}]}});
-        let w = deploy_meta_from_pod(&pod);
-        assert_eq!(
-            (w.kind.as_str(), w.api_version.as_str(), w.name.as_str()),
-            ("Deployment", "apps/v1", "hello")
-        );
-        let pod = json!({"metadata": {"generateName": "x-", "ownerReferences": [
-            {"apiVersion": "batch/v1", "kind": "Job", "name": "backup-28712345", "controller": true}]}});
-        let w = deploy_meta_from_pod(&pod);
-        assert_eq!((w.kind.as_str(), w.name.as_str()), ("CronJob", "backup"));
-        let pod = json!({"metadata": {"generateName": "x-", "labels": {"deploymentconfig": "dc"}, "ownerReferences": [
-            {"apiVersion": "v1", "kind": "ReplicationController", "name": "dc-1", "controller": true}]}});
-        assert_eq!(deploy_meta_from_pod(&pod).kind, "DeploymentConfig");
-        let pod = json!({"metadata": {"name": "p", "ownerReferences": [
-            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "controller": true}]}});
-        let w = deploy_meta_from_pod(&pod);
-        assert_eq!((w.kind.as_str(), w.name.as_str()), ("Pod", "p"));
-    }
 
     #[test]
     fn a_plain_skeleton_is_what_merging_it_into_the_empty_template_pod_gives() {
@@ -648,7 +546,7 @@ mod tests {
         let rendered = json!({"spec": {"initContainers": [{"name": "istio-init"}, {"name": "istio-proxy"}],
                                        "volumes": [{"name": "v1"}], "imagePullSecrets": [{"name": "s"}]}});
         let sk = template_skeleton(&rendered);
-        let want = postprocess::status_annotation(&sk.pod, "canary");
+        let want = crate::status::build(&sk.pod, "canary");
         assert!(want.contains("\"revision\":\"canary\""), "{want}");
         assert!(want.contains("\"istio-init\",\"istio-proxy\""), "{want}");
     }
@@ -672,7 +570,7 @@ mod tests {
             .aliases
             .insert("both".into(), vec!["sidecar".into(), "init".into()]);
         let e = Engine::new(s);
-        let ann = json!({annotations::TEMPLATES: " both , x"});
+        let ann = json!({pod::TEMPLATES_ANNOTATION: " both , x"});
         assert_eq!(
             e.templates(ann.as_object(), Mode::Webhook),
             vec!["sidecar", "init", "x"]

@@ -58,6 +58,22 @@ pub fn path<'a>(v: &'a Value, keys: &[&str]) -> Option<&'a Value> {
     keys.iter().try_fold(v, |v, k| v.field(k))
 }
 
+/// The object at `path` under `v`, created (replacing non-objects) as needed; `None` only if `v` is not an
+/// object.
+pub fn ensure_map<'a>(v: &'a mut Value, path: &[&str]) -> Option<&'a mut Map<String, Value>> {
+    let mut cur = v;
+    for p in path {
+        let m = cur.as_object_mut()?;
+        // Looked up before inserting: the key is copied and hashed only when the object is missing (an
+        // insert over a non-object keeps the key's place, as the entry would).
+        if !m.field(p).is_some_and(Value::is_object) {
+            m.insert(p.to_string(), Value::Object(Map::new()));
+        }
+        cur = m.field_mut(p)?;
+    }
+    cur.as_object_mut()
+}
+
 /// `a == b` (objects compare regardless of key order), comparing objects entry by entry while their
 /// keys come in the same order (the usual case: a value and its copy) and by lookup from the first
 /// difference in order on.
@@ -134,6 +150,18 @@ mod tests {
         assert_eq!(path(&v, &["metadata", "missing"]), None);
         assert_eq!(path(&v, &["list", "0"]), None);
         assert_eq!(path(&v, &[]), Some(&v));
+    }
+
+    #[test]
+    fn ensure_map_creates_and_replaces_non_objects() {
+        let mut v = json!({"metadata": {"labels": "x", "name": "p"}});
+        ensure_map(&mut v, &["metadata", "labels"])
+            .unwrap()
+            .insert("a".into(), json!("b"));
+        assert_eq!(v, json!({"metadata": {"labels": {"a": "b"}, "name": "p"}}));
+        ensure_map(&mut v, &["spec", "securityContext"]).unwrap();
+        assert_eq!(v["spec"], json!({"securityContext": {}}));
+        assert!(ensure_map(&mut json!([1]), &["a"]).is_none());
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! `injector kube-inject`: offline injection of Kubernetes manifests (like `istioctl kube-inject`,
-//! spec §7), through the same engine as the webhook.
+//! `injector kube-inject`: offline injection of Kubernetes manifests (like `istioctl kube-inject`:
+//! Istio's `kubeinject.go` and `inject.go` `IntoResourceFile`), through the same engine as the webhook.
 //!
 //! Every document of the stream is handled on its own: workload kinds (matched by kind name, as Istio's
 //! unversioned scheme does) get their pod template injected and are re-serialised; other kinds, and

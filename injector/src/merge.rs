@@ -1,5 +1,6 @@
-//! Strategic merge with the Pod schema's rules (spec §5.3) and re-applying user-set container fields
-//! (spec §5.4).
+//! Strategic merge with the Pod schema's rules (as Istio's `RunTemplate` in `inject.go` merges the
+//! rendered template) and re-applying user-set container fields (`reapplyOverwrittenContainers` and
+//! `adjustInitContainerUser` in Istio's `webhook.go`).
 //!
 //! The merge follows Kubernetes' `strategicpatch` package as the injector uses it (parallel-list
 //! directives on, unmatched nulls ignored): maps merge recursively and a `null` deletes; lists with a
@@ -9,10 +10,16 @@
 //! `$patch: replace|delete`, `$retainKeys`, `$deleteFromPrimitiveList/…` and `$setElementOrder/…` are
 //! honoured.
 
-pub(crate) mod gotypes;
-
-use crate::fields::Fields;
 use serde_json::{Map, Value};
+
+use crate::fields::{ensure_map, Fields};
+use crate::gotypes;
+use crate::overrides;
+use crate::pod::{
+    annotation, containers, find_named, find_named_mut, name_of, proxy_container,
+    proxy_container_mut, set_annotation, INIT_CONTAINER, INTERCEPTION_MODE_ANNOTATION,
+    OVERRIDES_ANNOTATION, STATUS_ANNOTATION, VALIDATION_CONTAINER,
+};
 
 /// Why a merge failed.
 #[derive(Debug, thiserror::Error)]
@@ -40,13 +47,8 @@ pub enum MergeError {
     /// The `proxy.istio.io/overrides` annotation is not the JSON Istio writes. (Messages carry no
     /// prefix: the engine adds Istio's `strategic merge:` / `failed to re apply container:`.)
     #[error("{0}")]
-    InvalidOverrides(String),
+    InvalidOverrides(#[from] overrides::InvalidOverrides),
 }
-
-/// Annotation holding the user's container customisations saved at the first injection.
-pub const OVERRIDES_ANNOTATION: &str = "proxy.istio.io/overrides";
-/// Annotation holding the names of what a previous injection added.
-pub const STATUS_ANNOTATION: &str = "sidecar.istio.io/status";
 
 /// Which part of the Pod schema a value is, for merge keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,7 +256,8 @@ fn merge_map(
                 *ov = pv;
             }
             (_, pv) => {
-                // Absent in the original (or of another type): the patch value, with its directives applied.
+                // Absent in the original (or of another type): the patch value, with its directives
+                // applied.
                 let fresh = match pv {
                     // Nothing to apply (the usual case: a rendered template has no directives): moved
                     // in whole, instead of being rebuilt key by key.
@@ -626,78 +629,6 @@ fn merge_scalar_list(orig: &mut Vec<Value>, patch: Vec<Value>) {
 // ---------------------------------------------------------------------------------------------------
 // reapplyOverwrittenContainers / adjustInitContainerUser
 
-/// The `sidecar.istio.io/status` names a previous injection recorded (unparseable → `None`).
-#[derive(Debug, Default, Clone)]
-pub(crate) struct InjectedNames {
-    pub containers: Vec<String>,
-    pub init_containers: Vec<String>,
-}
-
-/// Parses a status annotation value; `None` when it is not a JSON object of name lists.
-pub(crate) fn parse_status(text: &str) -> Option<InjectedNames> {
-    let v: Value = serde_json::from_str(text).ok()?;
-    let obj = v.as_object()?;
-    let names = |k: &str| -> Option<Vec<String>> {
-        match obj.field(k) {
-            None | Some(Value::Null) => Some(Vec::new()),
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|n| n.as_str().map(str::to_string))
-                .collect::<Option<Vec<_>>>(),
-            Some(_) => None,
-        }
-    };
-    // Go decodes the whole status struct: a mistyped list makes it unparseable
-    names("volumes")?;
-    names("imagePullSecrets")?;
-    Some(InjectedNames {
-        containers: names("containers")?,
-        init_containers: names("initContainers")?,
-    })
-}
-
-pub(crate) fn annotation<'a>(pod: &'a Value, name: &str) -> Option<&'a str> {
-    pod.field("metadata")?
-        .field("annotations")?
-        .field(name)?
-        .as_str()
-}
-
-pub(crate) fn containers<'a>(pod: &'a Value, list: &str) -> &'a [Value] {
-    pod.field("spec")
-        .and_then(|s| s.field(list))
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-}
-
-pub(crate) fn name_of(c: &Value) -> &str {
-    c.field("name").and_then(Value::as_str).unwrap_or("")
-}
-
-fn find_named<'a>(list: &'a [Value], name: &str) -> Option<&'a Value> {
-    list.iter().find(|c| name_of(c) == name)
-}
-
-/// The saved overrides: `(containers, initContainers)`.
-pub(crate) fn parse_overrides(text: &str) -> Result<(Vec<Value>, Vec<Value>), MergeError> {
-    let v: Value =
-        serde_json::from_str(text).map_err(|e| MergeError::InvalidOverrides(e.to_string()))?;
-    let obj = v.as_object().ok_or_else(|| {
-        MergeError::InvalidOverrides(format!("{OVERRIDES_ANNOTATION} is not a JSON object"))
-    })?;
-    let list = |k: &str| -> Result<Vec<Value>, MergeError> {
-        match obj.field(k) {
-            None | Some(Value::Null) => Ok(Vec::new()),
-            Some(Value::Array(a)) if a.iter().all(Value::is_object) => Ok(a.clone()),
-            Some(other) => Err(MergeError::InvalidOverrides(format!(
-                "{OVERRIDES_ANNOTATION}: {k} must be a list of containers, got {other}"
-            ))),
-        }
-    };
-    Ok((list("containers")?, list("initContainers")?))
-}
-
 /// `reapplyOverwrittenContainers` + `adjustInitContainerUser`: fields the user set on a container the
 /// template also defines win. `original` is the request pod, `template_pod` the merged template output.
 pub fn reapply_overwritten_containers(
@@ -707,12 +638,12 @@ pub fn reapply_overwritten_containers(
     proxy_config: &Value,
 ) -> Result<(), MergeError> {
     let (saved_containers, saved_inits) = match annotation(original, OVERRIDES_ANNOTATION) {
-        Some(text) => parse_overrides(text)?,
+        Some(text) => overrides::parse(text)?,
         None => (Vec::new(), Vec::new()),
     };
     let status = annotation(original, STATUS_ANNOTATION);
     let already_injected = status.is_some();
-    let skip = status.and_then(parse_status).unwrap_or_default();
+    let skip = status.and_then(crate::status::parse).unwrap_or_default();
 
     let orig_containers = containers(original, "containers");
     let orig_inits = containers(original, "initContainers");
@@ -751,16 +682,10 @@ pub fn reapply_overwritten_containers(
         recorded_inits.push(overlay);
     }
 
-    if !already_injected && (!recorded_containers.is_empty() || !recorded_inits.is_empty()) {
-        let mut saved = Map::new();
-        if !recorded_containers.is_empty() {
-            saved.insert("containers".to_string(), Value::Array(recorded_containers));
+    if !already_injected {
+        if let Some(text) = overrides::build(recorded_containers, recorded_inits) {
+            set_annotation(final_pod, OVERRIDES_ANNOTATION, text);
         }
-        if !recorded_inits.is_empty() {
-            saved.insert("initContainers".to_string(), Value::Array(recorded_inits));
-        }
-        let text = Value::Object(saved).to_string();
-        set_annotation(final_pod, OVERRIDES_ANNOTATION, text);
     }
     adjust_init_container_user(final_pod, original, proxy_config);
     Ok(())
@@ -779,40 +704,6 @@ fn user_overlay(c: &Value) -> Value {
     }
 }
 
-/// Sets `metadata.annotations[name]`, creating the maps as needed.
-pub(crate) fn set_annotation(pod: &mut Value, name: &str, value: String) {
-    if let Some(ann) = ensure_map(pod, &["metadata", "annotations"]) {
-        ann.insert(name.to_string(), Value::String(value));
-    }
-}
-
-/// The object at `path` under `v`, created (replacing non-objects) as needed; `None` only if `v` is not an
-/// object.
-pub(crate) fn ensure_map<'a>(
-    v: &'a mut Value,
-    path: &[&str],
-) -> Option<&'a mut Map<String, Value>> {
-    let mut cur = v;
-    for p in path {
-        let m = cur.as_object_mut()?;
-        // Looked up before inserting: the key is copied and hashed only when the object is missing (an
-        // insert over a non-object keeps the key's place, as the entry would).
-        if !m.field(p).is_some_and(Value::is_object) {
-            m.insert(p.to_string(), Value::Object(Map::new()));
-        }
-        cur = m.field_mut(p)?;
-    }
-    cur.as_object_mut()
-}
-
-fn find_named_mut<'a>(pod: &'a mut Value, list: &str, name: &str) -> Option<&'a mut Value> {
-    pod.field_mut("spec")?
-        .field_mut(list)?
-        .as_array_mut()?
-        .iter_mut()
-        .find(|c| name_of(c) == name)
-}
-
 fn sc_int(c: &Value, k: &str) -> Option<i64> {
     c.field("securityContext")?.field(k)?.as_i64()
 }
@@ -820,16 +711,7 @@ fn sc_int(c: &Value, k: &str) -> Option<i64> {
 /// `adjustInitContainerUser`: a user `istio-proxy` `runAsUser`/`runAsGroup` carries over to the init
 /// container (`-u` argument, the validation container's identity) and, with TPROXY, makes the proxy root.
 fn adjust_init_container_user(final_pod: &mut Value, original: &Value, proxy_config: &Value) {
-    let Some(user) = find_named(
-        containers(original, "containers"),
-        crate::postprocess::PROXY,
-    )
-    .or_else(|| {
-        find_named(
-            containers(original, "initContainers"),
-            crate::postprocess::PROXY,
-        )
-    }) else {
+    let Some(user) = proxy_container(original) else {
         return;
     };
     let run_as_user = sc_int(user, "runAsUser");
@@ -837,10 +719,16 @@ fn adjust_init_container_user(final_pod: &mut Value, original: &Value, proxy_con
     if run_as_user.is_none() && run_as_group.is_none() {
         return;
     }
-    let init_name = if find_named(containers(final_pod, "initContainers"), "istio-init").is_some() {
-        "istio-init"
-    } else if find_named(containers(final_pod, "initContainers"), "istio-validation").is_some() {
-        "istio-validation"
+    let init_name = if find_named(containers(final_pod, "initContainers"), INIT_CONTAINER).is_some()
+    {
+        INIT_CONTAINER
+    } else if find_named(
+        containers(final_pod, "initContainers"),
+        VALIDATION_CONTAINER,
+    )
+    .is_some()
+    {
+        VALIDATION_CONTAINER
     } else {
         return;
     };
@@ -848,27 +736,19 @@ fn adjust_init_container_user(final_pod: &mut Value, original: &Value, proxy_con
         .field("interceptionMode")
         .and_then(Value::as_str)
         == Some("TPROXY")
-        || annotation(final_pod, "sidecar.istio.io/interceptionMode") == Some("TPROXY");
+        || annotation(final_pod, INTERCEPTION_MODE_ANNOTATION) == Some("TPROXY");
 
     if tproxy && run_as_user.is_some() {
-        let proxy = if find_named(
-            containers(final_pod, "containers"),
-            crate::postprocess::PROXY,
-        )
-        .is_some()
+        if let Some(sc) =
+            proxy_container_mut(final_pod).and_then(|p| ensure_map(p, &["securityContext"]))
         {
-            find_named_mut(final_pod, "containers", crate::postprocess::PROXY)
-        } else {
-            find_named_mut(final_pod, "initContainers", crate::postprocess::PROXY)
-        };
-        if let Some(sc) = proxy.and_then(|p| ensure_map(p, &["securityContext"])) {
             sc.insert("runAsUser".to_string(), Value::from(0));
         }
     }
     let Some(init) = find_named_mut(final_pod, "initContainers", init_name) else {
         return;
     };
-    if !tproxy && init_name == "istio-validation" {
+    if !tproxy && init_name == VALIDATION_CONTAINER {
         if let Some(sc) = ensure_map(init, &["securityContext"]) {
             if let Some(u) = run_as_user {
                 sc.insert("runAsUser".to_string(), Value::from(u));

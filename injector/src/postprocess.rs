@@ -1,31 +1,25 @@
-//! Before and after the template: stripping a previous injection, re-inserting saved overrides, and
-//! `postProcessPod` (cluster env, Prometheus merge, probe rewrite, status annotation, container order;
-//! spec §5.2, §5.5).
+//! Before and after the template: stripping a previous injection and re-inserting saved overrides
+//! (`stripPod` and `reinsertOverrides` in Istio's `inject.go`), and `postProcessPod` in Istio's
+//! `webhook.go` (cluster env, Prometheus merge, probe rewrite, status annotation, container order).
 
 use std::collections::BTreeMap;
 
-use crate::fields::Fields;
 use serde_json::{Map, Value};
 
-use crate::merge::{
-    annotation, containers, ensure_map, name_of, parse_overrides, parse_status, set_annotation,
-    OVERRIDES_ANNOTATION, STATUS_ANNOTATION,
+use crate::fields::{ensure_map, Fields};
+use crate::goconv::{parse_bool, parse_bool_value};
+use crate::overrides;
+use crate::pod::{
+    annotation, annotations, annotations_mut, containers, name_of, proxy_container,
+    proxy_container_mut, set_annotation, CORE_DUMP_CONTAINER, INIT_CONTAINER,
+    MERGE_METRICS_ANNOTATION, NETWORK_LABEL, OVERRIDES_ANNOTATION, PROXY_CONTAINER,
+    REWRITE_PROBES_ANNOTATION, SECURE_PORT_ANNOTATION, STATUS_ANNOTATION, VALIDATION_CONTAINER,
 };
 use crate::probes;
 
-/// The proxy container's name.
-pub const PROXY: &str = "istio-proxy";
-const INIT: &str = "istio-init";
-const VALIDATION: &str = "istio-validation";
-const CORE_DUMP: &str = "enable-core-dump";
-/// Label carrying the pod's network.
-pub const NETWORK_LABEL: &str = "topology.istio.io/network";
 const NETWORK_ENV: &str = "ISTIO_META_NETWORK";
 const PROMETHEUS_ENV: &str = "ISTIO_PROMETHEUS_ANNOTATIONS";
 const SECURE_PORT_ENV: &str = "ENVOY_SECURE_MERGED_METRICS_PORT";
-const SECURE_PORT_ANNOTATION: &str = "prometheus.istio.io/secure-port";
-const MERGE_METRICS_ANNOTATION: &str = "prometheus.istio.io/merge-metrics";
-const REWRITE_ANNOTATION: &str = "sidecar.istio.io/rewriteAppHTTPProbers";
 /// Ports the agent and Envoy listen on; a scrape target may not use them.
 const RESERVED_PORTS: [u16; 9] = [
     15000, 15001, 15004, 15006, 15008, 15020, 15021, 15053, 15090,
@@ -45,9 +39,10 @@ pub struct PostProcessParams<'a> {
     pub injected_annotations: &'a BTreeMap<String, String>,
     /// Webhook revision; empty for default.
     pub revision: &'a str,
-    /// The final cluster/network env map (spec §2.5): URL path parameters plus the resolved
-    /// `ISTIO_META_CLUSTER_ID` / `ISTIO_META_NETWORK` when non-empty. Each key is moved to the end of the
-    /// proxy env, sorted; `ISTIO_META_NETWORK` also becomes the `topology.istio.io/network` label.
+    /// The final cluster/network env map (Istio's `parseInjectEnvs` in `webhook.go`): URL path parameters
+    /// plus the resolved `ISTIO_META_CLUSTER_ID` / `ISTIO_META_NETWORK` when non-empty. Each key is moved
+    /// to the end of the proxy env, sorted; `ISTIO_META_NETWORK` also becomes the
+    /// `topology.istio.io/network` label.
     pub url_env: &'a BTreeMap<String, String>,
     /// The status annotation's value when the caller already has it for this template pod and
     /// revision; otherwise it is made here.
@@ -65,7 +60,7 @@ pub enum PostProcessError {
     ScrapeConfig(String),
     /// `proxy.istio.io/overrides` is not valid JSON.
     #[error("invalid proxy.istio.io/overrides annotation: {0}")]
-    Overrides(#[from] crate::merge::MergeError),
+    Overrides(#[from] overrides::InvalidOverrides),
 }
 
 /// Whether `key` sanitises to `sanitized` (already sanitised) under Prometheus label sanitising (every
@@ -89,19 +84,6 @@ const PROM_PATH: &str = "prometheus_io_path";
 const PROM_TARGETS: &str = "prometheus_istio_io_scrape_targets";
 const PROM_SECURE_PORT: &str = "prometheus_istio_io_secure_port";
 
-/// Go's `strconv.ParseBool`.
-fn parse_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
-fn annotations(pod: &Value) -> Option<&Map<String, Value>> {
-    pod.field("metadata")?.field("annotations")?.as_object()
-}
-
 /// The value of the first annotation whose sanitised key is `sanitized`.
 fn sanitized_annotation<'a>(pod: &'a Value, sanitized: &str) -> Option<&'a str> {
     annotations(pod)?
@@ -111,11 +93,7 @@ fn sanitized_annotation<'a>(pod: &'a Value, sanitized: &str) -> Option<&'a str> 
 }
 
 fn remove_sanitized(pod: &mut Value, keys: &[&str]) {
-    if let Some(ann) = pod
-        .field_mut("metadata")
-        .and_then(|m| m.field_mut("annotations"))
-        .and_then(Value::as_object_mut)
-    {
+    if let Some(ann) = annotations_mut(pod) {
         ann.retain(|k, _| !keys.iter().any(|s| sanitizes_to(k, s)));
     }
 }
@@ -127,18 +105,10 @@ fn mesh_status_port(mesh: &Value) -> i64 {
         .unwrap_or(DEFAULT_STATUS_PORT)
 }
 
-fn truthy(v: Option<&Value>) -> bool {
-    match v {
-        Some(Value::Bool(b)) => *b,
-        Some(Value::String(s)) => parse_bool(s) == Some(true),
-        _ => false,
-    }
-}
-
 /// `stripPod`: the pod without a previous injection (by its parseable status annotation).
 pub fn strip_pod(pod: &Value, mesh: &Value) -> Value {
     let mut out = pod.clone();
-    let Some(status) = annotation(pod, STATUS_ANNOTATION).and_then(parse_status) else {
+    let Some(status) = annotation(pod, STATUS_ANNOTATION).and_then(crate::status::parse) else {
         return out;
     };
     if let Some(spec) = out.field_mut("spec").and_then(Value::as_object_mut) {
@@ -159,11 +129,7 @@ pub fn strip_pod(pod: &Value, mesh: &Value) -> Value {
     if port_is_ours {
         remove_sanitized(&mut out, &[PROM_PATH, PROM_PORT, PROM_SCRAPE, PROM_TARGETS]);
     }
-    if let Some(ann) = out
-        .field_mut("metadata")
-        .and_then(|m| m.field_mut("annotations"))
-        .and_then(Value::as_object_mut)
-    {
+    if let Some(ann) = annotations_mut(&mut out) {
         ann.shift_remove(STATUS_ANNOTATION);
     }
     out
@@ -174,7 +140,7 @@ pub fn reinsert_overrides(pod: &mut Value) -> Result<(), PostProcessError> {
     let Some(text) = annotation(pod, OVERRIDES_ANNOTATION) else {
         return Ok(());
     };
-    let (saved_containers, saved_inits) = parse_overrides(text)?;
+    let (saved_containers, saved_inits) = overrides::parse(text)?;
     for (list, saved) in [
         ("containers", saved_containers),
         ("initContainers", saved_inits),
@@ -223,29 +189,9 @@ pub fn post_process(
     Ok(())
 }
 
-/// The proxy container (in `containers`, else in `initContainers`).
+/// The proxy container's fields.
 fn proxy_mut(pod: &mut Value) -> Option<&mut Map<String, Value>> {
-    let in_containers = containers(pod, "containers")
-        .iter()
-        .any(|c| name_of(c) == PROXY);
-    let list = if in_containers {
-        "containers"
-    } else {
-        "initContainers"
-    };
-    pod.field_mut("spec")?
-        .field_mut(list)?
-        .as_array_mut()?
-        .iter_mut()
-        .find(|c| name_of(c) == PROXY)?
-        .as_object_mut()
-}
-
-fn proxy(pod: &Value) -> Option<&Value> {
-    containers(pod, "containers")
-        .iter()
-        .chain(containers(pod, "initContainers"))
-        .find(|c| name_of(c) == PROXY)
+    proxy_container_mut(pod)?.as_object_mut()
 }
 
 fn env_mut(container: &mut Map<String, Value>) -> Option<&mut Vec<Value>> {
@@ -408,7 +354,7 @@ fn apply_secure_prometheus_annotation(pod: &mut Value) {
     if sanitized_annotation(pod, PROM_SECURE_PORT).is_some() {
         return;
     }
-    let port = proxy(pod)
+    let port = proxy_container(pod)
         .and_then(|p| p.field("env"))
         .and_then(Value::as_array)
         .and_then(|env| env.iter().find(|e| name_of(e) == SECURE_PORT_ENV))
@@ -423,17 +369,17 @@ fn apply_secure_prometheus_annotation(pod: &mut Value) {
 
 /// `applyRewrite`: record the app probes for the agent and point them at it.
 fn apply_rewrite(pod: &mut Value, params: &PostProcessParams<'_>) {
-    if proxy(pod).is_none() {
+    if proxy_container(pod).is_none() {
         return;
     }
-    let rewrite = annotation(pod, REWRITE_ANNOTATION)
+    let rewrite = annotation(pod, REWRITE_PROBES_ANNOTATION)
         .and_then(parse_bool)
         .unwrap_or_else(|| {
             params
                 .values
                 .field("sidecarInjectorWebhook")
                 .and_then(|s| s.field("rewriteAppHTTPProbe"))
-                .map(|v| truthy(Some(v)))
+                .map(|v| parse_bool_value(Some(v)))
                 .unwrap_or(true)
         });
     if !rewrite {
@@ -462,37 +408,6 @@ fn apply_rewrite(pod: &mut Value, params: &PostProcessParams<'_>) {
     probes::patch_rewrite_probes(pod, status_port);
 }
 
-/// The `sidecar.istio.io/status` text: names the template added, keys in Istio's order, `null` for none.
-pub fn status_annotation(template_pod: &Value, revision: &str) -> String {
-    /// Istio's `SidecarInjectionStatus`, field order as Go prints it.
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Status<'a> {
-        init_containers: Option<Vec<&'a str>>,
-        containers: Option<Vec<&'a str>>,
-        volumes: Option<Vec<&'a str>>,
-        image_pull_secrets: Option<Vec<&'a str>>,
-        revision: &'a str,
-    }
-    let names = |k: &str| -> Option<Vec<&str>> {
-        let list = containers(template_pod, k);
-        (!list.is_empty()).then(|| list.iter().map(name_of).collect())
-    };
-    let status = Status {
-        init_containers: names("initContainers"),
-        containers: names("containers"),
-        volumes: names("volumes"),
-        image_pull_secrets: names("imagePullSecrets"),
-        revision: if revision.is_empty() {
-            "default"
-        } else {
-            revision
-        },
-    };
-    // Serialising string lists cannot fail.
-    serde_json::to_string(&status).unwrap_or_default()
-}
-
 /// `applyMetadata`: network label, status annotation, `injectedAnnotations`.
 fn apply_metadata(pod: &mut Value, template_pod: &Value, params: &PostProcessParams<'_>) {
     if let Some(network) = params.url_env.get(NETWORK_ENV) {
@@ -504,7 +419,7 @@ fn apply_metadata(pod: &mut Value, template_pod: &Value, params: &PostProcessPar
         pod,
         STATUS_ANNOTATION,
         params.status.map_or_else(
-            || status_annotation(template_pod, params.revision),
+            || crate::status::build(template_pod, params.revision),
             str::to_string,
         ),
     );
@@ -537,8 +452,8 @@ fn move_container(list: &mut Vec<Value>, name: &str, to: Move) {
 /// istio-proxy, enable-core-dump` first; else `istio-validation` first, `istio-init` then
 /// `enable-core-dump` last.
 fn reorder_pod(pod: &mut Value, params: &PostProcessParams<'_>) {
-    let hold = truthy(params.proxy_config.field("holdApplicationUntilProxyStarts"))
-        || truthy(
+    let hold = parse_bool_value(params.proxy_config.field("holdApplicationUntilProxyStarts"))
+        || parse_bool_value(
             params
                 .values
                 .field("global")
@@ -549,20 +464,29 @@ fn reorder_pod(pod: &mut Value, params: &PostProcessParams<'_>) {
         return;
     };
     if let Some(cs) = spec.field_mut("containers").and_then(Value::as_array_mut) {
-        move_container(cs, PROXY, if hold { Move::First } else { Move::Last });
+        move_container(
+            cs,
+            PROXY_CONTAINER,
+            if hold { Move::First } else { Move::Last },
+        );
     }
     if let Some(inits) = spec
         .field_mut("initContainers")
         .and_then(Value::as_array_mut)
     {
-        if inits.iter().any(|c| name_of(c) == PROXY) {
-            for name in [CORE_DUMP, PROXY, VALIDATION, INIT] {
+        if inits.iter().any(|c| name_of(c) == PROXY_CONTAINER) {
+            for name in [
+                CORE_DUMP_CONTAINER,
+                PROXY_CONTAINER,
+                VALIDATION_CONTAINER,
+                INIT_CONTAINER,
+            ] {
                 move_container(inits, name, Move::First);
             }
         } else {
-            move_container(inits, VALIDATION, Move::First);
-            move_container(inits, INIT, Move::Last);
-            move_container(inits, CORE_DUMP, Move::Last);
+            move_container(inits, VALIDATION_CONTAINER, Move::First);
+            move_container(inits, INIT_CONTAINER, Move::Last);
+            move_container(inits, CORE_DUMP_CONTAINER, Move::Last);
         }
     }
 }

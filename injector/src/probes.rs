@@ -1,19 +1,16 @@
-//! App probe and lifecycle-hook rewriting (spec §5.6): the original HTTP/TCP/gRPC probes of every
-//! application container are recorded in the proxy's `ISTIO_KUBE_APP_PROBERS` env (`DumpAppProbers`) and
-//! the probes are pointed at the agent's status port under `/app-health/<c>/<kind>z` or
-//! `/app-lifecycle/<c>/<hook>z` (`patchRewriteProbe`).
+//! App probe and lifecycle-hook rewriting (`applyRewrite` in Istio's `webhook.go`, `app_probe.go`): the
+//! original HTTP/TCP/gRPC probes of every application container are recorded in the proxy's
+//! `ISTIO_KUBE_APP_PROBERS` env (`DumpAppProbers`) and the probes are pointed at the agent's status port
+//! under `/app-health/<c>/<kind>z` or `/app-lifecycle/<c>/<hook>z` (`patchRewriteProbe`).
 
 use crate::fields::Fields;
 use serde_json::{Map, Value};
 
-use crate::merge::gotypes::{go_struct, F, GRPC, HTTP_GET, TCP_SOCKET};
-use crate::merge::name_of;
-use crate::postprocess::PROXY;
+use crate::gotypes::{go_struct, F, GRPC, HTTP_GET, TCP_SOCKET};
+use crate::pod::{annotation, containers, name_of, PROXY_CONTAINER, STATUS_PORT_ANNOTATION};
 
 /// The env var carrying the original probes to the agent.
 pub const APP_PROBERS_ENV: &str = "ISTIO_KUBE_APP_PROBERS";
-/// Annotation overriding the status port the probes are rewritten to.
-pub const STATUS_PORT_ANNOTATION: &str = "status.sidecar.istio.io/port";
 
 /// Istio's `Prober` as Go prints it.
 const PROBER: &[(&str, F)] = &[
@@ -39,9 +36,9 @@ fn hook_url(container: &str, kind: &str) -> String {
 }
 
 fn all_containers(pod: &Value) -> impl Iterator<Item = &Value> {
-    crate::merge::containers(pod, "initContainers")
+    containers(pod, "initContainers")
         .iter()
-        .chain(crate::merge::containers(pod, "containers"))
+        .chain(containers(pod, "containers"))
 }
 
 /// The prober entry for one probe or hook (`with_timeout` for probes), named ports resolved against the
@@ -88,7 +85,7 @@ pub fn dump_app_probers(pod: &Value, target_port: i64) -> Option<String> {
     let mut out: std::collections::BTreeMap<String, Value> = std::collections::BTreeMap::new();
     for c in all_containers(pod) {
         let name = name_of(c);
-        if name == PROXY {
+        if name == PROXY_CONTAINER {
             continue;
         }
         let mut ports = Map::new();
@@ -150,7 +147,7 @@ pub fn merge_app_probers(old: &str, new: &str) -> Option<String> {
 /// `patchRewriteProbe`: every non-proxy container's HTTP/TCP/gRPC probes and HTTP/TCP lifecycle hooks
 /// point at the status port (annotation `status.sidecar.istio.io/port`, else `default_port`).
 pub fn patch_rewrite_probes(pod: &mut Value, default_port: i64) {
-    let port = match crate::merge::annotation(pod, STATUS_PORT_ANNOTATION) {
+    let port = match annotation(pod, STATUS_PORT_ANNOTATION) {
         Some(v) => match v.parse::<i64>() {
             Ok(p) => p,
             // Istio logs and leaves the probes alone
@@ -167,7 +164,7 @@ pub fn patch_rewrite_probes(pod: &mut Value, default_port: i64) {
         };
         for c in cs.iter_mut() {
             let name = name_of(c).to_string();
-            if name == PROXY {
+            if name == PROXY_CONTAINER {
                 continue;
             }
             let Some(cm) = c.as_object_mut() else {

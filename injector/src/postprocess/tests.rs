@@ -107,13 +107,13 @@ fn sanitized_keys() {
 #[test]
 fn status_annotation_strings() {
     assert_eq!(
-        status_annotation(&native_template(), ""),
+        crate::status::build(&native_template(), ""),
         r#"{"initContainers":["istio-init","istio-proxy"],"containers":null,"volumes":["workload-socket","credential-socket","workload-certs","istio-envoy","istio-data","istio-podinfo","istio-token","istiod-ca-cert","istio-ca-crl"],"imagePullSecrets":null,"revision":"default"}"#
     );
     let non_native = json!({"spec": {"initContainers": [{"name": "istio-init"}],
         "containers": [{"name": "istio-proxy"}], "imagePullSecrets": [{"name": "barSecret"}]}});
     assert_eq!(
-        status_annotation(&non_native, "canary"),
+        crate::status::build(&non_native, "canary"),
         r#"{"initContainers":["istio-init"],"containers":["istio-proxy"],"volumes":null,"imagePullSecrets":["barSecret"],"revision":"canary"}"#
     );
 }
@@ -381,7 +381,7 @@ fn post_process_probes_status_and_injected_annotations() {
     let ann = &pod["metadata"]["annotations"];
     assert_eq!(ann["foo/bar"], "baz");
     assert_eq!(ann["prometheus.io/path"], "/mine");
-    assert_eq!(ann[STATUS_ANNOTATION], status_annotation(&template, ""));
+    assert_eq!(ann[STATUS_ANNOTATION], crate::status::build(&template, ""));
     assert!(pod["metadata"]["labels"].is_object());
 
     // rewrite disabled by annotation: probes untouched, no env

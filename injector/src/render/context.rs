@@ -1,5 +1,6 @@
-//! The typed context of the `sidecar` template (spec §3): every decision of Istio's Go template, made in
-//! Rust. `templates/sidecar.json` and `templates/sidecar-proxy.json` only lay the result out.
+//! The typed context of the `sidecar` template (Istio's `files/injection-template.yaml`): every decision of
+//! Istio's Go template, made in Rust. `templates/sidecar.json` and `templates/sidecar-proxy.json` only lay
+//! the result out.
 
 use std::borrow::Cow;
 
@@ -7,18 +8,32 @@ use askama::Template;
 use serde_json::{Map, Value};
 
 use super::init_args::{self, exclude_inbound, optional_setting, setting};
-use super::{image, sprint, truthy, Inputs, RenderError};
+use super::{image, sprint, Inputs, RenderError};
+use crate::goconv::{self, template_truthy};
+use crate::pod::{
+    self, BOOTSTRAP_OVERRIDE_ANNOTATION, CAP_NET_BIND_SERVICE_ANNOTATION,
+    COMPONENT_LOG_LEVEL_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION,
+    EXCLUDE_INTERFACES_ANNOTATION, EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+    EXCLUDE_OUTBOUND_PORTS_ANNOTATION, INCLUDE_INBOUND_PORTS_ANNOTATION,
+    INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, INCLUDE_OUTBOUND_PORTS_ANNOTATION, INIT_CONTAINER,
+    INTERCEPTION_MODE_ANNOTATION, KUBEVIRT_INTERFACES_ANNOTATION, LOG_LEVEL_ANNOTATION,
+    PROXY_CONTAINER, PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_ANNOTATION,
+    PROXY_IMAGE_TYPE_ANNOTATION, PROXY_MEMORY_ANNOTATION, PROXY_MEMORY_LIMIT_ANNOTATION,
+    READINESS_FAILURE_THRESHOLD_ANNOTATION, READINESS_INITIAL_DELAY_ANNOTATION,
+    READINESS_PERIOD_ANNOTATION, REROUTE_VIRTUAL_INTERFACES_ANNOTATION, USER_VOLUME_ANNOTATION,
+    USER_VOLUME_MOUNT_ANNOTATION, VALIDATION_CONTAINER,
+};
 
 /// The default `sidecar` template with its context.
 #[derive(Template)]
 #[template(path = "sidecar.json", escape = "none")]
 pub(crate) struct Sidecar<'a> {
-    // metadata.labels (§3.3)
+    // metadata.labels
     tls_mode: &'a str,
     tunnel: Option<&'a str>,
     canonical_name: &'a str,
     canonical_revision: &'a str,
-    // metadata.annotations (§3.4)
+    // metadata.annotations
     revision: &'a str,
     default_container: Option<&'a str>,
     default_logs_container: Option<&'a str>,
@@ -32,7 +47,7 @@ pub(crate) struct Sidecar<'a> {
     resources: Option<Cow<'a, Value>>,
     privileged: bool,
     seccomp_profile: Option<&'a Value>,
-    // volumes and mounts (§3.6, §3.7)
+    // volumes and mounts
     gke_workload_certificate: bool,
     bootstrap_override: Option<&'a str>,
     token_audience: Cow<'a, str>,
@@ -143,115 +158,49 @@ fn canonical(name: &str) -> &str {
 
 impl<'a> Sidecar<'a> {
     pub(crate) fn build(inp: &Inputs<'a>) -> Result<Sidecar<'a>, RenderError> {
-        let data = inp.data;
-        let containers: &'a [Value] = data
-            .pod
-            .get("spec")
-            .and_then(|s| s.get("containers"))
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
+        let containers: &'a [Value] = pod::containers(inp.data.pod, "containers");
         let app_containers: Vec<&'a str> = containers
             .iter()
             .filter_map(|c| c.get("name").and_then(Value::as_str))
-            .filter(|n| *n != "istio-proxy")
+            .filter(|n| *n != PROXY_CONTAINER)
             .collect();
-
-        // Labels.
-        let tls_mode = non_empty(inp.label("security.istio.io/tlsMode")).unwrap_or("istio");
-        let hbone = inp
-            .proxy_config
-            .get("proxyMetadata")
-            .and_then(|m| m.get("ISTIO_META_ENABLE_HBONE"))
-            .and_then(Value::as_str)
-            == Some("true");
-        let tunnel =
-            hbone.then(|| non_empty(inp.label("networking.istio.io/tunnel")).unwrap_or("http"));
-        let canonical_name = canonical(
-            [
-                "service.istio.io/canonical-name",
-                "app.kubernetes.io/name",
-                "app",
-            ]
-            .iter()
-            .find_map(|k| non_empty(inp.label(k)))
-            .unwrap_or(data.deploy_name),
-        );
-        let canonical_revision = [
-            "service.istio.io/canonical-revision",
-            "app.kubernetes.io/version",
-            "version",
-        ]
-        .iter()
-        .find_map(|k| non_empty(inp.label(k)))
-        .unwrap_or("latest");
-
-        // Annotations.
-        let revision = if data.revision.is_empty() {
-            "default"
-        } else {
-            data.revision
-        };
-        let first_app = app_containers.first().copied();
-        let default_container =
-            first_app.filter(|_| inp.ann("kubectl.kubernetes.io/default-container").is_none());
-        let default_logs_container = first_app.filter(|_| {
-            inp.ann("kubectl.kubernetes.io/default-logs-container")
-                .is_none()
-        });
-        let cni_annotations = if inp.cni {
-            cni_annotations(inp)?
-        } else {
-            Vec::new()
-        };
-
-        // Shared container parts.
-        let image_pull_policy = non_empty(Some(inp.values_str("global.imagePullPolicy")));
-        let resources = resources(inp);
-        let privileged = truthy(inp.values_at("global.proxy.privileged"));
-        let seccomp_profile = inp
-            .values_at("global.proxy.seccompProfile")
-            .filter(|v| truthy(Some(v)));
-
+        let Labels {
+            tls_mode,
+            tunnel,
+            canonical_name,
+            canonical_revision,
+        } = metadata_labels(inp);
+        let Annotations {
+            revision,
+            default_container,
+            default_logs_container,
+            cni_annotations,
+        } = metadata_annotations(inp, &app_containers)?;
+        let Shared {
+            image_pull_policy,
+            resources,
+            privileged,
+            seccomp_profile,
+        } = shared_container_parts(inp);
         let init = if inp.interception_mode == "NONE" {
             None
         } else {
             Some(init_container(inp)?)
         };
         let proxy = proxy(inp, containers, &app_containers)?;
-
-        // Volumes.
-        let gke_workload_certificate = inp.values_str("global.caName") == "GkeWorkloadCertificate";
-        let bootstrap_override = inp.ann("sidecar.istio.io/bootstrapOverride");
-        let istiod_ca = inp.values_str("global.pilotCertProvider") == "istiod";
-        let trust_bundle_name = non_empty(Some(inp.values_str("global.trustBundleName")));
-        let ctb = inp.values_at("pilot.env.ENABLE_CLUSTER_TRUST_BUNDLE_API");
-        let cluster_trust_bundle = (ctb == Some(&Value::Bool(true))
-            || ctb.and_then(Value::as_str) == Some("true"))
-        .then(|| {
-            format!(
-                "istio.io:istiod-ca:{}",
-                trust_bundle_name.unwrap_or("root-cert")
-            )
-        });
-        let mtls_certs_secret = inp.values_true("global.mountMtlsCerts").then(|| {
-            let sa = data
-                .pod
-                .get("spec")
-                .and_then(|s| s.get("serviceAccountName"))
-                .and_then(Value::as_str);
-            format!("istio.{}", non_empty(sa).unwrap_or("default"))
-        });
-        let image_pull_secrets = inp
-            .values_at("global.imagePullSecrets")
-            .and_then(Value::as_array)
-            .map(|l| {
-                l.iter()
-                    .filter_map(|s| s.as_str().or_else(|| s.get("name").and_then(Value::as_str)))
-                    .collect()
-            })
-            .unwrap_or_default();
-
+        let Volumes {
+            gke_workload_certificate,
+            bootstrap_override,
+            token_audience,
+            istiod_ca,
+            cluster_trust_bundle,
+            ca_root_config_map,
+            crl_config_map,
+            mtls_certs_secret,
+            user_volumes,
+            user_volume_mounts,
+            image_pull_secrets,
+        } = volumes(inp)?;
         Ok(Sidecar {
             tls_mode,
             tunnel,
@@ -270,18 +219,177 @@ impl<'a> Sidecar<'a> {
             seccomp_profile,
             gke_workload_certificate,
             bootstrap_override,
-            token_audience: sprint(inp.values_at("global.sds.token.aud")),
+            token_audience,
             istiod_ca,
             cluster_trust_bundle,
-            ca_root_config_map: trust_bundle_name.unwrap_or("istio-ca-root-cert"),
-            crl_config_map: non_empty(Some(inp.values_str("pilot.crlConfigMapName")))
-                .unwrap_or("istio-ca-crl"),
+            ca_root_config_map,
+            crl_config_map,
             mtls_certs_secret,
-            user_volumes: named_objects(inp, "sidecar.istio.io/userVolume")?,
-            user_volume_mounts: named_objects(inp, "sidecar.istio.io/userVolumeMount")?,
+            user_volumes,
+            user_volume_mounts,
             image_pull_secrets,
         })
     }
+}
+
+/// The template's `metadata.labels`.
+struct Labels<'a> {
+    tls_mode: &'a str,
+    tunnel: Option<&'a str>,
+    canonical_name: &'a str,
+    canonical_revision: &'a str,
+}
+
+fn metadata_labels<'a>(inp: &Inputs<'a>) -> Labels<'a> {
+    let tls_mode = non_empty(inp.label("security.istio.io/tlsMode")).unwrap_or("istio");
+    let hbone = inp
+        .proxy_config
+        .get("proxyMetadata")
+        .and_then(|m| m.get("ISTIO_META_ENABLE_HBONE"))
+        .and_then(Value::as_str)
+        == Some("true");
+    let tunnel =
+        hbone.then(|| non_empty(inp.label("networking.istio.io/tunnel")).unwrap_or("http"));
+    let canonical_name = canonical(
+        [
+            "service.istio.io/canonical-name",
+            "app.kubernetes.io/name",
+            "app",
+        ]
+        .iter()
+        .find_map(|k| non_empty(inp.label(k)))
+        .unwrap_or(inp.data.deploy_name),
+    );
+    let canonical_revision = [
+        "service.istio.io/canonical-revision",
+        "app.kubernetes.io/version",
+        "version",
+    ]
+    .iter()
+    .find_map(|k| non_empty(inp.label(k)))
+    .unwrap_or("latest");
+    Labels {
+        tls_mode,
+        tunnel,
+        canonical_name,
+        canonical_revision,
+    }
+}
+
+/// The template's `metadata.annotations`.
+struct Annotations<'a> {
+    revision: &'a str,
+    default_container: Option<&'a str>,
+    default_logs_container: Option<&'a str>,
+    cni_annotations: Vec<(&'static str, Cow<'a, str>)>,
+}
+
+fn metadata_annotations<'a>(
+    inp: &Inputs<'a>,
+    app_containers: &[&'a str],
+) -> Result<Annotations<'a>, RenderError> {
+    let revision = if inp.data.revision.is_empty() {
+        "default"
+    } else {
+        inp.data.revision
+    };
+    let first_app = app_containers.first().copied();
+    let default_container =
+        first_app.filter(|_| inp.ann("kubectl.kubernetes.io/default-container").is_none());
+    let default_logs_container = first_app.filter(|_| {
+        inp.ann("kubectl.kubernetes.io/default-logs-container")
+            .is_none()
+    });
+    let cni_annotations = if inp.cni {
+        cni_annotations(inp)?
+    } else {
+        Vec::new()
+    };
+    Ok(Annotations {
+        revision,
+        default_container,
+        default_logs_container,
+        cni_annotations,
+    })
+}
+
+/// The parts both containers share.
+struct Shared<'a> {
+    image_pull_policy: Option<&'a str>,
+    resources: Option<Cow<'a, Value>>,
+    privileged: bool,
+    seccomp_profile: Option<&'a Value>,
+}
+
+fn shared_container_parts<'a>(inp: &Inputs<'a>) -> Shared<'a> {
+    Shared {
+        image_pull_policy: non_empty(Some(inp.values_str("global.imagePullPolicy"))),
+        resources: resources(inp),
+        privileged: template_truthy(inp.values_at("global.proxy.privileged")),
+        seccomp_profile: inp
+            .values_at("global.proxy.seccompProfile")
+            .filter(|v| template_truthy(Some(v))),
+    }
+}
+
+/// The template's volumes and the settings of their mounts.
+struct Volumes<'a> {
+    gke_workload_certificate: bool,
+    bootstrap_override: Option<&'a str>,
+    token_audience: Cow<'a, str>,
+    istiod_ca: bool,
+    cluster_trust_bundle: Option<String>,
+    ca_root_config_map: &'a str,
+    crl_config_map: &'a str,
+    mtls_certs_secret: Option<String>,
+    user_volumes: Vec<Value>,
+    user_volume_mounts: Vec<Value>,
+    image_pull_secrets: Vec<&'a str>,
+}
+
+fn volumes<'a>(inp: &Inputs<'a>) -> Result<Volumes<'a>, RenderError> {
+    let trust_bundle_name = non_empty(Some(inp.values_str("global.trustBundleName")));
+    let ctb = inp.values_at("pilot.env.ENABLE_CLUSTER_TRUST_BUNDLE_API");
+    let cluster_trust_bundle = (ctb == Some(&Value::Bool(true))
+        || ctb.and_then(Value::as_str) == Some("true"))
+    .then(|| {
+        format!(
+            "istio.io:istiod-ca:{}",
+            trust_bundle_name.unwrap_or("root-cert")
+        )
+    });
+    let mtls_certs_secret = inp.values_true("global.mountMtlsCerts").then(|| {
+        let sa = inp
+            .data
+            .pod
+            .get("spec")
+            .and_then(|s| s.get("serviceAccountName"))
+            .and_then(Value::as_str);
+        format!("istio.{}", non_empty(sa).unwrap_or("default"))
+    });
+    let image_pull_secrets = inp
+        .values_at("global.imagePullSecrets")
+        .and_then(Value::as_array)
+        .map(|l| {
+            l.iter()
+                .filter_map(|s| s.as_str().or_else(|| s.get("name").and_then(Value::as_str)))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Volumes {
+        gke_workload_certificate: inp.values_str("global.caName") == "GkeWorkloadCertificate",
+        bootstrap_override: inp.ann(BOOTSTRAP_OVERRIDE_ANNOTATION),
+        token_audience: sprint(inp.values_at("global.sds.token.aud")),
+        istiod_ca: inp.values_str("global.pilotCertProvider") == "istiod",
+        cluster_trust_bundle,
+        ca_root_config_map: trust_bundle_name.unwrap_or("istio-ca-root-cert"),
+        crl_config_map: non_empty(Some(inp.values_str("pilot.crlConfigMapName")))
+            .unwrap_or("istio-ca-crl"),
+        mtls_certs_secret,
+        user_volumes: named_objects(inp, USER_VOLUME_ANNOTATION)?,
+        user_volume_mounts: named_objects(inp, USER_VOLUME_MOUNT_ANNOTATION)?,
+        image_pull_secrets,
+    })
 }
 
 /// The traffic annotations echoed onto the pod for the CNI plugin (CNI mode only).
@@ -296,16 +404,16 @@ fn cni_annotations<'a>(inp: &Inputs<'a>) -> Result<Vec<(&'static str, Cow<'a, st
         ));
     }
     out.push((
-        "sidecar.istio.io/interceptionMode",
+        INTERCEPTION_MODE_ANNOTATION,
         Cow::Borrowed(inp.interception_mode),
     ));
     for (key, values_path) in [
         (
-            "traffic.sidecar.istio.io/includeOutboundIPRanges",
+            INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
             "global.proxy.includeIPRanges",
         ),
         (
-            "traffic.sidecar.istio.io/excludeOutboundIPRanges",
+            EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
             "global.proxy.excludeIPRanges",
         ),
     ] {
@@ -316,19 +424,19 @@ fn cni_annotations<'a>(inp: &Inputs<'a>) -> Result<Vec<(&'static str, Cow<'a, st
     }
     let (v, _) = setting(
         inp,
-        "traffic.sidecar.istio.io/includeInboundPorts",
+        INCLUDE_INBOUND_PORTS_ANNOTATION,
         "global.proxy.includeInboundPorts",
     );
-    out.push(("traffic.sidecar.istio.io/includeInboundPorts", v));
+    out.push((INCLUDE_INBOUND_PORTS_ANNOTATION, v));
     let (e, _) = exclude_inbound(inp);
-    out.push(("traffic.sidecar.istio.io/excludeInboundPorts", e));
+    out.push((EXCLUDE_INBOUND_PORTS_ANNOTATION, e));
     for (key, values_path) in [
         (
-            "traffic.sidecar.istio.io/includeOutboundPorts",
+            INCLUDE_OUTBOUND_PORTS_ANNOTATION,
             "global.proxy.includeOutboundPorts",
         ),
         (
-            "traffic.sidecar.istio.io/excludeOutboundPorts",
+            EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
             "global.proxy.excludeOutboundPorts",
         ),
     ] {
@@ -337,9 +445,9 @@ fn cni_annotations<'a>(inp: &Inputs<'a>) -> Result<Vec<(&'static str, Cow<'a, st
         }
     }
     for key in [
-        "traffic.sidecar.istio.io/kubevirtInterfaces",
-        "istio.io/reroute-virtual-interfaces",
-        "traffic.sidecar.istio.io/excludeInterfaces",
+        KUBEVIRT_INTERFACES_ANNOTATION,
+        REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
+        EXCLUDE_INTERFACES_ANNOTATION,
     ] {
         if let Some(v) = non_empty(inp.ann(key)) {
             out.push((key, Cow::Borrowed(v)));
@@ -392,10 +500,10 @@ pub(crate) fn append_multus_network<'a>(
 
 /// Resources of both containers: the four resource annotations replace the values block entirely.
 fn resources<'a>(inp: &Inputs<'a>) -> Option<Cow<'a, Value>> {
-    let cpu = inp.ann("sidecar.istio.io/proxyCPU");
-    let memory = inp.ann("sidecar.istio.io/proxyMemory");
-    let cpu_limit = inp.ann("sidecar.istio.io/proxyCPULimit");
-    let memory_limit = inp.ann("sidecar.istio.io/proxyMemoryLimit");
+    let cpu = inp.ann(PROXY_CPU_ANNOTATION);
+    let memory = inp.ann(PROXY_MEMORY_ANNOTATION);
+    let cpu_limit = inp.ann(PROXY_CPU_LIMIT_ANNOTATION);
+    let memory_limit = inp.ann(PROXY_MEMORY_LIMIT_ANNOTATION);
     if cpu.is_some() || memory.is_some() || cpu_limit.is_some() || memory_limit.is_some() {
         let block = |cpu: Option<&str>, memory: Option<&str>| {
             let mut m = Map::new();
@@ -420,7 +528,7 @@ fn resources<'a>(inp: &Inputs<'a>) -> Option<Cow<'a, Value>> {
     }
     let values = inp.values_at("global.proxy.resources")?;
     // The values block rarely holds nulls: borrow it unless `omitNil` has something to drop.
-    if has_null(values) || !truthy(Some(values)) {
+    if has_null(values) || !template_truthy(Some(values)) {
         omit_nil(values).map(Cow::Owned)
     } else {
         Some(Cow::Borrowed(values))
@@ -493,30 +601,16 @@ fn named_objects(inp: &Inputs<'_>, key: &'static str) -> Result<Vec<Value>, Rend
 }
 
 fn init_container<'a>(inp: &Inputs<'a>) -> Result<InitContainer<'a>, RenderError> {
-    let requested: Cow<'a, str> = match inp.ann("sidecar.istio.io/proxyImage") {
-        Some(a) => Cow::Borrowed(a),
-        None => sprint(inp.values_at("global.proxy_init.image")),
-    };
     let image_type = inp
-        .ann("sidecar.istio.io/proxyImageType")
+        .ann(PROXY_IMAGE_TYPE_ANNOTATION)
         .unwrap_or_else(|| inp.values_str("global.variant"));
-    let image = match requested {
-        Cow::Borrowed(r) => image::choose(r, || {
-            proxy_image_url(inp, "global.proxy_init.image", image_type)
-        }),
-        Cow::Owned(r) => Cow::Owned(
-            image::choose(&r, || {
-                proxy_image_url(inp, "global.proxy_init.image", image_type)
-            })
-            .into_owned(),
-        ),
-    };
+    let image = container_image(inp, "global.proxy_init.image", image_type);
     let id = |v: i64| if inp.tproxy || v == 0 { 1337 } else { v };
     Ok(InitContainer {
         name: if inp.cni {
-            "istio-validation"
+            VALIDATION_CONTAINER
         } else {
-            "istio-init"
+            INIT_CONTAINER
         },
         image,
         args: init_args::init_args(inp)?,
@@ -525,6 +619,21 @@ fn init_container<'a>(inp: &Inputs<'a>) -> Result<InitContainer<'a>, RenderError
         run_as_user: id(inp.proxy_uid),
         run_as_group: id(inp.proxy_gid),
     })
+}
+
+/// A container's image: the `sidecar.istio.io/proxyImage` annotation, else the values entry at
+/// `values_path`, either used as is when it is a full reference (see `image::choose`).
+fn container_image<'a>(inp: &Inputs<'a>, values_path: &str, image_type: &str) -> Cow<'a, str> {
+    let requested: Cow<'a, str> = match inp.ann(PROXY_IMAGE_ANNOTATION) {
+        Some(a) => Cow::Borrowed(a),
+        None => sprint(inp.values_at(values_path)),
+    };
+    match requested {
+        Cow::Borrowed(r) => image::choose(r, || proxy_image_url(inp, values_path, image_type)),
+        Cow::Owned(r) => Cow::Owned(
+            image::choose(&r, || proxy_image_url(inp, values_path, image_type)).into_owned(),
+        ),
+    }
 }
 
 /// `<hub>/<values image name or proxyv2>:<tag[-type]>`.
@@ -561,32 +670,39 @@ fn proxy<'a>(
     containers: &'a [Value],
     app_containers: &[&'a str],
 ) -> Result<Proxy<'a>, RenderError> {
-    let requested: Cow<'a, str> = match inp.ann("sidecar.istio.io/proxyImage") {
-        Some(a) => Cow::Borrowed(a),
-        None => sprint(inp.values_at("global.proxy.image")),
-    };
+    let image = proxy_image(inp);
+    let args = proxy_args(inp);
+    let lifecycle = proxy_lifecycle(inp);
+    let env = proxy_env(inp, containers, app_containers)?;
+    let (startup_failure_threshold, readiness) = proxy_probes(inp)?;
+    Ok(Proxy {
+        image,
+        args,
+        lifecycle,
+        env,
+        startup_failure_threshold,
+        readiness,
+        security: proxy_security(inp),
+        lightstep_certs_dir: lightstep_certs_dir(inp),
+    })
+}
+
+/// The proxy's image; its type also comes from the ProxyConfig, unlike the init container's.
+fn proxy_image<'a>(inp: &Inputs<'a>) -> Cow<'a, str> {
     let pc_image_type = inp
         .proxy_config
         .get("image")
         .and_then(|i| i.get("imageType"))
         .and_then(Value::as_str);
     let image_type = inp
-        .ann("sidecar.istio.io/proxyImageType")
+        .ann(PROXY_IMAGE_TYPE_ANNOTATION)
         .or(non_empty(pc_image_type))
         .unwrap_or_else(|| inp.values_str("global.variant"));
-    let image = match requested {
-        Cow::Borrowed(r) => {
-            image::choose(r, || proxy_image_url(inp, "global.proxy.image", image_type))
-        }
-        Cow::Owned(r) => Cow::Owned(
-            image::choose(&r, || {
-                proxy_image_url(inp, "global.proxy.image", image_type)
-            })
-            .into_owned(),
-        ),
-    };
+    container_image(inp, "global.proxy.image", image_type)
+}
 
-    // Args.
+/// The proxy's arguments.
+fn proxy_args<'a>(inp: &Inputs<'a>) -> Vec<Cow<'a, str>> {
     let mut args: Vec<Cow<'a, str>> = vec![
         Cow::Borrowed("proxy"),
         Cow::Borrowed("sidecar"),
@@ -597,12 +713,12 @@ fn proxy<'a>(
         )),
         Cow::Owned(format!(
             "--proxyLogLevel={}",
-            inp.ann_or_values("sidecar.istio.io/logLevel", "global.proxy.logLevel")
+            inp.ann_or_values(LOG_LEVEL_ANNOTATION, "global.proxy.logLevel")
         )),
         Cow::Owned(format!(
             "--proxyComponentLogLevel={}",
             inp.ann_or_values(
-                "sidecar.istio.io/componentLogLevel",
+                COMPONENT_LOG_LEVEL_ANNOTATION,
                 "global.proxy.componentLogLevel"
             )
         )),
@@ -621,61 +737,65 @@ fn proxy<'a>(
     if !outlier.is_empty() {
         args.push(Cow::Owned(format!("--outlierLogPath={outlier}")));
     }
+    args
+}
 
-    // Lifecycle.
-    let hold = (truthy(inp.proxy_config.get("holdApplicationUntilProxyStarts"))
+/// The proxy's lifecycle hooks.
+fn proxy_lifecycle<'a>(inp: &Inputs<'a>) -> Lifecycle<'a> {
+    let hold = (template_truthy(inp.proxy_config.get("holdApplicationUntilProxyStarts"))
         || inp.values_true("global.proxy.holdApplicationUntilProxyStarts"))
         && !inp.native;
-    let lifecycle = match inp.values_at("global.proxy.lifecycle") {
-        Some(l) if truthy(Some(l)) => Lifecycle::Values(l),
+    match inp.values_at("global.proxy.lifecycle") {
+        Some(l) if template_truthy(Some(l)) => Lifecycle::Values(l),
         _ if hold => Lifecycle::WaitForProxy,
         _ if inp.native => Lifecycle::Drain(format!("--debug-port={}", inp.status_port())),
         _ => Lifecycle::None,
-    };
+    }
+}
 
-    let env = proxy_env(inp, containers, app_containers)?;
-
-    // Probes.
-    let (startup_failure_threshold, readiness) = if inp.status_port() == "0" {
-        (None, None)
-    } else {
-        let startup = if inp.values_true("global.proxy.startupProbe.enabled") {
-            let v = inp.values_at("global.proxy.startupProbe.failureThreshold");
-            match v.map(super::as_i64) {
-                None => None,
-                Some(Some(n)) => Some(n),
-                Some(None) => {
-                    return Err(RenderError::InvalidSetting {
-                        key: "global.proxy.startupProbe.failureThreshold",
-                        value: sprint(v).into_owned(),
-                        reason: "not an integer",
-                    })
-                }
+/// The proxy's startup probe threshold and readiness probe timings; neither without a status port.
+fn proxy_probes(inp: &Inputs<'_>) -> Result<(Option<i64>, Option<Readiness>), RenderError> {
+    if inp.status_port() == "0" {
+        return Ok((None, None));
+    }
+    let startup = if inp.values_true("global.proxy.startupProbe.enabled") {
+        let v = inp.values_at("global.proxy.startupProbe.failureThreshold");
+        match v.map(goconv::as_i64) {
+            None => None,
+            Some(Some(n)) => Some(n),
+            Some(None) => {
+                return Err(RenderError::InvalidSetting {
+                    key: "global.proxy.startupProbe.failureThreshold",
+                    value: sprint(v).into_owned(),
+                    reason: "not an integer",
+                })
             }
-        } else {
-            None
-        };
-        let readiness = Readiness {
-            initial_delay_seconds: int_setting(
-                inp,
-                "readiness.status.sidecar.istio.io/initialDelaySeconds",
-                "global.proxy.readinessInitialDelaySeconds",
-            )?,
-            period_seconds: int_setting(
-                inp,
-                "readiness.status.sidecar.istio.io/periodSeconds",
-                "global.proxy.readinessPeriodSeconds",
-            )?,
-            failure_threshold: int_setting(
-                inp,
-                "readiness.status.sidecar.istio.io/failureThreshold",
-                "global.proxy.readinessFailureThreshold",
-            )?,
-        };
-        (startup.filter(|n| *n != 0), Some(readiness))
+        }
+    } else {
+        None
     };
+    let readiness = Readiness {
+        initial_delay_seconds: int_setting(
+            inp,
+            READINESS_INITIAL_DELAY_ANNOTATION,
+            "global.proxy.readinessInitialDelaySeconds",
+        )?,
+        period_seconds: int_setting(
+            inp,
+            READINESS_PERIOD_ANNOTATION,
+            "global.proxy.readinessPeriodSeconds",
+        )?,
+        failure_threshold: int_setting(
+            inp,
+            READINESS_FAILURE_THRESHOLD_ANNOTATION,
+            "global.proxy.readinessFailureThreshold",
+        )?,
+    };
+    Ok((startup.filter(|n| *n != 0), Some(readiness)))
+}
 
-    // Security context.
+/// The proxy's security context.
+fn proxy_security(inp: &Inputs<'_>) -> ProxySecurity {
     let iptables_trace = inp
         .proxy_config
         .get("proxyMetadata")
@@ -683,11 +803,11 @@ fn proxy<'a>(
         .and_then(Value::as_str)
         == Some("true");
     let cap_net_bind = inp.ann_or_values(
-        "sidecar.istio.io/capNetBindService",
+        CAP_NET_BIND_SERVICE_ANNOTATION,
         "global.proxy.capNetBindService",
     ) == "true";
     let or_1337 = |v: i64| if v == 0 { 1337 } else { v };
-    let security = if iptables_trace {
+    if iptables_trace {
         ProxySecurity {
             privileged: true,
             add: vec!["NET_ADMIN"],
@@ -705,15 +825,18 @@ fn proxy<'a>(
         }
         let root = inp.tproxy || cap_net_bind;
         ProxySecurity {
-            privileged: truthy(inp.values_at("global.proxy.privileged")),
+            privileged: template_truthy(inp.values_at("global.proxy.privileged")),
             add,
             run_as_group: if root { 1337 } else { or_1337(inp.proxy_gid) },
             run_as_non_root: !root,
             run_as_user: if root { 0 } else { or_1337(inp.proxy_uid) },
         }
-    };
+    }
+}
 
-    let lightstep_certs_dir = if inp.values_str("global.proxy.tracer") == "lightstep" {
+/// The directory of the Lightstep tracer's CA certificates, mounted into the proxy.
+fn lightstep_certs_dir<'a>(inp: &Inputs<'a>) -> Option<&'a str> {
+    if inp.values_str("global.proxy.tracer") == "lightstep" {
         inp.proxy_config
             .get("tracing")
             .and_then(|t| t.get("tlsSettings"))
@@ -727,18 +850,7 @@ fn proxy<'a>(
             })
     } else {
         None
-    };
-
-    Ok(Proxy {
-        image,
-        args,
-        lifecycle,
-        env,
-        startup_failure_threshold,
-        readiness,
-        security,
-        lightstep_certs_dir,
-    })
+    }
 }
 
 /// `ISTIO_META_POD_PORTS`: every port of every (non-init) container, one per line, in Go's `ContainerPort`
@@ -794,7 +906,7 @@ fn is_zero(v: &Value) -> bool {
     v.is_null() || v.as_f64() == Some(0.0)
 }
 
-/// The proxy's env in the template's order (spec §3.6).
+/// The proxy's env in the order of Istio's `injection-template.yaml`.
 fn proxy_env<'a>(
     inp: &Inputs<'a>,
     containers: &'a [Value],
@@ -882,7 +994,7 @@ fn proxy_env<'a>(
             ),
         ));
     }
-    if inp.ann("sidecar.istio.io/bootstrapOverride").is_some() {
+    if inp.ann(BOOTSTRAP_OVERRIDE_ANNOTATION).is_some() {
         out.push(env_static(
             "ISTIO_BOOTSTRAP_OVERRIDE",
             "/etc/istio/custom-bootstrap/custom_bootstrap.json",

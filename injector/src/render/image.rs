@@ -1,4 +1,5 @@
-//! Proxy image names (spec §3.1 `ProxyImage` / `ProxyInitImage`, §3.5/§3.6 `image`).
+//! Proxy image names (`ProxyImage` / `ProxyInitImage` in Istio's `inject.go`, and the `image` of both
+//! containers in its `injection-template.yaml`).
 
 use std::borrow::Cow;
 

@@ -1,16 +1,24 @@
-//! The `istio-init` / `istio-validation` arguments (spec §3.5), built from the pod's annotations, the values
-//! and the mesh exactly as Istio's template builds them, so that they are valid `iptables-init istio-iptables`
-//! arguments.
+//! The `istio-init` / `istio-validation` arguments (the init container of Istio's
+//! `injection-template.yaml`), built from the pod's annotations, the values and the mesh exactly as Istio's
+//! template builds them, so that they are valid `iptables-init istio-iptables` arguments.
 //!
-//! Annotation values are validated by the engine before rendering (spec §4.1); values come from the
-//! operator's configuration. As a second line of defence every value placed into an argument is checked here
-//! against the characters its kind can contain (and must not look like a flag), so nothing unchecked reaches
-//! the init container's command line whatever its source. `traffic.sidecar.istio.io/includeOutboundPorts`,
-//! which Istio does not validate, is held to the port-list shape here.
+//! Annotation values are validated by the engine before rendering (Istio's `validateAnnotations`); values
+//! come from the operator's configuration. As a second line of defence every value placed into an argument
+//! is checked here against the characters its kind can contain (and must not look like a flag), so nothing
+//! unchecked reaches the init container's command line whatever its source.
+//! `traffic.sidecar.istio.io/includeOutboundPorts`, which Istio does not validate, is held to the port-list
+//! shape here.
 
 use std::borrow::Cow;
 
 use super::{Inputs, RenderError};
+use crate::pod::{
+    EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
+    EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
+    INCLUDE_INBOUND_PORTS_ANNOTATION, INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+    INCLUDE_OUTBOUND_PORTS_ANNOTATION, KUBEVIRT_INTERFACES_ANNOTATION,
+    REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
+};
 
 /// Which shape an argument value must have.
 #[derive(Clone, Copy, Debug)]
@@ -105,11 +113,12 @@ pub(crate) fn setting<'a>(
     }
 }
 
-/// The effective exclusion list for inbound ports with the status port appended (`E` of spec §3.5).
+/// The effective exclusion list for inbound ports with the status port appended (the template's
+/// `excludeInboundPorts` with the status port).
 pub(crate) fn exclude_inbound<'a>(inp: &Inputs<'a>) -> (Cow<'a, str>, Source) {
     let (list, src) = setting(
         inp,
-        "traffic.sidecar.istio.io/excludeInboundPorts",
+        EXCLUDE_INBOUND_PORTS_ANNOTATION,
         "global.proxy.excludeInboundPorts",
     );
     let port = inp.status_port();
@@ -140,8 +149,8 @@ pub(crate) fn optional_setting<'a>(
 
 /// `-k`: `istio.io/reroute-virtual-interfaces` wins over the deprecated `kubevirtInterfaces`.
 pub(crate) fn reroute_interfaces<'a>(inp: &Inputs<'a>) -> Option<(&'a str, Source)> {
-    const REROUTE: &str = "istio.io/reroute-virtual-interfaces";
-    const KUBEVIRT: &str = "traffic.sidecar.istio.io/kubevirtInterfaces";
+    const REROUTE: &str = REROUTE_VIRTUAL_INTERFACES_ANNOTATION;
+    const KUBEVIRT: &str = KUBEVIRT_INTERFACES_ANNOTATION;
     inp.ann(REROUTE)
         .map(|v| (v, Source::Annotation(REROUTE)))
         .or_else(|| inp.ann(KUBEVIRT).map(|v| (v, Source::Annotation(KUBEVIRT))))
@@ -151,7 +160,7 @@ pub(crate) fn reroute_interfaces<'a>(inp: &Inputs<'a>) -> Option<(&'a str, Sourc
 fn mesh_port(inp: &Inputs<'_>, key: &'static str, default: u16) -> Result<String, RenderError> {
     match inp.mesh.get(key) {
         None | Some(serde_json::Value::Null) => Ok(default.to_string()),
-        Some(v) => match super::as_i64(v) {
+        Some(v) => match crate::goconv::as_i64(v) {
             Some(0) => Ok(default.to_string()),
             Some(n) if (1..=65535).contains(&n) => Ok(n.to_string()),
             _ => Err(RenderError::InvalidArgument {
@@ -184,7 +193,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
 
     let (v, src) = setting(
         inp,
-        "traffic.sidecar.istio.io/includeOutboundIPRanges",
+        INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
         "global.proxy.includeIPRanges",
     );
     check(&v, Shape::Cidrs, src)?;
@@ -193,7 +202,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
 
     let (v, src) = setting(
         inp,
-        "traffic.sidecar.istio.io/excludeOutboundIPRanges",
+        EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
         "global.proxy.excludeIPRanges",
     );
     check(&v, Shape::Cidrs, src)?;
@@ -202,7 +211,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
 
     let (v, src) = setting(
         inp,
-        "traffic.sidecar.istio.io/includeInboundPorts",
+        INCLUDE_INBOUND_PORTS_ANNOTATION,
         "global.proxy.includeInboundPorts",
     );
     check(&v, Shape::Ports, src)?;
@@ -220,7 +229,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
 
     if let Some((v, src)) = optional_setting(
         inp,
-        "traffic.sidecar.istio.io/includeOutboundPorts",
+        INCLUDE_OUTBOUND_PORTS_ANNOTATION,
         "global.proxy.includeOutboundPorts",
     ) {
         check(&v, Shape::Ports, src)?;
@@ -229,7 +238,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
     }
     if let Some((v, src)) = optional_setting(
         inp,
-        "traffic.sidecar.istio.io/excludeOutboundPorts",
+        EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
         "global.proxy.excludeOutboundPorts",
     ) {
         check(&v, Shape::Ports, src)?;
@@ -241,7 +250,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
         push("-k");
         push(v);
     }
-    const EXCLUDE_IFACES: &str = "traffic.sidecar.istio.io/excludeInterfaces";
+    const EXCLUDE_IFACES: &str = EXCLUDE_INTERFACES_ANNOTATION;
     if let Some(v) = inp.ann(EXCLUDE_IFACES) {
         check(v, Shape::Interfaces, Source::Annotation(EXCLUDE_IFACES))?;
         push("-c");

@@ -15,14 +15,20 @@
 mod context;
 mod image;
 mod init_args;
-mod proxy_config;
+mod proxy_config_json;
 
 use std::borrow::Cow;
 
 use askama::Template;
 use serde_json::{Map, Value};
 
-pub use proxy_config::ProxyConfigError;
+use crate::goconv::template_truthy;
+use crate::pod::{
+    self, AGENT_LOG_LEVEL_ANNOTATION, INTERCEPTION_MODE_ANNOTATION, NATIVE_SIDECAR_ANNOTATION,
+    STATUS_PORT_ANNOTATION,
+};
+
+pub use proxy_config_json::ProxyConfigError;
 
 /// The template input (Istio's `SidecarTemplateData`). All documents are JSON as Istio serialises them.
 #[derive(Debug, Clone, Copy)]
@@ -43,7 +49,7 @@ pub struct TemplateData<'a> {
     pub values: &'a Value,
     /// Webhook revision; empty for the default revision.
     pub revision: &'a str,
-    /// The global native-sidecar decision (spec §1.6). The template applies the pod's
+    /// The global native-sidecar decision (Istio's `DetectNativeSidecar`). The template applies the pod's
     /// `sidecar.istio.io/nativeSidecar` annotation itself, with the template's rule (non-empty value
     /// `!= "false"` means native); passing the Go rule's per-pod result here gives the same outcome.
     pub native_sidecars: bool,
@@ -61,7 +67,7 @@ pub struct TemplateData<'a> {
 /// cleared, and a trailing newline as Istio prints it. Depends on the ProxyConfig only, so the engine
 /// computes it once per configuration instead of once per pod.
 pub fn proxy_config_env(proxy_config: &Value) -> Result<String, RenderError> {
-    let mut text = proxy_config::proto_to_json(proxy_config)?;
+    let mut text = proxy_config_json::proto_to_json(proxy_config)?;
     text.push('\n');
     Ok(text)
 }
@@ -163,19 +169,12 @@ pub(crate) struct Inputs<'a> {
     values_global_proxy: Option<&'a Value>,
 }
 
-const INTERCEPTION_ANNOTATION: &str = "sidecar.istio.io/interceptionMode";
-
 impl<'a> Inputs<'a> {
     fn new(data: &'a TemplateData<'a>) -> Result<Inputs<'a>, RenderError> {
-        let metadata = data.pod.get("metadata");
-        let annotations = metadata
-            .and_then(|m| m.get("annotations"))
-            .and_then(Value::as_object);
-        let labels = metadata
-            .and_then(|m| m.get("labels"))
-            .and_then(Value::as_object);
+        let annotations = pod::annotations(data.pod);
+        let labels = pod::labels(data.pod);
         let ann = |k: &str| annotations.and_then(|a| a.get(k)).and_then(Value::as_str);
-        let interception_mode = match ann(INTERCEPTION_ANNOTATION) {
+        let interception_mode = match ann(INTERCEPTION_MODE_ANNOTATION) {
             Some(m) => m,
             None => match data.proxy_config.get("interceptionMode") {
                 None | Some(Value::Null) => "REDIRECT",
@@ -190,9 +189,9 @@ impl<'a> Inputs<'a> {
             },
         };
         if !matches!(interception_mode, "REDIRECT" | "TPROXY" | "NONE") {
-            return Err(match ann(INTERCEPTION_ANNOTATION) {
+            return Err(match ann(INTERCEPTION_MODE_ANNOTATION) {
                 Some(v) => RenderError::InvalidAnnotation {
-                    annotation: INTERCEPTION_ANNOTATION,
+                    annotation: INTERCEPTION_MODE_ANNOTATION,
                     value: v.to_string(),
                     reason: "must be one of REDIRECT, TPROXY, NONE".to_string(),
                 },
@@ -213,9 +212,9 @@ impl<'a> Inputs<'a> {
             interception_mode,
             tproxy: interception_mode == "TPROXY",
             cni: false,
-            // The template's own rule (spec §1.6): a non-empty annotation decides, and anything but
-            // "false" means native.
-            native: match ann("sidecar.istio.io/nativeSidecar").filter(|v| !v.is_empty()) {
+            // The template's own rule (`injection-template.yaml`, unlike `RunTemplate`'s): a non-empty
+            // annotation decides, and anything but "false" means native.
+            native: match ann(NATIVE_SIDECAR_ANNOTATION).filter(|v| !v.is_empty()) {
                 Some(v) => v != "false",
                 None => data.native_sidecars,
             },
@@ -227,8 +226,8 @@ impl<'a> Inputs<'a> {
         };
         inputs.values_global = data.values.get("global");
         inputs.values_global_proxy = inputs.values_global.and_then(|g| g.get("proxy"));
-        inputs.cni = truthy(inputs.values_at("pilot.cni.enabled"));
-        inputs.status_port = match ann("status.sidecar.istio.io/port") {
+        inputs.cni = template_truthy(inputs.values_at("pilot.cni.enabled"));
+        inputs.status_port = match ann(STATUS_PORT_ANNOTATION) {
             Some(p) => Cow::Borrowed(p),
             None => sprint(inputs.values_at("global.proxy.statusPort")),
         };
@@ -266,7 +265,7 @@ impl<'a> Inputs<'a> {
 
     /// Go-template truthiness of a values entry.
     pub fn values_true(&self, path: &str) -> bool {
-        truthy(self.values_at(path))
+        template_truthy(self.values_at(path))
     }
 
     pub fn status_port(&self) -> &str {
@@ -284,9 +283,11 @@ impl<'a> Inputs<'a> {
 
     /// `--log_output_level` of both containers.
     pub fn agent_log_level(&self) -> (Cow<'a, str>, init_args::Source) {
-        const KEY: &str = "sidecar.istio.io/agentLogLevel";
-        match self.ann(KEY) {
-            Some(v) => (Cow::Borrowed(v), init_args::Source::Annotation(KEY)),
+        match self.ann(AGENT_LOG_LEVEL_ANNOTATION) {
+            Some(v) => (
+                Cow::Borrowed(v),
+                init_args::Source::Annotation(AGENT_LOG_LEVEL_ANNOTATION),
+            ),
             None => (
                 sprint(self.values_at("global.logging.level")),
                 init_args::Source::Values("global.logging.level"),
@@ -309,30 +310,6 @@ impl<'a> Inputs<'a> {
             .collect();
         out.sort_by(|a, b| a.0.cmp(b.0));
         out
-    }
-}
-
-/// Go-template truthiness: false, 0, nil and empty strings/lists/maps are false.
-pub(crate) fn truthy(v: Option<&Value>) -> bool {
-    match v {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
-        Some(Value::String(s)) => !s.is_empty(),
-        Some(Value::Array(a)) => !a.is_empty(),
-        Some(Value::Object(o)) => !o.is_empty(),
-    }
-}
-
-/// An integer from a JSON number (or an integral float) or a numeric string.
-pub(crate) fn as_i64(v: &Value) -> Option<i64> {
-    match v {
-        Value::Number(n) => n.as_i64().or_else(|| {
-            let f = n.as_f64()?;
-            (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)
-        }),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
     }
 }
 

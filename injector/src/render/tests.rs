@@ -173,7 +173,8 @@ fn container<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
 
 /// Env that post-processing appends; not the template's.
 const POST_ENV: &[&str] = &["ISTIO_KUBE_APP_PROBERS", "ISTIO_PROMETHEUS_ANNOTATIONS"];
-/// Env that post-processing moves to the end (`overwriteClusterInfo`, spec §5.5 step 2).
+/// Env that post-processing moves to the end (`overwriteClusterInfo` in Istio's `webhook.go`
+/// `postProcessPod`).
 const MOVED_ENV: &[&str] = &["ISTIO_META_CLUSTER_ID", "ISTIO_META_NETWORK"];
 
 /// A container's `args` as strings.

@@ -1,26 +1,12 @@
-//! The effective ProxyConfig (spec §2.4 step 5, §3.1): Istio's built-in default, overlaid by the mesh's
+//! The effective ProxyConfig (Istio's `GetProxyConfigOrDefault`, `proxy_config.go`, as `inject` in
+//! `webhook.go` calls it, without ProxyConfig resources): Istio's built-in default, overlaid by the mesh's
 //! `defaultConfig`, overlaid by the pod's `proxy.istio.io/config` annotation (YAML or JSON). The result is
 //! JSON with proto camelCase names, as render expects. Overlays merge like Istio's YAML merge onto the
 //! proto: scalars and lists replace, maps (`proxyMetadata`, nested messages) merge key by key.
 
-use std::sync::OnceLock;
-
 use serde_json::{Map, Value};
 
-use crate::config::builtin_mesh;
-
-/// Istio's default ProxyConfig (the `defaultConfig` of the default MeshConfig).
-pub fn builtin_default() -> Value {
-    static DEFAULT: OnceLock<Value> = OnceLock::new();
-    DEFAULT
-        .get_or_init(|| {
-            builtin_mesh()
-                .get("defaultConfig")
-                .cloned()
-                .unwrap_or_else(|| Value::Object(Map::new()))
-        })
-        .clone()
-}
+use crate::defaults::{builtin_proxy_config, deep_merge};
 
 /// Parses a `proxy.istio.io/config` value (YAML or JSON) into an overlay object.
 pub fn parse_overlay(text: &str) -> Result<Value, String> {
@@ -35,7 +21,7 @@ pub fn parse_overlay(text: &str) -> Result<Value, String> {
 
 /// Applies an overlay onto a ProxyConfig: maps merge recursively, everything else replaces; `null` unsets.
 pub fn apply_overlay(base: &mut Value, overlay: &Value) {
-    crate::config::deep_merge(base, overlay);
+    deep_merge(base, overlay);
     normalize(base);
 }
 
@@ -214,12 +200,12 @@ pub fn effective(
     mesh_default: Option<&Value>,
     annotations: Option<&Map<String, Value>>,
 ) -> Result<Value, String> {
-    let mut pc = builtin_default();
+    let mut pc = builtin_proxy_config();
     if let Some(d) = mesh_default {
         apply_overlay(&mut pc, d);
     }
     if let Some(Value::String(text)) =
-        annotations.and_then(|a| a.get(crate::annotations::PROXY_CONFIG))
+        annotations.and_then(|a| a.get(crate::pod::PROXY_CONFIG_ANNOTATION))
     {
         let overlay = parse_overlay(text)?;
         apply_overlay(&mut pc, &overlay);

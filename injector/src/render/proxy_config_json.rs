@@ -1,4 +1,5 @@
-//! `protoToJSON` of the effective ProxyConfig for the `PROXY_CONFIG` env var (spec §3.6 item 10).
+//! `protoToJSON` of the effective ProxyConfig for the `PROXY_CONFIG` env var (Istio's
+//! `injection-template.yaml`, `protoToJSON` in `inject.go`).
 //!
 //! Istio prints the ProxyConfig with the fields that equal its built-in defaults cleared, using the legacy
 //! jsonpb marshaller: fields in proto declaration order, proto3 zero values omitted, wrapper types
@@ -6,6 +7,8 @@
 //! as `"23s"`, enums by name. The input here is the ProxyConfig as JSON (camelCase), as the engine computes it.
 
 use serde_json::{Map, Value};
+
+use crate::goconv::as_i64;
 
 /// How a known top-level ProxyConfig field is printed.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -155,7 +158,7 @@ fn print_field(name: &str, kind: Kind, v: &Value) -> Result<Option<Value>, Proxy
             }
         }
         Kind::Int => {
-            let n = as_int(v).ok_or_else(|| bad(name, v))?;
+            let n = as_i64(v).ok_or_else(|| bad(name, v))?;
             let default = DEFAULT_INT.iter().find(|(n, _)| *n == name);
             if n == 0 || default.is_some_and(|(_, d)| *d == n) {
                 None
@@ -165,7 +168,7 @@ fn print_field(name: &str, kind: Kind, v: &Value) -> Result<Option<Value>, Proxy
         }
         Kind::Wrapper => match v {
             Value::Bool(_) => Some(v.clone()),
-            _ => Some(Value::from(as_int(v).ok_or_else(|| bad(name, v))?)),
+            _ => Some(Value::from(as_i64(v).ok_or_else(|| bad(name, v))?)),
         },
         Kind::Duration => {
             let s = v.as_str().ok_or_else(|| bad(name, v))?;
@@ -225,23 +228,12 @@ fn enum_name(names: &'static [&'static str], v: &Value) -> Option<&'static str> 
             (s == "INHERIT").then_some("INHERIT"),
         ),
         Value::Number(_) => {
-            let n = as_int(v)?;
+            let n = as_i64(v)?;
             if n == 1000 && names == AUTH_POLICY {
                 return Some("INHERIT");
             }
             names.get(usize::try_from(n).ok()?).copied()
         }
-        _ => None,
-    }
-}
-
-fn as_int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Number(n) => n.as_i64().or_else(|| {
-            let f = n.as_f64()?;
-            (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)
-        }),
-        Value::String(s) => s.trim().parse().ok(),
         _ => None,
     }
 }

@@ -1,7 +1,8 @@
 //! How Go's `encoding/json` prints a typed Kubernetes `Container` (and the action types the prober JSON
 //! uses): fields in Go declaration order, `omitempty` semantics, unknown fields dropped, quantities
-//! canonical. Istio serialises user containers this way before re-applying them (spec §5.4), and the
-//! `proxy.istio.io/overrides` annotation and `ISTIO_KUBE_APP_PROBERS` carry exactly this text.
+//! canonical. Istio serialises user containers this way before re-applying them
+//! (`reapplyOverwrittenContainers` in `webhook.go`), and the `proxy.istio.io/overrides` annotation and
+//! `ISTIO_KUBE_APP_PROBERS` carry exactly this text.
 
 use serde_json::{Map, Value};
 
