@@ -8,9 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # musl, not glibc: the binary runs for about a millisecond per pod start, and static glibc spends a
-# good part of that before main (its CPU cache probing executes ~70 CPUID instructions, each a VM exit
-# in a virtualised node: ~140 us here; plus its tunables and /proc/self/exe lookup). musl starts at
-# once. bench/iptables-apply.sh: ratio 1.19-1.21 with musl against 1.27-1.35 with static glibc.
+# good part of that before main (its CPU cache probing executes CPUID instructions, each a VM exit in a
+# virtualised node; plus its tunables and /proc/self/exe lookup). musl starts at once (bench/README.md).
 target=${TARGET:-x86_64-unknown-linux-musl}
 profile=${PROFILE:-release}
 max=$((3 * 1024 * 1024))

@@ -1,8 +1,8 @@
 //! Field lookups and equality on JSON objects that scan small objects instead of hashing.
 //!
 //! With `preserve_order`, serde_json's map is an `IndexMap` with std's SipHash, and every `get`,
-//! `get_mut` or `contains_key` on an object of two or more entries hashes the key first (~150
-//! instructions for a short key). An injection looks up a few hundred keys, almost all in small objects
+//! `get_mut` or `contains_key` on an object of two or more entries hashes the key first (SipHash,
+//! costly for a short key; see bench/README.md). An injection looks up a few hundred keys, almost all in small objects
 //! (a container has ten-odd fields, an env entry two), and `==` on objects hashes every key of one side.
 //! Comparing the key with each entry's (the length first, so most comparisons end there) is cheaper up
 //! to [`SCAN`] entries; larger objects still use the hash index.

@@ -4,7 +4,7 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc instead of the system allocator (the default `mimalloc` feature; `--no-default-features`
 /// builds with the system allocator): an injection builds and drops about a thousand small JSON nodes,
-/// and glibc's malloc/free pair costs about three times mimalloc's there; it also spares the webhook
+/// and glibc's malloc/free pair costs several times mimalloc's there (bench/README.md); it also spares the webhook
 /// glibc tuning and musl's slow allocator should the binary be built for musl.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
