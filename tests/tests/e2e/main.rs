@@ -2,6 +2,7 @@
 
 mod iptables;
 mod iptables_parity;
+mod modules;
 mod nftables;
 mod webhook;
 mod webhook_config;

@@ -1,0 +1,165 @@
+//! The crates' module graphs have no cycles: each concept lives in one module and dependencies point one
+//! way. Read from the sources (`use crate::…` and `crate::…` paths outside test code), so a new cycle fails
+//! here rather than in review.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Top-level module name → the files that make it up (`a.rs` and everything under `a/`).
+fn modules(src: &Path) -> BTreeMap<String, Vec<PathBuf>> {
+    let mut mods: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for entry in std::fs::read_dir(src).expect("read the crate's src") {
+        let path = entry.expect("directory entry").path();
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("")
+            .to_string();
+        if path.is_dir() {
+            let mut stack = vec![path.clone()];
+            while let Some(dir) = stack.pop() {
+                for e in std::fs::read_dir(&dir).expect("read a module directory") {
+                    let p = e.expect("directory entry").path();
+                    if p.is_dir() {
+                        stack.push(p);
+                    } else if p.extension().is_some_and(|x| x == "rs") {
+                        mods.entry(name.clone()).or_default().push(p);
+                    }
+                }
+            }
+        } else if path.extension().is_some_and(|x| x == "rs") && name != "lib" && name != "main" {
+            mods.entry(name).or_default().push(path);
+        }
+    }
+    mods
+}
+
+/// The code of a file without its test modules: a `#[cfg(test)]` item and everything after it at the
+/// top level (the project keeps unit tests at the end of a file or in a `tests.rs`).
+fn production_code(path: &Path) -> String {
+    let name = path.file_name().and_then(|s| s.to_str()).unwrap_or("");
+    if name == "tests.rs" || name.ends_with("_tests.rs") {
+        return String::new();
+    }
+    let text = std::fs::read_to_string(path).expect("read a source file");
+    match text.find("\n#[cfg(test)]") {
+        Some(at) => text[..at].to_string(),
+        None => text,
+    }
+}
+
+/// Module → the other top-level modules it names through `crate::`.
+fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mods = modules(src);
+    let mut edges = BTreeMap::new();
+    for (name, files) in &mods {
+        let mut to = BTreeSet::new();
+        for file in files {
+            let code = production_code(file);
+            let mut rest = code.as_str();
+            while let Some(at) = rest.find("crate::") {
+                rest = &rest[at + "crate::".len()..];
+                // `crate::a::b`, or a group `crate::{a, b::c}`: every first segment counts.
+                let names: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
+                    let end = group.find('}').unwrap_or(group.len());
+                    group[..end]
+                        .split(',')
+                        .map(|p| p.trim().split("::").next().unwrap_or(""))
+                        .collect()
+                } else {
+                    let end = rest
+                        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .unwrap_or(rest.len());
+                    vec![&rest[..end]]
+                };
+                for n in names {
+                    if n != name && mods.contains_key(n) {
+                        to.insert(n.to_string());
+                    }
+                }
+            }
+        }
+        edges.insert(name.clone(), to);
+    }
+    edges
+}
+
+/// A cycle through the graph, if there is one (depth-first search with a path stack).
+fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        OnPath,
+        Done,
+    }
+    fn visit(
+        n: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        mark: &mut BTreeMap<String, Mark>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        mark.insert(n.to_string(), Mark::OnPath);
+        path.push(n.to_string());
+        for m in edges.get(n).into_iter().flatten() {
+            match mark.get(m.as_str()).copied().unwrap_or(Mark::New) {
+                Mark::OnPath => {
+                    let start = path.iter().position(|p| p == m).unwrap_or(0);
+                    let mut cycle = path[start..].to_vec();
+                    cycle.push(m.clone());
+                    return Some(cycle);
+                }
+                Mark::New => {
+                    if let Some(c) = visit(m, edges, mark, path) {
+                        return Some(c);
+                    }
+                }
+                Mark::Done => {}
+            }
+        }
+        path.pop();
+        mark.insert(n.to_string(), Mark::Done);
+        None
+    }
+    let mut mark = BTreeMap::new();
+    for n in edges.keys() {
+        if mark.get(n.as_str()).copied().unwrap_or(Mark::New) == Mark::New {
+            if let Some(c) = visit(n, edges, &mut mark, &mut Vec::new()) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+fn crate_src(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(name)
+        .join("src")
+}
+
+#[test]
+fn no_module_cycles_in_the_injector() {
+    let edges = graph(&crate_src("injector"));
+    assert!(edges.len() > 10, "too few modules found: {edges:?}");
+    assert_eq!(find_cycle(&edges), None, "module graph: {edges:#?}");
+}
+
+#[test]
+fn no_module_cycles_in_iptables_init() {
+    let edges = graph(&crate_src("iptables-init"));
+    assert!(edges.len() > 5, "too few modules found: {edges:?}");
+    assert_eq!(find_cycle(&edges), None, "module graph: {edges:#?}");
+}
+
+#[test]
+fn the_cycle_finder_finds_a_cycle() {
+    let edges: BTreeMap<String, BTreeSet<String>> =
+        [("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")]
+            .iter()
+            .map(|(from, to)| (from.to_string(), BTreeSet::from([to.to_string()])))
+            .collect();
+    let cycle = find_cycle(&edges).expect("a → b → c → a");
+    assert_eq!(cycle.first(), cycle.last());
+    assert_eq!(cycle.len(), 4);
+}
