@@ -662,25 +662,31 @@ async fn config_hot_reload() {
     let before = injected_images(&f.api, "before").await;
     assert!(before.iter().any(|i| i.ends_with(":latest")), "{before:?}");
 
-    // The same pod twice more: stored on its second sighting, answered from the render memo on its
-    // third, and counted so.
+    // The same pod twice more: stored on its second sighting, answered from the patch cache on its
+    // third, and counted so (the metric family keeps its historical `render_memo` name).
     for tag in ["before-2", "before-3"] {
         assert_eq!(injected_images(&f.api, tag).await, before);
     }
-    let memo = |name: &'static str| {
+    let cache_metric = |name: &'static str| {
         let server = &f.server;
         async move { server.metric(name).await.unwrap() }
     };
     assert_eq!(
-        memo("sidecar_injection_render_memo_misses_total").await,
+        cache_metric("sidecar_injection_render_memo_misses_total").await,
         2.0
     );
     assert_eq!(
-        memo("sidecar_injection_render_memo_stored_total").await,
+        cache_metric("sidecar_injection_render_memo_stored_total").await,
         1.0
     );
-    assert_eq!(memo("sidecar_injection_render_memo_hits_total").await, 1.0);
-    assert_eq!(memo("sidecar_injection_render_memo_entries").await, 1.0);
+    assert_eq!(
+        cache_metric("sidecar_injection_render_memo_hits_total").await,
+        1.0
+    );
+    assert_eq!(
+        cache_metric("sidecar_injection_render_memo_entries").await,
+        1.0
+    );
 
     // A new tag in the values.
     Config::with(
@@ -715,10 +721,10 @@ async fn config_hot_reload() {
             .unwrap()
             > 1.0e9
     );
-    // The new configuration's engine starts with an empty memo (a kept one would have answered with
-    // the old images); the counts go on.
-    assert!(memo("sidecar_injection_render_memo_misses_total").await >= 3.0);
-    assert!(memo("sidecar_injection_render_memo_hits_total").await >= 1.0);
+    // The new configuration is a new generation, so the cached patch of the old one is not used (it
+    // would have answered with the old images); the counts go on.
+    assert!(cache_metric("sidecar_injection_render_memo_misses_total").await >= 3.0);
+    assert!(cache_metric("sidecar_injection_render_memo_hits_total").await >= 1.0);
 
     // Broken values: refused and counted; injection goes on with the last good configuration.
     std::fs::write(&f.cfg.values, b"{\"global\": {\"tag\": ").unwrap();
