@@ -8,9 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::decision::{LabelSelector, Policy};
-use crate::defaults::{builtin_mesh, builtin_values};
-// Re-exported where the parity test imports it from; the lead curates the public paths.
-pub use crate::defaults::deep_merge;
+use crate::defaults::{builtin_mesh, builtin_values, deep_merge};
 
 /// `--native-sidecars` / `ENABLE_NATIVE_SIDECARS`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
