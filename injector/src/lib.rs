@@ -15,6 +15,7 @@ pub mod config;
 pub mod decision;
 pub mod engine;
 pub mod fields;
+pub mod gotemplate;
 pub mod json_writer;
 pub mod kube_inject;
 pub mod memo;
