@@ -48,7 +48,15 @@ pub(crate) struct Exec<'a, 'l> {
 }
 
 pub(crate) fn execute(t: &Template, data: &Json, limits: &Limits) -> Result<String, ExecError> {
-    let mut ex = Exec { limits, out: String::new(), vars: Vec::new(), steps: 0, iterations: 0, depth: 0, line: 1 };
+    let mut ex = Exec {
+        limits,
+        out: String::new(),
+        vars: Vec::new(),
+        steps: 0,
+        iterations: 0,
+        depth: 0,
+        line: 1,
+    };
     let root = Val::Data(data, &ROOT);
     ex.vars.push(("$".to_string(), root.clone()));
     let res = ex.walk(&root, &t.root);
@@ -56,10 +64,27 @@ pub(crate) fn execute(t: &Template, data: &Json, limits: &Limits) -> Result<Stri
     let template = t.name.clone();
     match res {
         Ok(_) => Ok(ex.out),
-        Err(E::Eval(message)) => Err(ExecError::Eval { template, line, message }),
-        Err(E::Unsupported(message)) => Err(ExecError::Unsupported { template, line, message }),
-        Err(E::Limit(what, limit)) => Err(ExecError::Limit { template, line, what, limit }),
-        Err(E::Fail(message)) => Err(ExecError::Fail { template, line, message }),
+        Err(E::Eval(message)) => Err(ExecError::Eval {
+            template,
+            line,
+            message,
+        }),
+        Err(E::Unsupported(message)) => Err(ExecError::Unsupported {
+            template,
+            line,
+            message,
+        }),
+        Err(E::Limit(what, limit)) => Err(ExecError::Limit {
+            template,
+            line,
+            what,
+            limit,
+        }),
+        Err(E::Fail(message)) => Err(ExecError::Fail {
+            template,
+            line,
+            message,
+        }),
     }
 }
 
@@ -99,8 +124,9 @@ impl<'a> Exec<'a, '_> {
     }
 
     fn write(&mut self, s: &str) -> R<()> {
-        let len = self.out.len() + s.len();
-        self.check_size(len)?;
+        if self.out.len() + s.len() > self.limits.max_output_bytes {
+            return Err(E::Limit("output bytes", self.limits.max_output_bytes));
+        }
         self.step(s.len() / 16)?;
         self.out.push_str(s);
         Ok(())
@@ -119,7 +145,18 @@ impl<'a> Exec<'a, '_> {
                         self.write(&s)?;
                     }
                 }
-                Node::If { line, pipe, then, els } | Node::With { line, pipe, then, els } => {
+                Node::If {
+                    line,
+                    pipe,
+                    then,
+                    els,
+                }
+                | Node::With {
+                    line,
+                    pipe,
+                    then,
+                    els,
+                } => {
                     self.line = *line;
                     self.enter()?;
                     let mark = self.vars.len();
@@ -139,7 +176,12 @@ impl<'a> Exec<'a, '_> {
                         return Ok(flow);
                     }
                 }
-                Node::Range { line, pipe, body, els } => {
+                Node::Range {
+                    line,
+                    pipe,
+                    body,
+                    els,
+                } => {
                     self.line = *line;
                     self.enter()?;
                     let mark = self.vars.len();
@@ -162,41 +204,62 @@ impl<'a> Exec<'a, '_> {
                 self.vars.push((name.clone(), v.clone()));
             }
         }
-        let items: Vec<(Val<'a>, Val<'a>)> = match &v {
-            Val::NoValue | Val::Nil => Vec::new(),
-            Val::Int(n, k) => {
+        // A range over an integer counts without materialising its elements.
+        let (count, items): (usize, Vec<(Val<'a>, Val<'a>)>) = match &v {
+            Val::NoValue | Val::Nil => (0, Vec::new()),
+            Val::Int(n, _) => {
                 if pipe.decl.len() > 1 {
-                    return eval_err(format!("can't use {n} to iterate over more than one variable"));
+                    return eval_err(format!(
+                        "can't use {n} to iterate over more than one variable"
+                    ));
                 }
-                let n = (*n).max(0);
-                self.check_iterations(n as usize)?;
-                (0..n).map(|i| (Val::Int(i, *k), Val::Int(i, *k))).collect()
+                (
+                    usize::try_from((*n).max(0)).unwrap_or(usize::MAX),
+                    Vec::new(),
+                )
             }
             other => {
-                if let Some(items) = other.list_items() {
+                let items: Vec<(Val<'a>, Val<'a>)> = if let Some(items) = other.list_items() {
                     let items = items.map_err(E::Unsupported)?;
-                    self.check_iterations(items.len())?;
-                    items.into_iter().enumerate().map(|(i, e)| (Val::int(i as i64), e)).collect()
+                    items
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, e)| (Val::int(i as i64), e))
+                        .collect()
                 } else if let Some(entries) = other.map_entries() {
                     let entries = entries.map_err(E::Unsupported)?;
-                    self.check_iterations(entries.len())?;
-                    entries.into_iter().map(|(k, e)| (Val::str(&k), e)).collect()
+                    entries
+                        .into_iter()
+                        .map(|(k, e)| (Val::str(&k), e))
+                        .collect()
                 } else if let Val::Data(j, Ty::Ptr(_)) = other {
                     if j.is_null() {
                         return eval_err("range can't iterate over <nil>");
                     }
                     return eval_err(format!("range can't iterate over {}", other.type_name()));
                 } else {
-                    let shown = print::print_value(self, other).unwrap_or_else(|_| other.type_name());
+                    let shown =
+                        print::print_value(self, other).unwrap_or_else(|_| other.type_name());
                     return eval_err(format!("range can't iterate over {shown}"));
-                }
+                };
+                self.step(items.len() / 16)?;
+                (items.len(), items)
             }
         };
-        if items.is_empty() {
+        if count == 0 {
             self.walk(dot, els)?;
             return Ok(());
         }
-        for (key, elem) in items {
+        let int_kind = match &v {
+            Val::Int(_, k) => Some(*k),
+            _ => None,
+        };
+        let mut items = items.into_iter();
+        for n in 0..count {
+            let (key, elem) = match int_kind {
+                Some(k) => (Val::Int(n as i64, k), Val::Int(n as i64, k)),
+                None => items.next().unwrap_or((Val::NoValue, Val::NoValue)),
+            };
             self.iterations += 1;
             if self.iterations > self.limits.max_iterations {
                 return Err(E::Limit("iterations", self.limits.max_iterations));
@@ -218,14 +281,6 @@ impl<'a> Exec<'a, '_> {
             }
         }
         Ok(())
-    }
-
-    /// Refuses a range before it starts when its length alone crosses the iteration bound.
-    fn check_iterations(&mut self, n: usize) -> R<()> {
-        if self.iterations.saturating_add(n.min(1)) > self.limits.max_iterations {
-            return Err(E::Limit("iterations", self.limits.max_iterations));
-        }
-        self.step(n / 16)
     }
 
     /// Sets a range variable: the top-most declared (`:=`) or an existing one (`=`).
@@ -277,7 +332,11 @@ impl<'a> Exec<'a, '_> {
             self.step(1)?;
             let v = self.command(dot, cmd, value.take())?;
             // Go digs into an interface{} after each command: a nil interface becomes "no value".
-            value = Some(if matches!(v, Val::Nil) { Val::NoValue } else { v });
+            value = Some(if matches!(v, Val::Nil) {
+                Val::NoValue
+            } else {
+                v
+            });
         }
         Ok(value.unwrap_or(Val::NoValue))
     }
@@ -341,9 +400,9 @@ pub(crate) fn field<'a>(recv: Val<'a>, name: &str) -> R<Val<'a>> {
     match &recv {
         Val::NoValue => Ok(Val::NoValue),
         Val::Nil => eval_err(format!("nil pointer evaluating interface {{}}.{name}")),
-        Val::Enum(i, e) if name == "String" => {
-            Ok(Val::str(e.names.get(*i as usize).copied().unwrap_or(&i.to_string())))
-        }
+        Val::Enum(i, e) if name == "String" => Ok(Val::str(
+            e.names.get(*i as usize).copied().unwrap_or(&i.to_string()),
+        )),
         Val::Data(j, ty) => data_field(j, ty, name),
         other if other.is_map() => match other.map_get(name) {
             Some(Ok(Some(v))) => Ok(v),
@@ -351,7 +410,10 @@ pub(crate) fn field<'a>(recv: Val<'a>, name: &str) -> R<Val<'a>> {
             Some(Err(m)) => unsupported(m),
             None => Ok(Val::NoValue),
         },
-        other => eval_err(format!("can't evaluate field {name} in type {}", other.type_name())),
+        other => eval_err(format!(
+            "can't evaluate field {name} in type {}",
+            other.type_name()
+        )),
     }
 }
 
@@ -367,7 +429,10 @@ fn data_field<'a>(j: &'a Json, ty: &'static Ty, name: &str) -> R<Val<'a>> {
                         }
                     }
                 }
-                return eval_err(format!("nil pointer evaluating {}.{name}", schema::go_name(ty)));
+                return eval_err(format!(
+                    "nil pointer evaluating {}.{name}",
+                    schema::go_name(ty)
+                ));
             }
             data_field(j, inner, name)
         }
@@ -381,8 +446,13 @@ fn data_field<'a>(j: &'a Json, ty: &'static Ty, name: &str) -> R<Val<'a>> {
             });
             match f {
                 Some(f) => typed(j.get(f.json).or_else(|| j.get(f.go)), f.ty),
-                None if s.complete => eval_err(format!("can't evaluate field {name} in type {}", s.go)),
-                None => unsupported(format!("field {name} of type {} is not modelled by this evaluator", s.go)),
+                None if s.complete => {
+                    eval_err(format!("can't evaluate field {name} in type {}", s.go))
+                }
+                None => unsupported(format!(
+                    "field {name} of type {} is not modelled by this evaluator",
+                    s.go
+                )),
             }
         }
         Ty::MapAny | Ty::MapStr | Ty::MapOpaque(_) => match Val::Data(j, ty).map_get(name) {
@@ -394,15 +464,22 @@ fn data_field<'a>(j: &'a Json, ty: &'static Ty, name: &str) -> R<Val<'a>> {
             "GetValue" => typed(Some(j), inner),
             "Value" if j.is_null() => eval_err(format!("nil pointer evaluating *{go}.Value")),
             "Value" => typed(Some(j), inner),
-            _ => unsupported(format!("field {name} of type *{go} is not modelled by this evaluator")),
+            _ => unsupported(format!(
+                "field {name} of type *{go} is not modelled by this evaluator"
+            )),
         },
         Ty::Opaque(go) => {
             if j.is_null() {
                 return eval_err(format!("nil pointer evaluating *{go}.{name}"));
             }
-            unsupported(format!("fields of type {go} are not modelled by this evaluator (field {name})"))
+            unsupported(format!(
+                "fields of type {go} are not modelled by this evaluator (field {name})"
+            ))
         }
-        other => eval_err(format!("can't evaluate field {name} in type {}", schema::go_name(other))),
+        other => eval_err(format!(
+            "can't evaluate field {name} in type {}",
+            schema::go_name(other)
+        )),
     }
 }
 
@@ -438,7 +515,13 @@ impl P {
 }
 
 pub(crate) fn validate<'a>(v: Val<'a>, p: P) -> R<Val<'a>> {
-    let wrong = |v: &Val<'a>| eval_err(format!("wrong type for value; expected {}; got {}", p.go(), v.type_name()));
+    let wrong = |v: &Val<'a>| {
+        eval_err(format!(
+            "wrong type for value; expected {}; got {}",
+            p.go(),
+            v.type_name()
+        ))
+    };
     match (p, &v) {
         (P::Raw, _) => Ok(v),
         (P::Any, Val::NoValue) => Ok(Val::Nil),
@@ -449,7 +532,9 @@ pub(crate) fn validate<'a>(v: Val<'a>, p: P) -> R<Val<'a>> {
         (P::Str, Val::Str(_)) | (P::Bool, Val::Bool(_)) | (P::Int, Val::Int(_, IntK::Int)) => Ok(v),
         (P::MapStr, Val::StrDict(_) | Val::Data(_, Ty::MapStr)) => Ok(v),
         (P::MapAny, Val::Dict(_) | Val::Data(_, Ty::MapAny)) => Ok(v),
-        (P::Meta, Val::Data(_, Ty::Struct(s))) if std::ptr::eq(*s, &schema::OBJECT_META_STRUCT) => Ok(v),
+        (P::Meta, Val::Data(_, Ty::Struct(s))) if std::ptr::eq(*s, &schema::OBJECT_META_STRUCT) => {
+            Ok(v)
+        }
         _ => wrong(&v),
     }
 }
@@ -477,7 +562,10 @@ impl<'a> Exec<'a, '_> {
                 P::Any | P::Raw => ideal_constant(n),
                 P::Int => match n.int {
                     Some(i) => Ok(Val::int(i)),
-                    None => eval_err(format!("expected integer; found {}", n.float.unwrap_or(0.0))),
+                    None => eval_err(format!(
+                        "expected integer; found {}",
+                        n.float.unwrap_or(0.0)
+                    )),
                 },
                 _ => eval_err(format!("expected {}; found a number", p.go())),
             },

@@ -34,7 +34,9 @@ fn signature(name: &str) -> Option<Sig> {
         "print" | "println" => sig(&[], Some(Any)),
         "printf" => sig(&[Str], Some(Any)),
         "default" => sig(&[Any], Some(Any)),
-        "empty" | "toYaml" | "toJson" | "toString" | "int" | "int64" | "float64" => sig(&[Any], None),
+        "empty" | "toYaml" | "toJson" | "toString" | "int" | "int64" | "float64" => {
+            sig(&[Any], None)
+        }
         "coalesce" | "list" | "dict" | "quote" | "squote" => sig(&[], Some(Any)),
         "ternary" => sig(&[Any, Any, Bool], None),
         "toJSON" => sig(&[MapStr], None),
@@ -43,9 +45,8 @@ fn signature(name: &str) -> Option<Sig> {
         "isset" => sig(&[MapStr, Str], None),
         "annotation" => sig(&[Meta, Str, Any], None),
         "valueOrDefault" | "append" => sig(&[Any, Any], None),
-        "contains" | "trimAll" | "trimPrefix" | "trimSuffix" | "hasPrefix" | "hasSuffix" | "env" => {
-            sig(&[Str, Str], None)
-        }
+        "contains" | "trimAll" | "trimPrefix" | "trimSuffix" | "hasPrefix" | "hasSuffix"
+        | "env" => sig(&[Str, Str], None),
         "replace" => sig(&[Str, Str, Str], None),
         "join" => sig(&[Str, Any], None),
         "get" | "hasKey" => sig(&[MapAny, Str], None),
@@ -61,7 +62,13 @@ pub(crate) fn is_supported(name: &str) -> bool {
 }
 
 /// Calls function `name` with the unevaluated `args` and the piped `fin` value (Go's `evalCall`).
-pub(crate) fn call<'a>(ex: &mut Exec<'a, '_>, dot: &Val<'a>, name: &str, args: &[Arg], fin: Option<Val<'a>>) -> R<Val<'a>> {
+pub(crate) fn call<'a>(
+    ex: &mut Exec<'a, '_>,
+    dot: &Val<'a>,
+    name: &str,
+    args: &[Arg],
+    fin: Option<Val<'a>>,
+) -> R<Val<'a>> {
     ex.step(1)?;
     let Some(sig) = signature(name) else {
         return unsupported(format!("function {name:?}"));
@@ -69,10 +76,16 @@ pub(crate) fn call<'a>(ex: &mut Exec<'a, '_>, dot: &Val<'a>, name: &str, args: &
     let n = args.len() + usize::from(fin.is_some());
     match sig.variadic {
         Some(_) if n < sig.fixed.len() => {
-            return eval_err(format!("wrong number of args for {name}: want at least {} got {n}", sig.fixed.len()))
+            return eval_err(format!(
+                "wrong number of args for {name}: want at least {} got {n}",
+                sig.fixed.len()
+            ))
         }
         None if n != sig.fixed.len() => {
-            return eval_err(format!("wrong number of args for {name}: want {} got {n}", sig.fixed.len()))
+            return eval_err(format!(
+                "wrong number of args for {name}: want {} got {n}",
+                sig.fixed.len()
+            ))
         }
         _ => {}
     }
@@ -95,7 +108,14 @@ pub(crate) fn call<'a>(ex: &mut Exec<'a, '_>, dot: &Val<'a>, name: &str, args: &
         argv.push(ex.arg(dot, a, param(i))?);
     }
     if let Some(f) = fin {
-        argv.push(validate(if matches!(f, Val::Nil) { Val::NoValue } else { f }, param(args.len()))?);
+        argv.push(validate(
+            if matches!(f, Val::Nil) {
+                Val::NoValue
+            } else {
+                f
+            },
+            param(args.len()),
+        )?);
     }
     apply(ex, name, argv).map_err(|e| match e {
         E::Eval(m) => E::Eval(format!("error calling {name}: {m}")),
@@ -171,7 +191,11 @@ fn eq2(a: &Val<'_>, b: &Val<'_>) -> R<bool> {
         if ka == Kind::Invalid || kb == Kind::Invalid {
             return unsupported("comparing a composite value with a missing value");
         }
-        return unsupported(format!("comparing values of types {} and {}", a.type_name(), b.type_name()));
+        return unsupported(format!(
+            "comparing values of types {} and {}",
+            a.type_name(),
+            b.type_name()
+        ));
     }
     if ka != kb {
         if matches!((ka, kb), (Kind::Int, Kind::Uint) | (Kind::Uint, Kind::Int)) {
@@ -238,7 +262,12 @@ fn index1<'a>(item: Val<'a>, key: &Val<'a>) -> R<Val<'a>> {
         let k = match key {
             Val::Str(k) => k.clone(),
             Val::NoValue | Val::Nil => return eval_err("value is nil; should be of type string"),
-            other => return eval_err(format!("value has type {}; should be string", other.type_name())),
+            other => {
+                return eval_err(format!(
+                    "value has type {}; should be string",
+                    other.type_name()
+                ))
+            }
         };
         return match item.map_get(&k) {
             Some(Ok(Some(v))) => Ok(v),
@@ -253,7 +282,12 @@ fn index_arg(key: &Val<'_>, len: usize) -> R<usize> {
     let x = match key {
         Val::Int(i, _) => *i,
         Val::NoValue | Val::Nil => return eval_err("cannot index slice/array with nil"),
-        other => return eval_err(format!("cannot index slice/array with type {}", other.type_name())),
+        other => {
+            return eval_err(format!(
+                "cannot index slice/array with type {}",
+                other.type_name()
+            ))
+        }
     };
     if x < 0 || x as u64 >= len as u64 {
         return eval_err(format!("index out of range: {x}"));
@@ -316,7 +350,11 @@ fn from_json<'a>(ex: &mut Exec<'a, '_>, j: Json, depth: usize) -> R<Val<'a>> {
         Json::Bool(b) => Val::Bool(b),
         Json::Number(n) => Val::Float(n.as_f64().unwrap_or(0.0)),
         Json::String(s) => Val::Str(Rc::from(s)),
-        Json::Array(a) => Val::List(Rc::new(a.into_iter().map(|e| from_json(ex, e, depth + 1)).collect::<R<_>>()?)),
+        Json::Array(a) => Val::List(Rc::new(
+            a.into_iter()
+                .map(|e| from_json(ex, e, depth + 1))
+                .collect::<R<_>>()?,
+        )),
         Json::Object(o) => {
             let mut m = BTreeMap::new();
             for (k, e) in o {
@@ -381,7 +419,11 @@ fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R<Val<'a>> {
         }),
         "empty" => b(is_empty(&a[0])),
         "coalesce" => Ok(a.iter().find(|v| !is_empty(v)).cloned().unwrap_or(Val::Nil)),
-        "ternary" => Ok(if a[2].truth() { a[0].clone() } else { a[1].clone() }),
+        "ternary" => Ok(if a[2].truth() {
+            a[0].clone()
+        } else {
+            a[1].clone()
+        }),
         "quote" | "squote" => {
             let mut parts = Vec::new();
             for v in a.iter().filter(|v| !matches!(v, Val::Nil)) {
@@ -410,7 +452,11 @@ fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R<Val<'a>> {
         }
         "toJSON" => {
             let m = str_map(&a[0])?;
-            let j = Json::Object(m.into_iter().map(|(k, v)| (k, Json::String(v.to_string()))).collect());
+            let j = Json::Object(
+                m.into_iter()
+                    .map(|(k, v)| (k, Json::String(v.to_string())))
+                    .collect(),
+            );
             let mut out = String::new();
             print::write_json(&j, &mut out);
             new_str(ex, out)
@@ -431,7 +477,11 @@ fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R<Val<'a>> {
             let text = s(&a[1]);
             let pad_len = n.unsigned_abs() as usize;
             let lines = text.split('\n').count();
-            ex.check_size(text.len().saturating_add(pad_len.saturating_mul(lines)).saturating_add(1))?;
+            ex.check_size(
+                text.len()
+                    .saturating_add(pad_len.saturating_mul(lines))
+                    .saturating_add(1),
+            )?;
             let pad = " ".repeat(pad_len);
             let mut out = String::new();
             if name == "nindent" {
@@ -479,13 +529,29 @@ fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R<Val<'a>> {
             let cut: Vec<char> = s(&a[0]).chars().collect();
             new_str(ex, s(&a[1]).trim_matches(cut.as_slice()).to_string())
         }
-        "trimPrefix" => new_str(ex, s(&a[1]).strip_prefix(s(&a[0])).unwrap_or(s(&a[1])).to_string()),
-        "trimSuffix" => new_str(ex, s(&a[1]).strip_suffix(s(&a[0])).unwrap_or(s(&a[1])).to_string()),
+        "trimPrefix" => new_str(
+            ex,
+            s(&a[1])
+                .strip_prefix(s(&a[0]))
+                .unwrap_or(s(&a[1]))
+                .to_string(),
+        ),
+        "trimSuffix" => new_str(
+            ex,
+            s(&a[1])
+                .strip_suffix(s(&a[0]))
+                .unwrap_or(s(&a[1]))
+                .to_string(),
+        ),
         "hasPrefix" => b(s(&a[1]).starts_with(s(&a[0]))),
         "hasSuffix" => b(s(&a[1]).ends_with(s(&a[0]))),
         "replace" => {
             let (old, new, src) = (s(&a[0]), s(&a[1]), s(&a[2]));
-            let count = if old.is_empty() { src.chars().count() + 1 } else { src.matches(old).count() };
+            let count = if old.is_empty() {
+                src.chars().count() + 1
+            } else {
+                src.matches(old).count()
+            };
             ex.check_size(src.len().saturating_add(count.saturating_mul(new.len())))?;
             new_str(ex, src.replace(old, new))
         }
@@ -588,7 +654,11 @@ fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R<Val<'a>> {
         "env" => {
             // Istio reads istiod's environment; the injector is istiod's stand-in here.
             let v = std::env::var(s(&a[0])).unwrap_or_default();
-            Ok(if v.is_empty() { a[1].clone() } else { Val::Str(Rc::from(v)) })
+            Ok(if v.is_empty() {
+                a[1].clone()
+            } else {
+                Val::Str(Rc::from(v))
+            })
         }
         other => unsupported(format!("function {other:?}")),
     }

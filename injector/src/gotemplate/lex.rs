@@ -40,7 +40,9 @@ pub(crate) enum Tok {
 /// A lexical error: line and message.
 pub(crate) type LexError = (usize, String);
 
-const KEYWORDS: &[&str] = &["if", "else", "end", "range", "with", "define", "template", "block", "break", "continue"];
+const KEYWORDS: &[&str] = &[
+    "if", "else", "end", "range", "with", "define", "template", "block", "break", "continue",
+];
 
 fn is_space(c: u8) -> bool {
     matches!(c, b' ' | b'\t' | b'\r' | b'\n')
@@ -60,7 +62,13 @@ struct Lexer<'s> {
 
 /// Splits `src` into tokens.
 pub(crate) fn lex(src: &str) -> Result<Vec<Token>, LexError> {
-    let mut l = Lexer { src, pos: 0, line: 1, out: Vec::new(), paren_depth: 0 };
+    let mut l = Lexer {
+        src,
+        pos: 0,
+        line: 1,
+        out: Vec::new(),
+        paren_depth: 0,
+    };
     l.run()?;
     Ok(l.out)
 }
@@ -92,7 +100,8 @@ impl<'s> Lexer<'s> {
                 return Ok(());
             };
             let after = &rest[idx + 2..];
-            let trim_left = after.len() >= 2 && after.as_bytes()[0] == b'-' && is_space(after.as_bytes()[1]);
+            let trim_left =
+                after.len() >= 2 && after.as_bytes()[0] == b'-' && is_space(after.as_bytes()[1]);
             let mut text = &rest[..idx];
             if trim_left {
                 text = text.trim_end_matches([' ', '\t', '\r', '\n']);
@@ -130,7 +139,11 @@ impl<'s> Lexer<'s> {
     fn after_right_delim(&mut self, len: usize, trim: bool) {
         self.advance(len);
         if trim {
-            let n = self.rest().len() - self.rest().trim_start_matches([' ', '\t', '\r', '\n']).len();
+            let n = self.rest().len()
+                - self
+                    .rest()
+                    .trim_start_matches([' ', '\t', '\r', '\n'])
+                    .len();
             self.advance(n);
         }
     }
@@ -146,7 +159,10 @@ impl<'s> Lexer<'s> {
                 self.after_right_delim(len, trim);
                 Ok(())
             }
-            None => Err((self.line, "comment ends before closing delimiter".to_string())),
+            None => Err((
+                self.line,
+                "comment ends before closing delimiter".to_string(),
+            )),
         }
     }
 
@@ -219,7 +235,9 @@ impl<'s> Lexer<'s> {
                     let mut i = 1;
                     loop {
                         match b.get(i) {
-                            None | Some(b'\n') => return Err((line, "unterminated quoted string".to_string())),
+                            None | Some(b'\n') => {
+                                return Err((line, "unterminated quoted string".to_string()))
+                            }
                             Some(b'\\') => i += 2,
                             Some(b'"') => break,
                             Some(_) => i += 1,
@@ -241,7 +259,9 @@ impl<'s> Lexer<'s> {
                     let mut i = 1;
                     loop {
                         match b.get(i) {
-                            None | Some(b'\n') => return Err((line, "unterminated character constant".to_string())),
+                            None | Some(b'\n') => {
+                                return Err((line, "unterminated character constant".to_string()))
+                            }
                             Some(b'\\') => i += 2,
                             Some(b'\'') => break,
                             Some(_) => i += 1,
@@ -252,7 +272,9 @@ impl<'s> Lexer<'s> {
                     self.push(Tok::Char(s), line);
                 }
                 '$' => {
-                    let n = 1 + rest[1..].find(|c: char| !is_alnum(c)).unwrap_or(rest.len() - 1);
+                    let n = 1 + rest[1..]
+                        .find(|c: char| !is_alnum(c))
+                        .unwrap_or(rest.len() - 1);
                     let name = rest[..n].to_string();
                     self.advance(n);
                     self.check_terminator(line)?;
@@ -263,7 +285,9 @@ impl<'s> Lexer<'s> {
                     if next.is_some_and(|c| c.is_ascii_digit()) {
                         self.number(line)?;
                     } else if next.is_some_and(is_alnum) {
-                        let n = 1 + rest[1..].find(|c: char| !is_alnum(c)).unwrap_or(rest.len() - 1);
+                        let n = 1 + rest[1..]
+                            .find(|c: char| !is_alnum(c))
+                            .unwrap_or(rest.len() - 1);
                         let name = rest[1..n].to_string();
                         self.advance(n);
                         self.check_terminator(line)?;
@@ -290,7 +314,9 @@ impl<'s> Lexer<'s> {
                     self.check_terminator(line)?;
                     self.push(kind, line);
                 }
-                other => return Err((line, format!("unrecognized character in action: {other:?}"))),
+                other => {
+                    return Err((line, format!("unrecognized character in action: {other:?}")))
+                }
             }
         }
     }
@@ -353,9 +379,18 @@ impl<'s> Lexer<'s> {
             i += 1;
         }
         let text = &rest[..i];
-        if rest[i..].chars().next().is_some_and(is_alnum) || text.is_empty() || text == "+" || text == "-" {
-            let end = rest[i..].find(|c: char| !is_alnum(c)).map_or(rest.len(), |e| i + e);
-            return Err((line, format!("bad number syntax: {:?}", &rest[..end.max(1)])));
+        if rest[i..].chars().next().is_some_and(is_alnum)
+            || text.is_empty()
+            || text == "+"
+            || text == "-"
+        {
+            let end = rest[i..]
+                .find(|c: char| !is_alnum(c))
+                .map_or(rest.len(), |e| i + e);
+            return Err((
+                line,
+                format!("bad number syntax: {:?}", &rest[..end.max(1)]),
+            ));
         }
         let text = text.to_string();
         self.advance(i);
@@ -373,7 +408,9 @@ pub(crate) fn unquote(s: &str) -> Result<String, String> {
             out.push(c);
             continue;
         }
-        out.push(unescape(&mut chars, '"').ok_or_else(|| format!("invalid syntax in string \"{s}\""))?);
+        out.push(
+            unescape(&mut chars, '"').ok_or_else(|| format!("invalid syntax in string \"{s}\""))?,
+        );
     }
     Ok(out)
 }

@@ -193,7 +193,12 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_depth: 64, max_iterations: 100_000, max_output_bytes: 4 << 20, max_steps: 2_000_000 }
+        Limits {
+            max_depth: 64,
+            max_iterations: 100_000,
+            max_output_bytes: 4 << 20,
+            max_steps: 2_000_000,
+        }
     }
 }
 
@@ -211,7 +216,11 @@ impl Template {
     pub fn parse(name: &str, text: &str) -> Result<Template, ParseError> {
         let root = parse::parse(name, text)?;
         let is_static = root.iter().all(|n| matches!(n, parse::Node::Text(_)));
-        Ok(Template { name: name.to_string(), root, is_static })
+        Ok(Template {
+            name: name.to_string(),
+            root,
+            is_static,
+        })
     }
 
     /// The template's name.

@@ -11,10 +11,28 @@ use super::{funcs, ParseError, MAX_PARSE_DEPTH};
 #[derive(Debug, Clone)]
 pub(crate) enum Node {
     Text(String),
-    Action { line: usize, pipe: Pipe },
-    If { line: usize, pipe: Pipe, then: Vec<Node>, els: Vec<Node> },
-    With { line: usize, pipe: Pipe, then: Vec<Node>, els: Vec<Node> },
-    Range { line: usize, pipe: Pipe, body: Vec<Node>, els: Vec<Node> },
+    Action {
+        line: usize,
+        pipe: Pipe,
+    },
+    If {
+        line: usize,
+        pipe: Pipe,
+        then: Vec<Node>,
+        els: Vec<Node>,
+    },
+    With {
+        line: usize,
+        pipe: Pipe,
+        then: Vec<Node>,
+        els: Vec<Node>,
+    },
+    Range {
+        line: usize,
+        pipe: Pipe,
+        body: Vec<Node>,
+        els: Vec<Node>,
+    },
     Break,
     Continue,
 }
@@ -67,18 +85,25 @@ pub(crate) fn parse(name: &str, text: &str) -> Result<Vec<Node>, ParseError> {
         line,
         message,
     })?;
-    let mut p = Parser { name, toks, pos: 0, vars: vec!["$".to_string()], depth: 0, range_depth: 0 };
+    let mut p = Parser {
+        name,
+        toks,
+        pos: 0,
+        vars: vec!["$".to_string()],
+        depth: 0,
+        range_depth: 0,
+    };
     let (nodes, end) = p.list()?;
     match end {
-        End::Eof => Ok(nodes),
-        End::End(line) => Err(p.syntax(line, "unexpected {{end}}")),
-        End::Else(line, _) => Err(p.syntax(line, "unexpected {{else}}")),
+        ListEnd::Eof => Ok(nodes),
+        ListEnd::Close(line) => Err(p.syntax(line, "unexpected {{end}}")),
+        ListEnd::Else(line, _) => Err(p.syntax(line, "unexpected {{else}}")),
     }
 }
 
-enum End {
+enum ListEnd {
     Eof,
-    End(usize),
+    Close(usize),
     /// `{{else}}`, or `{{else if …}}` / `{{else with …}}` (the keyword, its pipeline still unread).
     Else(usize, Option<&'static str>),
 }
@@ -94,11 +119,18 @@ struct Parser<'n> {
 
 impl Parser<'_> {
     fn syntax(&self, line: usize, message: impl Into<String>) -> ParseError {
-        ParseError::Syntax { template: self.name.to_string(), line, message: message.into() }
+        ParseError::Syntax {
+            template: self.name.to_string(),
+            line,
+            message: message.into(),
+        }
     }
 
     fn line(&self) -> usize {
-        self.toks.get(self.pos).or(self.toks.last()).map_or(1, |t| t.line)
+        self.toks
+            .get(self.pos)
+            .or(self.toks.last())
+            .map_or(1, |t| t.line)
     }
 
     fn peek(&self) -> Option<&Tok> {
@@ -139,17 +171,21 @@ impl Parser<'_> {
     fn enter(&mut self, line: usize) -> Result<(), ParseError> {
         self.depth += 1;
         if self.depth > MAX_PARSE_DEPTH {
-            return Err(ParseError::TooDeep { template: self.name.to_string(), line, limit: MAX_PARSE_DEPTH });
+            return Err(ParseError::TooDeep {
+                template: self.name.to_string(),
+                line,
+                limit: MAX_PARSE_DEPTH,
+            });
         }
         Ok(())
     }
 
     /// Parses nodes up to `{{end}}`, `{{else}}` or the end of the text.
-    fn list(&mut self) -> Result<(Vec<Node>, End), ParseError> {
+    fn list(&mut self) -> Result<(Vec<Node>, ListEnd), ParseError> {
         let mut nodes = Vec::new();
         loop {
             match self.next() {
-                None => return Ok((nodes, End::Eof)),
+                None => return Ok((nodes, ListEnd::Eof)),
                 Some(Tok::Text(t)) => nodes.push(Node::Text(t)),
                 Some(Tok::LeftDelim) => {
                     let line = self.line();
@@ -159,7 +195,7 @@ impl Parser<'_> {
                             match k {
                                 "end" => {
                                     self.expect_right_delim("end")?;
-                                    return Ok((nodes, End::End(line)));
+                                    return Ok((nodes, ListEnd::Close(line)));
                                 }
                                 "else" => {
                                     let kw = match self.peek_non_space() {
@@ -171,15 +207,22 @@ impl Parser<'_> {
                                     } else {
                                         self.expect_right_delim("else")?;
                                     }
-                                    return Ok((nodes, End::Else(line, kw)));
+                                    return Ok((nodes, ListEnd::Else(line, kw)));
                                 }
                                 "if" | "with" | "range" => nodes.push(self.control(k, line)?),
                                 "break" | "continue" => {
                                     if self.range_depth == 0 {
-                                        return Err(self.syntax(line, format!("{{{{{k}}}}} outside {{{{range}}}}")));
+                                        return Err(self.syntax(
+                                            line,
+                                            format!("{{{{{k}}}}} outside {{{{range}}}}"),
+                                        ));
                                     }
                                     self.expect_right_delim(k)?;
-                                    nodes.push(if k == "break" { Node::Break } else { Node::Continue });
+                                    nodes.push(if k == "break" {
+                                        Node::Break
+                                    } else {
+                                        Node::Continue
+                                    });
                                 }
                                 other => {
                                     return Err(ParseError::UnsupportedAction {
@@ -196,7 +239,12 @@ impl Parser<'_> {
                         }
                     }
                 }
-                Some(other) => return Err(self.syntax(self.line(), format!("unexpected {}", describe(Some(&other))))),
+                Some(other) => {
+                    return Err(self.syntax(
+                        self.line(),
+                        format!("unexpected {}", describe(Some(&other))),
+                    ))
+                }
             }
         }
     }
@@ -214,19 +262,29 @@ impl Parser<'_> {
             self.range_depth -= 1;
         }
         let els = match end {
-            End::Eof => return Err(self.syntax(self.line(), format!("unexpected EOF in {kind}"))),
-            End::End(_) => Vec::new(),
-            End::Else(eline, None) => {
+            ListEnd::Eof => {
+                return Err(self.syntax(self.line(), format!("unexpected EOF in {kind}")))
+            }
+            ListEnd::Close(_) => Vec::new(),
+            ListEnd::Else(eline, None) => {
                 let (els, end) = self.list()?;
                 match end {
-                    End::End(_) => els,
-                    End::Else(l, _) => return Err(self.syntax(l, format!("expected end; found {{{{else}}}} in {kind}"))),
-                    End::Eof => return Err(self.syntax(eline, format!("unexpected EOF in {kind}"))),
+                    ListEnd::Close(_) => els,
+                    ListEnd::Else(l, _) => {
+                        return Err(
+                            self.syntax(l, format!("expected end; found {{{{else}}}} in {kind}"))
+                        )
+                    }
+                    ListEnd::Eof => {
+                        return Err(self.syntax(eline, format!("unexpected EOF in {kind}")))
+                    }
                 }
             }
-            End::Else(eline, Some(k)) => {
+            ListEnd::Else(eline, Some(k)) => {
                 if kind == "range" || k != kind {
-                    return Err(self.syntax(eline, format!("unexpected {{{{else {k}}}}} in {kind}")));
+                    return Err(
+                        self.syntax(eline, format!("unexpected {{{{else {k}}}}} in {kind}"))
+                    );
                 }
                 // `{{else if p}}…{{end}}` is `{{else}}{{if p}}…{{end}}{{end}}` sharing the last end.
                 vec![self.control(k, eline)?]
@@ -235,9 +293,24 @@ impl Parser<'_> {
         self.vars.truncate(saved_vars);
         self.depth -= 1;
         Ok(match kind {
-            "if" => Node::If { line, pipe, then, els },
-            "with" => Node::With { line, pipe, then, els },
-            _ => Node::Range { line, pipe, body: then, els },
+            "if" => Node::If {
+                line,
+                pipe,
+                then,
+                els,
+            },
+            "with" => Node::With {
+                line,
+                pipe,
+                then,
+                els,
+            },
+            _ => Node::Range {
+                line,
+                pipe,
+                body: then,
+                els,
+            },
         })
     }
 
@@ -246,9 +319,19 @@ impl Parser<'_> {
         self.pipeline_to(context, is_range, false)
     }
 
-    fn pipeline_to(&mut self, context: &str, is_range: bool, paren: bool) -> Result<Pipe, ParseError> {
+    fn pipeline_to(
+        &mut self,
+        context: &str,
+        is_range: bool,
+        paren: bool,
+    ) -> Result<Pipe, ParseError> {
         let line = self.line();
-        let mut pipe = Pipe { line, decl: Vec::new(), assign: false, cmds: Vec::new() };
+        let mut pipe = Pipe {
+            line,
+            decl: Vec::new(),
+            assign: false,
+            cmds: Vec::new(),
+        };
         self.declarations(&mut pipe, context, is_range)?;
         loop {
             match self.peek_non_space() {
@@ -262,7 +345,9 @@ impl Parser<'_> {
                 }
                 Some(Tok::RightDelim) | Some(Tok::RParen) | None => {
                     let found = describe(self.peek());
-                    return Err(self.syntax(self.line(), format!("unexpected {found} in {context}")));
+                    return Err(
+                        self.syntax(self.line(), format!("unexpected {found} in {context}"))
+                    );
                 }
                 _ => {
                     let cmd = self.command()?;
@@ -280,12 +365,18 @@ impl Parser<'_> {
                 }
                 Some(Arg::Func(_)) => {}
                 Some(_) if i > 0 => {
-                    return Err(self.syntax(line, format!("non executable command in pipeline stage {}", i + 1)));
+                    return Err(self.syntax(
+                        line,
+                        format!("non executable command in pipeline stage {}", i + 1),
+                    ));
                 }
                 Some(first) if c.args.len() > 1 => {
                     let what = match first {
                         Arg::Field(f) | Arg::Var(_, f) | Arg::Chain(_, f) if !f.is_empty() => {
-                            format!("arguments to field or method .{} are not supported", f.join("."))
+                            format!(
+                                "arguments to field or method .{} are not supported",
+                                f.join(".")
+                            )
                         }
                         _ => "can't give argument to non-function".to_string(),
                     };
@@ -297,7 +388,12 @@ impl Parser<'_> {
         Ok(pipe)
     }
 
-    fn declarations(&mut self, pipe: &mut Pipe, context: &str, is_range: bool) -> Result<(), ParseError> {
+    fn declarations(
+        &mut self,
+        pipe: &mut Pipe,
+        context: &str,
+        is_range: bool,
+    ) -> Result<(), ParseError> {
         let start = self.pos;
         let Some(Tok::Variable(v)) = self.peek_non_space().cloned() else {
             return Ok(());
@@ -325,17 +421,25 @@ impl Parser<'_> {
                         self.pos += 1;
                         for name in [&v, &v2] {
                             if assign && !self.vars.contains(name) {
-                                return Err(self.syntax(pipe.line, format!("undefined variable {name:?}")));
+                                return Err(
+                                    self.syntax(pipe.line, format!("undefined variable {name:?}"))
+                                );
                             }
                         }
                         pipe.assign = assign;
                         pipe.decl.push(v);
                         pipe.decl.push(v2);
                     }
-                    _ => return Err(self.syntax(pipe.line, format!("too many declarations in {context}"))),
+                    _ => {
+                        return Err(
+                            self.syntax(pipe.line, format!("too many declarations in {context}"))
+                        )
+                    }
                 }
             }
-            Some(Tok::Comma) => return Err(self.syntax(pipe.line, format!("too many declarations in {context}"))),
+            Some(Tok::Comma) => {
+                return Err(self.syntax(pipe.line, format!("too many declarations in {context}")))
+            }
             _ => {
                 self.pos = start;
                 return Ok(());
@@ -411,7 +515,9 @@ impl Parser<'_> {
                 f.extend(chain);
                 Arg::Chain(p, f)
             }
-            Arg::Func(name) => return Err(self.syntax(line, format!("unexpected . after term {name:?}"))),
+            Arg::Func(name) => {
+                return Err(self.syntax(line, format!("unexpected . after term {name:?}")))
+            }
             _ => return Err(self.syntax(line, "unexpected . after term")),
         }))
     }
@@ -443,7 +549,11 @@ impl Parser<'_> {
             Tok::Field(f) => Arg::Field(vec![f]),
             Tok::Bool(b) => Arg::Bool(b),
             Tok::Str(s) => Arg::Str(Rc::from(s.as_str())),
-            Tok::Char(c) => Arg::Num(Num { int: Some(i64::from(u32::from(c))), float: Some(f64::from(u32::from(c))), float_text: false }),
+            Tok::Char(c) => Arg::Num(Num {
+                int: Some(i64::from(u32::from(c))),
+                float: Some(f64::from(u32::from(c))),
+                float_text: false,
+            }),
             Tok::Number(text) => Arg::Num(parse_number(&text).map_err(|m| self.syntax(line, m))?),
             Tok::LParen => {
                 self.pos += 1;
@@ -493,7 +603,10 @@ pub(crate) fn parse_number(text: &str) -> Result<Num, String> {
         (8, d)
     } else if let Some(d) = lower.strip_prefix("0b") {
         (2, d)
-    } else if lower.len() > 1 && lower.starts_with('0') && lower.bytes().all(|b| b.is_ascii_digit() || b == b'_') {
+    } else if lower.len() > 1
+        && lower.starts_with('0')
+        && lower.bytes().all(|b| b.is_ascii_digit() || b == b'_')
+    {
         (8, &lower[1..])
     } else {
         (10, lower.as_str())
@@ -512,7 +625,11 @@ pub(crate) fn parse_number(text: &str) -> Result<Num, String> {
             i64::try_from(u).ok()
         };
         let mag = u as f64;
-        return Ok(Num { int, float: Some(if neg { -mag } else { mag }), float_text: false });
+        return Ok(Num {
+            int,
+            float: Some(if neg { -mag } else { mag }),
+            float_text: false,
+        });
     }
     if radix != 10 {
         return Err(bad());
@@ -522,6 +639,14 @@ pub(crate) fn parse_number(text: &str) -> Result<Num, String> {
         return Err(bad());
     }
     let f = if neg { -f } else { f };
-    let int = if f.fract() == 0.0 && f.abs() < 9.2e18 { Some(f as i64) } else { None };
-    Ok(Num { int, float: Some(f), float_text: true })
+    let int = if f.fract() == 0.0 && f.abs() < 9.2e18 {
+        Some(f as i64)
+    } else {
+        None
+    };
+    Ok(Num {
+        int,
+        float: Some(f),
+        float_text: true,
+    })
 }

@@ -34,7 +34,10 @@ pub(crate) struct Spec {
 
 impl Spec {
     pub fn plain(verb: char) -> Spec {
-        Spec { verb, ..Spec::default() }
+        Spec {
+            verb,
+            ..Spec::default()
+        }
     }
 }
 
@@ -50,11 +53,12 @@ fn pad(spec: &Spec, s: &str, numeric: bool, out: &mut String) {
         out.push_str(s);
         out.extend(std::iter::repeat_n(' ', fill));
     } else if spec.zero {
-        let (sign, rest) = if numeric && (s.starts_with('-') || s.starts_with('+') || s.starts_with(' ')) {
-            s.split_at(1)
-        } else {
-            ("", s)
-        };
+        let (sign, rest) =
+            if numeric && (s.starts_with('-') || s.starts_with('+') || s.starts_with(' ')) {
+                s.split_at(1)
+            } else {
+                ("", s)
+            };
         out.push_str(sign);
         out.extend(std::iter::repeat_n('0', fill));
         out.push_str(rest);
@@ -64,7 +68,13 @@ fn pad(spec: &Spec, s: &str, numeric: bool, out: &mut String) {
     }
 }
 
-fn bad_verb<'a>(ex: &mut Exec<'a, '_>, spec: &Spec, v: &Val<'a>, out: &mut String, depth: usize) -> R<()> {
+fn bad_verb<'a>(
+    ex: &mut Exec<'a, '_>,
+    spec: &Spec,
+    v: &Val<'a>,
+    out: &mut String,
+    depth: usize,
+) -> R<()> {
     out.push_str("%!");
     out.push(spec.verb);
     out.push('(');
@@ -81,7 +91,13 @@ fn bad_verb<'a>(ex: &mut Exec<'a, '_>, spec: &Spec, v: &Val<'a>, out: &mut Strin
 }
 
 /// Formats one operand with a verb, as Go's `fmt` `printArg`/`printValue` do.
-pub(crate) fn fmt_value<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, spec: &Spec, out: &mut String, depth: usize) -> R<()> {
+pub(crate) fn fmt_value<'a>(
+    ex: &mut Exec<'a, '_>,
+    v: &Val<'a>,
+    spec: &Spec,
+    out: &mut String,
+    depth: usize,
+) -> R<()> {
     if depth >= ex.depth_left() {
         return Err(E::Limit("depth", ex.limits.max_depth));
     }
@@ -104,7 +120,10 @@ pub(crate) fn fmt_value<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, spec: &Spec, out
         Val::Int(i, k) => fmt_int(ex, *i, *k, spec, v, out, depth)?,
         Val::Enum(i, e) => match spec.verb {
             'v' | 's' => {
-                let name = e.names.get(*i as usize).map_or_else(|| i.to_string(), |n| (*n).to_string());
+                let name = e
+                    .names
+                    .get(*i as usize)
+                    .map_or_else(|| i.to_string(), |n| (*n).to_string());
                 pad(spec, &name, false, out)
             }
             _ => fmt_int(ex, *i, IntK::Int32, spec, v, out, depth)?,
@@ -113,7 +132,11 @@ pub(crate) fn fmt_value<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, spec: &Spec, out
             'v' | 'g' | 'G' | 'e' | 'E' | 'f' | 'F' => {
                 let verb = if spec.verb == 'v' { 'g' } else { spec.verb };
                 // Go's %e and %f default to precision 6; %g and %v to the shortest form.
-                let prec = if matches!(verb, 'e' | 'E' | 'f' | 'F') { spec.prec.or(Some(6)) } else { spec.prec };
+                let prec = if matches!(verb, 'e' | 'E' | 'f' | 'F') {
+                    spec.prec.or(Some(6))
+                } else {
+                    spec.prec
+                };
                 let mut s = format_float(*f, verb, prec, spec.sharp)?;
                 if !s.starts_with('-') && !s.starts_with('+') {
                     if spec.plus {
@@ -128,17 +151,28 @@ pub(crate) fn fmt_value<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, spec: &Spec, out
             _ => bad_verb(ex, spec, v, out, depth)?,
         },
         Val::Str(s) => fmt_str(spec, s, v, ex, out, depth)?,
-        Val::List(_) | Val::Dict(_) | Val::StrDict(_) | Val::Data(..) => fmt_composite(ex, v, spec, out, depth)?,
+        Val::List(_) | Val::Dict(_) | Val::StrDict(_) | Val::Data(..) => {
+            fmt_composite(ex, v, spec, out, depth)?
+        }
     }
     Ok(())
 }
 
-fn fmt_str<'a>(spec: &Spec, s: &str, v: &Val<'a>, ex: &mut Exec<'a, '_>, out: &mut String, depth: usize) -> R<()> {
+fn fmt_str<'a>(
+    spec: &Spec,
+    s: &str,
+    v: &Val<'a>,
+    ex: &mut Exec<'a, '_>,
+    out: &mut String,
+    depth: usize,
+) -> R<()> {
     let s: &str = match spec.prec {
-        Some(p) if matches!(spec.verb, 'v' | 's' | 'q' | 'x' | 'X') => match s.char_indices().nth(p) {
-            Some((i, _)) => &s[..i],
-            None => s,
-        },
+        Some(p) if matches!(spec.verb, 'v' | 's' | 'q' | 'x' | 'X') => {
+            match s.char_indices().nth(p) {
+                Some((i, _)) => &s[..i],
+                None => s,
+            }
+        }
         _ => s,
     };
     match spec.verb {
@@ -155,7 +189,11 @@ fn fmt_str<'a>(spec: &Spec, s: &str, v: &Val<'a>, ex: &mut Exec<'a, '_>, out: &m
             }
             let mut h = String::with_capacity(s.len() * 2);
             for b in s.bytes() {
-                let _ = if spec.verb == 'x' { write!(h, "{b:02x}") } else { write!(h, "{b:02X}") };
+                let _ = if spec.verb == 'x' {
+                    write!(h, "{b:02x}")
+                } else {
+                    write!(h, "{b:02X}")
+                };
             }
             pad(spec, &h, false, out)
         }
@@ -164,7 +202,15 @@ fn fmt_str<'a>(spec: &Spec, s: &str, v: &Val<'a>, ex: &mut Exec<'a, '_>, out: &m
     Ok(())
 }
 
-fn fmt_int<'a>(ex: &mut Exec<'a, '_>, i: i64, k: IntK, spec: &Spec, v: &Val<'a>, out: &mut String, depth: usize) -> R<()> {
+fn fmt_int<'a>(
+    ex: &mut Exec<'a, '_>,
+    i: i64,
+    k: IntK,
+    spec: &Spec,
+    v: &Val<'a>,
+    out: &mut String,
+    depth: usize,
+) -> R<()> {
     let mag = i.unsigned_abs();
     let mut digits = match spec.verb {
         'v' | 'd' => mag.to_string(),
@@ -173,12 +219,18 @@ fn fmt_int<'a>(ex: &mut Exec<'a, '_>, i: i64, k: IntK, spec: &Spec, v: &Val<'a>,
         'o' | 'O' => format!("{mag:o}"),
         'b' => format!("{mag:b}"),
         'c' => {
-            let c = u32::try_from(i).ok().and_then(char::from_u32).unwrap_or('\u{FFFD}');
+            let c = u32::try_from(i)
+                .ok()
+                .and_then(char::from_u32)
+                .unwrap_or('\u{FFFD}');
             pad(spec, &c.to_string(), false, out);
             return Ok(());
         }
         'q' => {
-            let c = u32::try_from(i).ok().and_then(char::from_u32).unwrap_or('\u{FFFD}');
+            let c = u32::try_from(i)
+                .ok()
+                .and_then(char::from_u32)
+                .unwrap_or('\u{FFFD}');
             let q = match c {
                 '\'' => "'\\''".to_string(),
                 '"' => "'\"'".to_string(),
@@ -221,23 +273,44 @@ fn fmt_int<'a>(ex: &mut Exec<'a, '_>, i: i64, k: IntK, spec: &Spec, v: &Val<'a>,
         digits.insert(0, ' ');
     }
     // Go ignores the zero flag when a precision is given for integers.
-    let spec = if spec.prec.is_some() { Spec { zero: false, ..*spec } } else { *spec };
+    let spec = if spec.prec.is_some() {
+        Spec {
+            zero: false,
+            ..*spec
+        }
+    } else {
+        *spec
+    };
     pad(&spec, &digits, true, out);
     Ok(())
 }
 
-fn fmt_composite<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, spec: &Spec, out: &mut String, depth: usize) -> R<()> {
+fn fmt_composite<'a>(
+    ex: &mut Exec<'a, '_>,
+    v: &Val<'a>,
+    spec: &Spec,
+    out: &mut String,
+    depth: usize,
+) -> R<()> {
     if let Val::Data(j, ty) = v {
         match ty {
             Ty::Ptr(inner) | Ty::Wrapper(inner, _) => {
                 if j.is_null() {
                     return fmt_value(ex, &Val::Nil, spec, out, depth);
                 }
-                if depth == 0 && spec.verb == 'v' && matches!(ty, Ty::Ptr(_)) && matches!(inner, Ty::Str | Ty::Int(_) | Ty::Bool) {
+                if depth == 0
+                    && spec.verb == 'v'
+                    && matches!(ty, Ty::Ptr(_))
+                    && matches!(inner, Ty::Str | Ty::Int(_) | Ty::Bool)
+                {
                     let inner_v = Val::typed(Some(j), inner).map_err(E::Unsupported)?;
                     return fmt_value(ex, &inner_v, spec, out, depth);
                 }
-                return unsupported(format!("printing a value of type {} with %{}", v.type_name(), spec.verb));
+                return unsupported(format!(
+                    "printing a value of type {} with %{}",
+                    v.type_name(),
+                    spec.verb
+                ));
             }
             Ty::Struct(s) => {
                 return unsupported(format!(
@@ -312,15 +385,20 @@ pub(crate) fn sprintf<'a>(ex: &mut Exec<'a, '_>, format: &str, args: &[Val<'a>])
         }
         let mut bad_width = false;
         let mut bad_prec = false;
-        let read_num = |chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>| -> Option<usize> {
-            let mut n: Option<usize> = None;
-            while let Some(&(_, d)) = chars.peek() {
-                let Some(dv) = d.to_digit(10) else { break };
-                n = Some(n.unwrap_or(0).saturating_mul(10).saturating_add(dv as usize));
-                chars.next();
-            }
-            n
-        };
+        let read_num =
+            |chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>| -> Option<usize> {
+                let mut n: Option<usize> = None;
+                while let Some(&(_, d)) = chars.peek() {
+                    let Some(dv) = d.to_digit(10) else { break };
+                    n = Some(
+                        n.unwrap_or(0)
+                            .saturating_mul(10)
+                            .saturating_add(dv as usize),
+                    );
+                    chars.next();
+                }
+                n
+            };
         if matches!(chars.peek(), Some((_, '*' | '['))) {
             return unsupported("printf argument indexes and * widths");
         }
@@ -444,7 +522,11 @@ pub(crate) fn format_float(f: f64, verb: char, prec: Option<usize>, sharp: bool)
         return Ok("NaN".into());
     }
     if f.is_infinite() {
-        return Ok(if f > 0.0 { "+Inf".into() } else { "-Inf".into() });
+        return Ok(if f > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        });
     }
     if sharp {
         return unsupported("the # flag with float verbs");
@@ -480,7 +562,11 @@ pub(crate) fn format_float(f: f64, verb: char, prec: Option<usize>, sharp: bool)
                 Some(p) => p,
                 None => 0,
             };
-            let (_, d, dp) = if shortest { digits(f, None) } else { digits(f, Some(p)) };
+            let (_, d, dp) = if shortest {
+                digits(f, None)
+            } else {
+                digits(f, Some(p))
+            };
             let nd = d.len() as i32;
             let mut eprec = if shortest { 6 } else { p as i32 };
             if !shortest && eprec > nd && nd >= dp {
@@ -522,7 +608,11 @@ fn fmt_f(out: &mut String, d: &[u8], dp: i32, frac: usize) {
         out.push('.');
         for i in 0..frac as i32 {
             let idx = dp + i;
-            let c = if idx < 0 { b'0' } else { *d.get(idx as usize).unwrap_or(&b'0') };
+            let c = if idx < 0 {
+                b'0'
+            } else {
+                *d.get(idx as usize).unwrap_or(&b'0')
+            };
             out.push(c as char);
         }
     }
@@ -579,7 +669,12 @@ pub(crate) fn to_json<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, depth: usize) -> R
         Val::Int(i, _) | Val::Enum(i, _) => Json::from(*i),
         Val::Float(f) => match Number::from_f64(*f) {
             Some(n) => Json::Number(n),
-            None => return Err(E::Eval(format!("json: unsupported value: {}", format_float(*f, 'g', None, false)?))),
+            None => {
+                return Err(E::Eval(format!(
+                    "json: unsupported value: {}",
+                    format_float(*f, 'g', None, false)?
+                )))
+            }
         },
         Val::Str(s) => Json::String(s.to_string()),
         Val::List(l) => {
@@ -600,20 +695,28 @@ pub(crate) fn to_json<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, depth: usize) -> R
         }
         Val::StrDict(d) => {
             ex.step(d.len())?;
-            Json::Object(d.iter().map(|(k, e)| (k.clone(), Json::String(e.to_string()))).collect())
+            Json::Object(
+                d.iter()
+                    .map(|(k, e)| (k.clone(), Json::String(e.to_string())))
+                    .collect(),
+            )
         }
         Val::Data(j, ty) => match ty {
             Ty::MapAny | Ty::Any => any_json(ex, j, depth)?,
-            Ty::Slice(elem, _) if matches!(elem, Ty::Any) => any_json(ex, j, depth)?,
+            Ty::Slice(Ty::Any, _) => any_json(ex, j, depth)?,
             Ty::Ptr(Ty::Struct(s)) | Ty::Struct(s) if s.proto => {
-                return unsupported(format!("JSON of the proto message {} (Go's encoding differs from proto JSON)", s.go))
+                return unsupported(format!(
+                    "JSON of the proto message {} (Go's encoding differs from proto JSON)",
+                    s.go
+                ))
             }
             Ty::Wrapper(_, n) => return unsupported(format!("JSON of the proto message {n}")),
             Ty::Opaque(n) if n.contains("pb.") || n.starts_with("v1alpha1.") => {
                 return unsupported(format!("JSON of the proto message {n}"))
             }
             _ => {
-                let size = json_size(j, ex.depth_left().saturating_sub(depth)).ok_or(E::Limit("depth", ex.limits.max_depth))?;
+                let size = json_size(j, ex.depth_left().saturating_sub(depth))
+                    .ok_or(E::Limit("depth", ex.limits.max_depth))?;
                 ex.step(size)?;
                 (*j).clone()
             }
@@ -628,8 +731,15 @@ fn any_json(ex: &mut Exec<'_, '_>, j: &Json, depth: usize) -> R<Json> {
     }
     ex.step(1)?;
     Ok(match j {
-        Json::Number(n) => n.as_f64().and_then(Number::from_f64).map_or(Json::Null, Json::Number),
-        Json::Array(a) => Json::Array(a.iter().map(|e| any_json(ex, e, depth + 1)).collect::<R<_>>()?),
+        Json::Number(n) => n
+            .as_f64()
+            .and_then(Number::from_f64)
+            .map_or(Json::Null, Json::Number),
+        Json::Array(a) => Json::Array(
+            a.iter()
+                .map(|e| any_json(ex, e, depth + 1))
+                .collect::<R<_>>()?,
+        ),
         Json::Object(o) => {
             let mut m = Map::new();
             for (k, e) in o {
@@ -647,8 +757,12 @@ fn json_size(j: &Json, left: usize) -> Option<usize> {
         return None;
     }
     match j {
-        Json::Array(a) => a.iter().try_fold(1usize, |n, e| Some(n + json_size(e, left - 1)?)),
-        Json::Object(o) => o.values().try_fold(1usize, |n, e| Some(n + json_size(e, left - 1)?)),
+        Json::Array(a) => a
+            .iter()
+            .try_fold(1usize, |n, e| Some(n + json_size(e, left - 1)?)),
+        Json::Object(o) => o
+            .values()
+            .try_fold(1usize, |n, e| Some(n + json_size(e, left - 1)?)),
         _ => Some(1),
     }
 }
@@ -679,9 +793,7 @@ fn json_number(n: &Number, out: &mut String) {
             out.push_str(&s);
         } else {
             let (neg, d, dp) = digits(f, None);
-            if neg && f != 0.0 {
-                out.push('-');
-            } else if neg {
+            if neg {
                 out.push('-');
             }
             fmt_f(out, &d, dp, (d.len() as i32 - dp).max(0) as usize);
@@ -803,7 +915,9 @@ fn yaml_seq(a: &[Json], indent: usize, first_inline: bool, out: &mut String) {
         match v {
             Json::Object(m) if !m.is_empty() => yaml_map(m, indent + 2, true, out),
             Json::Array(s) if !s.is_empty() => yaml_seq(s, indent + 2, true, out),
-            Json::String(s) if s.contains('\n') && literal_ok(s) => yaml_literal(s, indent + 2, out),
+            Json::String(s) if s.contains('\n') && literal_ok(s) => {
+                yaml_literal(s, indent + 2, out)
+            }
             other => {
                 yaml_scalar(other, out);
                 out.push('\n');
@@ -849,7 +963,11 @@ fn yaml_scalar(j: &Json, out: &mut String) {
             } else {
                 let f = n.as_f64().unwrap_or(0.0);
                 if f.fract() == 0.0 && f.abs() < 1e21 {
-                    let _ = write!(out, "{}", f.abs() as u128 as i128 * if f < 0.0 { -1 } else { 1 });
+                    let _ = write!(
+                        out,
+                        "{}",
+                        f.abs() as u128 as i128 * if f < 0.0 { -1 } else { 1 }
+                    );
                 } else {
                     out.push_str(&format_float(f, 'g', None, false).unwrap_or_default());
                 }
@@ -861,7 +979,17 @@ fn yaml_scalar(j: &Json, out: &mut String) {
     }
 }
 
-const YAML11_WORDS: &[&str] = &["y", "n", "yes", "no", "true", "false", "on", "off", "null", "~", "<<", "="];
+const YAML11_WORDS: &[&str] = &[
+    "y", "n", "yes", "no", "true", "false", "on", "off", "null", "~", "<<", "=", ".inf", "-.inf",
+    "+.inf", ".nan",
+];
+
+/// Could YAML 1.1 read the text as a number or a timestamp (ints in any base, floats, sexagesimals, dates)?
+fn numberish(s: &str) -> bool {
+    s.bytes().any(|b| b.is_ascii_digit())
+        && s.bytes()
+            .all(|b| b.is_ascii_hexdigit() || b"+-._:xXoOtTzZ ".contains(&b))
+}
 
 fn plain_ok(s: &str) -> bool {
     let Some(first) = s.chars().next() else {
@@ -870,7 +998,7 @@ fn plain_ok(s: &str) -> bool {
     if s.starts_with([' ', '\t']) || s.ends_with([' ', '\t', ':']) {
         return false;
     }
-    if "-?:,[]{}#&*!|>'\"%@`.+0123456789".contains(first) {
+    if "-?:,[]{}#&*!|>'\"%@`".contains(first) || numberish(s) {
         return false;
     }
     if YAML11_WORDS.contains(&s.to_ascii_lowercase().as_str()) {
@@ -879,7 +1007,9 @@ fn plain_ok(s: &str) -> bool {
     if s.contains(": ") || s.contains(" #") || s.contains(['\n', '\r']) {
         return false;
     }
-    !s.chars().any(|c| c.is_control() || !is_go_printable(c) || matches!(c, '\u{85}' | '\u{2028}' | '\u{2029}'))
+    !s.chars().any(|c| {
+        c.is_control() || !is_go_printable(c) || matches!(c, '\u{85}' | '\u{2028}' | '\u{2029}')
+    })
 }
 
 fn yaml_str(s: &str, out: &mut String) {

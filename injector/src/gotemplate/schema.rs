@@ -156,7 +156,11 @@ pub(crate) static OBJECT_META_STRUCT: StructTy = StructTy {
         f("DeletionTimestamp", "deletionTimestamp", &OBJ_TIME),
         f("Labels", "labels", &MAP_STR),
         f("Annotations", "annotations", &MAP_STR),
-        f("OwnerReferences", "ownerReferences", &Ty::Slice(&OWNER_REF, "[]v1.OwnerReference")),
+        f(
+            "OwnerReferences",
+            "ownerReferences",
+            &Ty::Slice(&OWNER_REF, "[]v1.OwnerReference"),
+        ),
         f("Finalizers", "finalizers", &SLICE_STR),
     ],
 };
@@ -179,7 +183,11 @@ static ENV_VAR: Ty = Ty::Struct(&StructTy {
     go: "v1.EnvVar",
     proto: false,
     complete: true,
-    fields: &[f("Name", "name", &STR), f("Value", "value", &STR), f("ValueFrom", "valueFrom", &ENV_SOURCE)],
+    fields: &[
+        f("Name", "name", &STR),
+        f("Value", "value", &STR),
+        f("ValueFrom", "valueFrom", &ENV_SOURCE),
+    ],
 });
 
 static VOLUME_MOUNT: Ty = Ty::Struct(&StructTy {
@@ -201,7 +209,10 @@ static RESOURCES: Ty = Ty::Struct(&StructTy {
     go: "v1.ResourceRequirements",
     proto: false,
     complete: false,
-    fields: &[f("Limits", "limits", &QUANTITIES), f("Requests", "requests", &QUANTITIES)],
+    fields: &[
+        f("Limits", "limits", &QUANTITIES),
+        f("Requests", "requests", &QUANTITIES),
+    ],
 });
 
 static SECURITY_CONTEXT: Ty = Ty::Ptr(&Ty::Struct(&StructTy {
@@ -214,8 +225,16 @@ static SECURITY_CONTEXT: Ty = Ty::Ptr(&Ty::Struct(&StructTy {
         f("RunAsUser", "runAsUser", &PTR_INT64),
         f("RunAsGroup", "runAsGroup", &PTR_INT64),
         f("RunAsNonRoot", "runAsNonRoot", &PTR_BOOL),
-        f("ReadOnlyRootFilesystem", "readOnlyRootFilesystem", &PTR_BOOL),
-        f("AllowPrivilegeEscalation", "allowPrivilegeEscalation", &PTR_BOOL),
+        f(
+            "ReadOnlyRootFilesystem",
+            "readOnlyRootFilesystem",
+            &PTR_BOOL,
+        ),
+        f(
+            "AllowPrivilegeEscalation",
+            "allowPrivilegeEscalation",
+            &PTR_BOOL,
+        ),
     ],
 }));
 
@@ -242,12 +261,20 @@ static CONTAINER: Ty = Ty::Struct(&StructTy {
         f("Command", "command", &SLICE_STR),
         f("Args", "args", &SLICE_STR),
         f("WorkingDir", "workingDir", &STR),
-        f("Ports", "ports", &Ty::Slice(&CONTAINER_PORT, "[]v1.ContainerPort")),
+        f(
+            "Ports",
+            "ports",
+            &Ty::Slice(&CONTAINER_PORT, "[]v1.ContainerPort"),
+        ),
         f("EnvFrom", "envFrom", &ENV_FROM),
         f("Env", "env", &Ty::Slice(&ENV_VAR, "[]v1.EnvVar")),
         f("Resources", "resources", &RESOURCES),
         f("RestartPolicy", "restartPolicy", &PTR_STR),
-        f("VolumeMounts", "volumeMounts", &Ty::Slice(&VOLUME_MOUNT, "[]v1.VolumeMount")),
+        f(
+            "VolumeMounts",
+            "volumeMounts",
+            &Ty::Slice(&VOLUME_MOUNT, "[]v1.VolumeMount"),
+        ),
         f("LivenessProbe", "livenessProbe", &PROBE),
         f("ReadinessProbe", "readinessProbe", &PROBE),
         f("StartupProbe", "startupProbe", &PROBE),
@@ -286,18 +313,30 @@ static POD_SPEC: Ty = Ty::Struct(&StructTy {
         f("InitContainers", "initContainers", &CONTAINERS),
         f("Containers", "containers", &CONTAINERS),
         f("RestartPolicy", "restartPolicy", &STR),
-        f("TerminationGracePeriodSeconds", "terminationGracePeriodSeconds", &PTR_INT64),
+        f(
+            "TerminationGracePeriodSeconds",
+            "terminationGracePeriodSeconds",
+            &PTR_INT64,
+        ),
         f("DNSPolicy", "dnsPolicy", &STR),
         f("NodeSelector", "nodeSelector", &MAP_STR),
         f("ServiceAccountName", "serviceAccountName", &STR),
-        f("AutomountServiceAccountToken", "automountServiceAccountToken", &PTR_BOOL),
+        f(
+            "AutomountServiceAccountToken",
+            "automountServiceAccountToken",
+            &PTR_BOOL,
+        ),
         f("NodeName", "nodeName", &STR),
         f("HostNetwork", "hostNetwork", &BOOL),
         f("HostPID", "hostPID", &BOOL),
         f("HostIPC", "hostIPC", &BOOL),
         f("ShareProcessNamespace", "shareProcessNamespace", &PTR_BOOL),
         f("SecurityContext", "securityContext", &POD_SECURITY_CONTEXT),
-        f("ImagePullSecrets", "imagePullSecrets", &Ty::Slice(&LOCAL_OBJECT_REF, "[]v1.LocalObjectReference")),
+        f(
+            "ImagePullSecrets",
+            "imagePullSecrets",
+            &Ty::Slice(&LOCAL_OBJECT_REF, "[]v1.LocalObjectReference"),
+        ),
         f("Hostname", "hostname", &STR),
         f("Subdomain", "subdomain", &STR),
         f("Affinity", "affinity", &AFFINITY),
@@ -338,16 +377,28 @@ static PROXY_CONFIG_STRUCT: StructTy = StructTy {
         f("DiscoveryAddress", "discoveryAddress", &STR),
         f("StatNameLength", "statNameLength", &INT32),
         f("ProxyAdminPort", "proxyAdminPort", &INT32),
-        f("ControlPlaneAuthPolicy", "controlPlaneAuthPolicy", &Ty::Opaque("v1alpha1.AuthenticationPolicy")),
+        f(
+            "ControlPlaneAuthPolicy",
+            "controlPlaneAuthPolicy",
+            &Ty::Opaque("v1alpha1.AuthenticationPolicy"),
+        ),
         f("CustomConfigFile", "customConfigFile", &STR),
         f("Concurrency", "concurrency", &INT32_VALUE),
         f("InterceptionMode", "interceptionMode", &INTERCEPTION_MODE),
         f("Tracing", "tracing", &TRACING),
         f("ProxyMetadata", "proxyMetadata", &MAP_STR),
         f("StatusPort", "statusPort", &INT32),
-        f("HoldApplicationUntilProxyStarts", "holdApplicationUntilProxyStarts", &BOOL_VALUE),
+        f(
+            "HoldApplicationUntilProxyStarts",
+            "holdApplicationUntilProxyStarts",
+            &BOOL_VALUE,
+        ),
         f("Image", "image", &PROXY_IMAGE),
-        f("TerminationDrainDuration", "terminationDrainDuration", &DURATION),
+        f(
+            "TerminationDrainDuration",
+            "terminationDrainDuration",
+            &DURATION,
+        ),
         f("ClusterName", "clusterName", &STR),
     ],
 };
@@ -368,7 +419,11 @@ static MESH_CONFIG: Ty = Ty::Ptr(&Ty::Struct(&StructTy {
         f("AccessLogFile", "accessLogFile", &STR),
         f("AccessLogFormat", "accessLogFormat", &STR),
         f("DefaultConfig", "defaultConfig", &PROXY_CONFIG),
-        f("EnablePrometheusMerge", "enablePrometheusMerge", &BOOL_VALUE),
+        f(
+            "EnablePrometheusMerge",
+            "enablePrometheusMerge",
+            &BOOL_VALUE,
+        ),
         f("RootNamespace", "rootNamespace", &STR),
         f("TrustDomain", "trustDomain", &STR),
         f("TrustDomainAliases", "trustDomainAliases", &SLICE_STR),

@@ -44,7 +44,13 @@ impl<'a> Val<'a> {
     /// The value of JSON `j` (absent: `None`) seen as Go type `ty`; a JSON shape that does not fit the
     /// type is an error message.
     pub fn typed(j: Option<&'a Json>, ty: &'static Ty) -> Result<Val<'a>, String> {
-        let mismatch = |j: &Json| format!("data of Go type {} holds JSON {}", schema::go_name(ty), kind(j));
+        let mismatch = |j: &Json| {
+            format!(
+                "data of Go type {} holds JSON {}",
+                schema::go_name(ty),
+                kind(j)
+            )
+        };
         let j = j.unwrap_or(&NULL);
         Ok(match ty {
             Ty::Str => match j {
@@ -157,7 +163,10 @@ impl<'a> Val<'a> {
     pub fn map_entries(&self) -> Option<Result<Vec<(String, Val<'a>)>, String>> {
         match self {
             Val::Dict(d) => Some(Ok(d.iter().map(|(k, v)| (k.clone(), v.clone())).collect())),
-            Val::StrDict(d) => Some(Ok(d.iter().map(|(k, v)| (k.clone(), Val::Str(v.clone()))).collect())),
+            Val::StrDict(d) => Some(Ok(d
+                .iter()
+                .map(|(k, v)| (k.clone(), Val::Str(v.clone())))
+                .collect())),
             Val::Data(j, ty @ (Ty::MapAny | Ty::MapStr | Ty::MapOpaque(_))) => {
                 let elem = elem_ty(ty);
                 let Json::Object(o) = j else {
@@ -165,7 +174,11 @@ impl<'a> Val<'a> {
                 };
                 let mut keys: Vec<&String> = o.keys().collect();
                 keys.sort();
-                Some(keys.into_iter().map(|k| Ok((k.clone(), Val::typed(o.get(k), elem)?))).collect())
+                Some(
+                    keys.into_iter()
+                        .map(|k| Ok((k.clone(), Val::typed(o.get(k), elem)?)))
+                        .collect(),
+                )
             }
             _ => None,
         }
@@ -209,7 +222,12 @@ impl<'a> Val<'a> {
     }
 
     pub fn is_map(&self) -> bool {
-        matches!(self, Val::Dict(_) | Val::StrDict(_) | Val::Data(_, Ty::MapAny | Ty::MapStr | Ty::MapOpaque(_)))
+        matches!(
+            self,
+            Val::Dict(_)
+                | Val::StrDict(_)
+                | Val::Data(_, Ty::MapAny | Ty::MapStr | Ty::MapOpaque(_))
+        )
     }
 }
 
