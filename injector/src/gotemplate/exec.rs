@@ -1,50 +1,20 @@
 //! The evaluator: Go's `text/template` `exec.go` semantics (variables, control structures, field chains,
 //! pipelines, argument conversion) over [`Val`], with every bound of [`Limits`] checked.
 
-use std::rc::Rc;
-
 use serde_json::Value as Json;
 
-use super::parse::{Arg, Cmd, Node, Num, Pipe};
+use super::lex::Num;
+use super::parse::{Arg, Cmd, Node, Pipe};
 use super::schema::{self, IntK, Ty, ROOT};
+use super::state::{eval_err, unsupported, validate, Exec, E, P, R};
 use super::value::{Val, NULL};
 use super::{funcs, print, ExecError, Limits, Template};
-
-/// An evaluation error before the template name and line are attached.
-#[derive(Debug)]
-pub(crate) enum E {
-    Eval(String),
-    Unsupported(String),
-    Limit(&'static str, usize),
-    Fail(String),
-}
-
-pub(crate) type R<T> = Result<T, E>;
-
-pub(crate) fn eval_err<T>(m: impl Into<String>) -> R<T> {
-    Err(E::Eval(m.into()))
-}
-
-pub(crate) fn unsupported<T>(m: impl Into<String>) -> R<T> {
-    Err(E::Unsupported(m.into()))
-}
 
 /// What a walk over a list of nodes ended with.
 enum Flow {
     Normal,
     Break,
     Continue,
-}
-
-/// The evaluation state.
-pub(crate) struct Exec<'a, 'l> {
-    pub limits: &'l Limits,
-    pub out: String,
-    vars: Vec<(String, Val<'a>)>,
-    steps: usize,
-    iterations: usize,
-    depth: usize,
-    line: usize,
 }
 
 pub(crate) fn execute(t: &Template, data: &Json, limits: &Limits) -> Result<String, ExecError> {
@@ -89,40 +59,6 @@ pub(crate) fn execute(t: &Template, data: &Json, limits: &Limits) -> Result<Stri
 }
 
 impl<'a> Exec<'a, '_> {
-    /// Counts `n` evaluation steps.
-    pub fn step(&mut self, n: usize) -> R<()> {
-        self.steps = self.steps.saturating_add(n);
-        if self.steps > self.limits.max_steps {
-            return Err(E::Limit("steps", self.limits.max_steps));
-        }
-        Ok(())
-    }
-
-    /// Checks that a string of `len` bytes may be produced, and counts its steps.
-    pub fn check_size(&mut self, len: usize) -> R<()> {
-        if len > self.limits.max_output_bytes {
-            return Err(E::Limit("output bytes", self.limits.max_output_bytes));
-        }
-        self.step(len / 16)
-    }
-
-    pub fn enter(&mut self) -> R<()> {
-        self.depth += 1;
-        if self.depth > self.limits.max_depth {
-            return Err(E::Limit("depth", self.limits.max_depth));
-        }
-        Ok(())
-    }
-
-    pub fn leave(&mut self) {
-        self.depth -= 1;
-    }
-
-    /// The data depth left for recursive walks (printing, `toYaml`).
-    pub fn depth_left(&self) -> usize {
-        self.limits.max_depth.saturating_sub(self.depth)
-    }
-
     fn write(&mut self, s: &str) -> R<()> {
         if self.out.len() + s.len() > self.limits.max_output_bytes {
             return Err(E::Limit("output bytes", self.limits.max_output_bytes));
@@ -343,7 +279,7 @@ impl<'a> Exec<'a, '_> {
 
     fn command(&mut self, dot: &Val<'a>, cmd: &Cmd, fin: Option<Val<'a>>) -> R<Val<'a>> {
         match cmd.args.first() {
-            Some(Arg::Func(name)) => funcs::call(self, dot, name, &cmd.args[1..], fin),
+            Some(Arg::Func(name)) => call(self, dot, name, &cmd.args[1..], fin),
             Some(Arg::Nil) => eval_err("nil is not a command"),
             Some(a) => self.operand(dot, a),
             None => eval_err("empty command"),
@@ -367,7 +303,7 @@ impl<'a> Exec<'a, '_> {
                 self.chain(v, names)
             }
             Arg::Func(name) => {
-                let v = funcs::call(self, dot, name, &[], None)?;
+                let v = call(self, dot, name, &[], None)?;
                 Ok(v)
             }
             Arg::Str(s) => Ok(Val::Str(s.clone())),
@@ -483,62 +419,6 @@ fn data_field<'a>(j: &'a Json, ty: &'static Ty, name: &str) -> R<Val<'a>> {
     }
 }
 
-/// Converts an already evaluated value to a parameter's Go type (Go's `validateType`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum P {
-    /// `interface{}`: "no value" arrives as nil.
-    Any,
-    Str,
-    Int,
-    Bool,
-    MapStr,
-    MapAny,
-    /// `metav1.ObjectMeta`.
-    Meta,
-    /// `reflect.Value` (Go's built-ins): passed as is.
-    Raw,
-}
-
-impl P {
-    fn go(self) -> &'static str {
-        match self {
-            P::Any => "interface {}",
-            P::Str => "string",
-            P::Int => "int",
-            P::Bool => "bool",
-            P::MapStr => "map[string]string",
-            P::MapAny => "map[string]interface {}",
-            P::Meta => "v1.ObjectMeta",
-            P::Raw => "reflect.Value",
-        }
-    }
-}
-
-pub(crate) fn validate<'a>(v: Val<'a>, p: P) -> R<Val<'a>> {
-    let wrong = |v: &Val<'a>| {
-        eval_err(format!(
-            "wrong type for value; expected {}; got {}",
-            p.go(),
-            v.type_name()
-        ))
-    };
-    match (p, &v) {
-        (P::Raw, _) => Ok(v),
-        (P::Any, Val::NoValue) => Ok(Val::Nil),
-        (P::Any, _) => Ok(v),
-        (P::MapStr, Val::NoValue | Val::Nil) => Ok(Val::Data(&NULL, &schema::MAP_STR)),
-        (P::MapAny, Val::NoValue | Val::Nil) => Ok(Val::Data(&NULL, &schema::MAP_ANY)),
-        (_, Val::NoValue | Val::Nil) => eval_err(format!("invalid value; expected {}", p.go())),
-        (P::Str, Val::Str(_)) | (P::Bool, Val::Bool(_)) | (P::Int, Val::Int(_, IntK::Int)) => Ok(v),
-        (P::MapStr, Val::StrDict(_) | Val::Data(_, Ty::MapStr)) => Ok(v),
-        (P::MapAny, Val::Dict(_) | Val::Data(_, Ty::MapAny)) => Ok(v),
-        (P::Meta, Val::Data(_, Ty::Struct(s))) if std::ptr::eq(*s, &schema::OBJECT_META_STRUCT) => {
-            Ok(v)
-        }
-        _ => wrong(&v),
-    }
-}
-
 impl<'a> Exec<'a, '_> {
     /// Evaluates an argument for a parameter of type `p` (Go's `evalArg`).
     pub fn arg(&mut self, dot: &Val<'a>, arg: &Arg, p: P) -> R<Val<'a>> {
@@ -583,8 +463,64 @@ impl<'a> Exec<'a, '_> {
     }
 }
 
-/// A new string value, counted against the size bound.
-pub(crate) fn new_str<'a>(ex: &mut Exec<'a, '_>, s: String) -> R<Val<'a>> {
-    ex.check_size(s.len())?;
-    Ok(Val::Str(Rc::from(s)))
+/// Calls function `name` with the unevaluated `args` and the piped `fin` value (Go's `evalCall`).
+pub(crate) fn call<'a>(
+    ex: &mut Exec<'a, '_>,
+    dot: &Val<'a>,
+    name: &str,
+    args: &[Arg],
+    fin: Option<Val<'a>>,
+) -> R<Val<'a>> {
+    ex.step(1)?;
+    let Some(sig) = funcs::signature(name) else {
+        return unsupported(format!("function {name:?}"));
+    };
+    let n = args.len() + usize::from(fin.is_some());
+    match sig.variadic {
+        Some(_) if n < sig.fixed.len() => {
+            return eval_err(format!(
+                "wrong number of args for {name}: want at least {} got {n}",
+                sig.fixed.len()
+            ))
+        }
+        None if n != sig.fixed.len() => {
+            return eval_err(format!(
+                "wrong number of args for {name}: want {} got {n}",
+                sig.fixed.len()
+            ))
+        }
+        _ => {}
+    }
+    let param = |i: usize| sig.fixed.get(i).copied().or(sig.variadic).unwrap_or(P::Raw);
+    // `and` and `or` evaluate their arguments lazily and return one of them.
+    if name == "and" || name == "or" {
+        let want = name == "or";
+        let mut last = Val::NoValue;
+        for a in args {
+            let v = ex.arg(dot, a, P::Raw)?;
+            if v.truth() == want {
+                return Ok(v);
+            }
+            last = v;
+        }
+        return Ok(fin.unwrap_or(last));
+    }
+    let mut argv = Vec::with_capacity(n);
+    for (i, a) in args.iter().enumerate() {
+        argv.push(ex.arg(dot, a, param(i))?);
+    }
+    if let Some(f) = fin {
+        argv.push(validate(
+            if matches!(f, Val::Nil) {
+                Val::NoValue
+            } else {
+                f
+            },
+            param(args.len()),
+        )?);
+    }
+    funcs::apply(ex, name, argv).map_err(|e| match e {
+        E::Eval(m) => E::Eval(format!("error calling {name}: {m}")),
+        other => other,
+    })
 }

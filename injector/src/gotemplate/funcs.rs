@@ -6,16 +6,15 @@ use std::rc::Rc;
 
 use serde_json::Value as Json;
 
-use super::exec::{eval_err, new_str, unsupported, validate, Exec, E, P, R};
-use super::parse::Arg;
 use super::print::{self, Spec};
 use super::schema::{IntK, Ty};
+use super::state::{eval_err, new_str, unsupported, Exec, E, P, R};
 use super::value::Val;
 
 /// A function's parameters: fixed, then an optional variadic tail.
-struct Sig {
-    fixed: &'static [P],
-    variadic: Option<P>,
+pub(crate) struct Sig {
+    pub fixed: &'static [P],
+    pub variadic: Option<P>,
 }
 
 const fn sig(fixed: &'static [P], variadic: Option<P>) -> Sig {
@@ -24,7 +23,8 @@ const fn sig(fixed: &'static [P], variadic: Option<P>) -> Sig {
 
 use P::{Any, Bool, Int, MapAny, MapStr, Meta, Raw, Str};
 
-fn signature(name: &str) -> Option<Sig> {
+/// The parameters of function `name`, or None outside the subset.
+pub(crate) fn signature(name: &str) -> Option<Sig> {
     Some(match name {
         "and" | "or" => sig(&[Raw], Some(Raw)),
         "not" | "len" => sig(&[Raw], None),
@@ -59,68 +59,6 @@ fn signature(name: &str) -> Option<Sig> {
 /// True when `name` is a function of the supported subset.
 pub(crate) fn is_supported(name: &str) -> bool {
     signature(name).is_some()
-}
-
-/// Calls function `name` with the unevaluated `args` and the piped `fin` value (Go's `evalCall`).
-pub(crate) fn call<'a>(
-    ex: &mut Exec<'a, '_>,
-    dot: &Val<'a>,
-    name: &str,
-    args: &[Arg],
-    fin: Option<Val<'a>>,
-) -> R<Val<'a>> {
-    ex.step(1)?;
-    let Some(sig) = signature(name) else {
-        return unsupported(format!("function {name:?}"));
-    };
-    let n = args.len() + usize::from(fin.is_some());
-    match sig.variadic {
-        Some(_) if n < sig.fixed.len() => {
-            return eval_err(format!(
-                "wrong number of args for {name}: want at least {} got {n}",
-                sig.fixed.len()
-            ))
-        }
-        None if n != sig.fixed.len() => {
-            return eval_err(format!(
-                "wrong number of args for {name}: want {} got {n}",
-                sig.fixed.len()
-            ))
-        }
-        _ => {}
-    }
-    let param = |i: usize| sig.fixed.get(i).copied().or(sig.variadic).unwrap_or(Raw);
-    // `and` and `or` evaluate their arguments lazily and return one of them.
-    if name == "and" || name == "or" {
-        let want = name == "or";
-        let mut last = Val::NoValue;
-        for a in args {
-            let v = ex.arg(dot, a, Raw)?;
-            if v.truth() == want {
-                return Ok(v);
-            }
-            last = v;
-        }
-        return Ok(fin.unwrap_or(last));
-    }
-    let mut argv = Vec::with_capacity(n);
-    for (i, a) in args.iter().enumerate() {
-        argv.push(ex.arg(dot, a, param(i))?);
-    }
-    if let Some(f) = fin {
-        argv.push(validate(
-            if matches!(f, Val::Nil) {
-                Val::NoValue
-            } else {
-                f
-            },
-            param(args.len()),
-        )?);
-    }
-    apply(ex, name, argv).map_err(|e| match e {
-        E::Eval(m) => E::Eval(format!("error calling {name}: {m}")),
-        other => other,
-    })
 }
 
 fn s<'v>(v: &'v Val<'_>) -> &'v str {
@@ -307,7 +245,7 @@ fn to_int(v: &Val<'_>) -> i64 {
                 Some(p) if s[p + 1..].bytes().all(|b| b == b'0') => &s[..p],
                 _ => s,
             };
-            super::parse::parse_number(t)
+            super::lex::parse_number(t)
                 .ok()
                 .filter(|n| !n.float_text && !t.is_empty())
                 .and_then(|n| n.int)
@@ -366,7 +304,8 @@ fn from_json<'a>(ex: &mut Exec<'a, '_>, j: Json, depth: usize) -> R<Val<'a>> {
     })
 }
 
-fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R<Val<'a>> {
+/// Applies function `name` to arguments already converted to its parameter types.
+pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R<Val<'a>> {
     let b = |v: bool| Ok(Val::Bool(v));
     match name {
         "not" => b(!a[0].truth()),

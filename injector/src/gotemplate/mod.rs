@@ -75,6 +75,7 @@ mod lex;
 mod parse;
 mod print;
 mod schema;
+mod state;
 #[cfg(test)]
 mod tests;
 mod value;

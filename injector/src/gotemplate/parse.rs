@@ -4,7 +4,7 @@
 
 use std::rc::Rc;
 
-use super::lex::{self, Tok, Token};
+use super::lex::{self, parse_number, Num, Tok, Token};
 use super::{funcs, ParseError, MAX_PARSE_DEPTH};
 
 /// A node of the template tree.
@@ -50,15 +50,6 @@ pub(crate) struct Pipe {
 #[derive(Debug, Clone)]
 pub(crate) struct Cmd {
     pub args: Vec<Arg>,
-}
-
-/// A number literal with the interpretations Go's `NumberNode` gives it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Num {
-    pub int: Option<i64>,
-    pub float: Option<f64>,
-    /// Written as a float (`1.0`, `1e3`): an `any` argument receives a float64.
-    pub float_text: bool,
 }
 
 /// An operand.
@@ -583,70 +574,4 @@ fn describe(t: Option<&Tok>) -> String {
         Some(Tok::Text(_)) => "text".to_string(),
         Some(other) => format!("{other:?}"),
     }
-}
-
-/// Go's `parse.NumberNode` interpretation of a number literal.
-pub(crate) fn parse_number(text: &str) -> Result<Num, String> {
-    let bad = || format!("illegal number syntax: {text:?}");
-    if text.ends_with('i') {
-        return Err(format!("complex number {text:?} is not supported"));
-    }
-    let (neg, body) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    let lower = body.to_ascii_lowercase();
-    let (radix, digits) = if let Some(d) = lower.strip_prefix("0x") {
-        (16, d)
-    } else if let Some(d) = lower.strip_prefix("0o") {
-        (8, d)
-    } else if let Some(d) = lower.strip_prefix("0b") {
-        (2, d)
-    } else if lower.len() > 1
-        && lower.starts_with('0')
-        && lower.bytes().all(|b| b.is_ascii_digit() || b == b'_')
-    {
-        (8, &lower[1..])
-    } else {
-        (10, lower.as_str())
-    };
-    if radix == 16 && (digits.contains('.') || digits.contains('p')) {
-        return Err(format!("hexadecimal float {text:?} is not supported"));
-    }
-    let clean: String = digits.chars().filter(|&c| c != '_').collect();
-    if digits.starts_with('_') || digits.ends_with('_') || digits.contains("__") {
-        return Err(bad());
-    }
-    if let Ok(u) = u64::from_str_radix(&clean, radix) {
-        let int = if neg {
-            0i64.checked_sub_unsigned(u)
-        } else {
-            i64::try_from(u).ok()
-        };
-        let mag = u as f64;
-        return Ok(Num {
-            int,
-            float: Some(if neg { -mag } else { mag }),
-            float_text: false,
-        });
-    }
-    if radix != 10 {
-        return Err(bad());
-    }
-    let f: f64 = clean.parse().map_err(|_| bad())?;
-    if !f.is_finite() {
-        return Err(bad());
-    }
-    let f = if neg { -f } else { f };
-    let int = if f.fract() == 0.0 && f.abs() < 9.2e18 {
-        Some(f as i64)
-    } else {
-        None
-    };
-    Ok(Num {
-        int,
-        float: Some(f),
-        float_text: true,
-    })
 }

@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Number, Value as Json};
 
-use super::exec::{unsupported, Exec, E, R};
 use super::schema::{IntK, Ty};
+use super::state::{unsupported, Exec, E, R};
 use super::value::Val;
 
 /// `{{ X }}`: Go's `printValue` (a missing value prints `<no value>`).
