@@ -208,7 +208,7 @@ impl Default for Limits {
 pub struct Template {
     name: String,
     root: Vec<parse::Node>,
-    is_static: bool,
+    static_text: Option<String>,
 }
 
 impl Template {
@@ -216,11 +216,17 @@ impl Template {
     /// subset (see the module documentation) with the name, the line and the construct.
     pub fn parse(name: &str, text: &str) -> Result<Template, ParseError> {
         let root = parse::parse(name, text)?;
-        let is_static = root.iter().all(|n| matches!(n, parse::Node::Text(_)));
+        let static_text = root
+            .iter()
+            .map(|n| match n {
+                parse::Node::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect::<Option<String>>();
         Ok(Template {
             name: name.to_string(),
             root,
-            is_static,
+            static_text,
         })
     }
 
@@ -232,7 +238,13 @@ impl Template {
     /// True when the text has no template action (comments aside), so it renders to itself: a static
     /// overlay that can be parsed as YAML once.
     pub fn is_static(&self) -> bool {
-        self.is_static
+        self.static_text.is_some()
+    }
+
+    /// The text a static template renders to for every pod (comments and trim markers applied), or None
+    /// when the template has actions.
+    pub fn static_text(&self) -> Option<&str> {
+        self.static_text.as_deref()
     }
 
     /// Evaluates the template over `data` with Go's semantics, within `limits`.

@@ -701,27 +701,78 @@ pub(crate) fn to_json<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, depth: usize) -> R
                     .collect(),
             )
         }
-        Val::Data(j, ty) => match ty {
-            Ty::MapAny | Ty::Any => any_json(ex, j, depth)?,
-            Ty::Slice(Ty::Any, _) => any_json(ex, j, depth)?,
-            Ty::Ptr(Ty::Struct(s)) | Ty::Struct(s) if s.proto => {
-                return unsupported(format!(
-                    "JSON of the proto message {} (Go's encoding differs from proto JSON)",
-                    s.go
+        Val::Data(j, ty) => typed_json(ex, j, ty, depth)?,
+    })
+}
+
+/// Go's `encoding/json` of typed data: numbers under `interface{}` are float64, and fields without
+/// `omitempty` (or non-pointer structs) are written even when the JSON lacks them.
+fn typed_json(ex: &mut Exec<'_, '_>, j: &Json, ty: &'static Ty, depth: usize) -> R<Json> {
+    if depth >= ex.depth_left() {
+        return Err(E::Limit("depth", ex.limits.max_depth));
+    }
+    ex.step(1)?;
+    let proto = |n: &str| {
+        unsupported(format!(
+            "JSON of the proto message {n} (Go's encoding differs from proto JSON)"
+        ))
+    };
+    match ty {
+        Ty::MapAny | Ty::Any | Ty::Slice(Ty::Any, _) => any_json(ex, j, depth),
+        Ty::Struct(s) if s.proto => proto(s.go),
+        Ty::Wrapper(_, n) => proto(n),
+        Ty::Opaque(n) if n.contains("pb.") || n.starts_with("v1alpha1.") => proto(n),
+        Ty::Ptr(inner) if !j.is_null() => typed_json(ex, j, inner, depth),
+        Ty::Struct(s) => {
+            let mut m = Map::new();
+            if let Json::Object(o) = j {
+                for (k, v) in o {
+                    let v = match s
+                        .fields
+                        .iter()
+                        .find(|f| f.json == k.as_str() || f.go == k.as_str())
+                    {
+                        Some(f) => typed_json(ex, v, f.ty, depth + 1)?,
+                        None => plain_json(ex, v, depth + 1)?,
+                    };
+                    m.insert(k.clone(), v);
+                }
+            }
+            for f in s.fields.iter().filter(|f| f.always) {
+                if !m.contains_key(f.json) && !m.contains_key(f.go) {
+                    let zero = match f.ty {
+                        Ty::Str => Json::String(String::new()),
+                        Ty::Int(_) => Json::from(0),
+                        Ty::Bool => Json::Bool(false),
+                        Ty::Struct(_) => typed_json(ex, &Json::Null, f.ty, depth + 1)?,
+                        _ => Json::Null,
+                    };
+                    m.insert(f.json.to_string(), zero);
+                }
+            }
+            Ok(Json::Object(m))
+        }
+        Ty::Slice(elem, _) => match j {
+            Json::Array(a) => {
+                ex.step(a.len())?;
+                Ok(Json::Array(
+                    a.iter()
+                        .map(|e| typed_json(ex, e, elem, depth + 1))
+                        .collect::<R<_>>()?,
                 ))
             }
-            Ty::Wrapper(_, n) => return unsupported(format!("JSON of the proto message {n}")),
-            Ty::Opaque(n) if n.contains("pb.") || n.starts_with("v1alpha1.") => {
-                return unsupported(format!("JSON of the proto message {n}"))
-            }
-            _ => {
-                let size = json_size(j, ex.depth_left().saturating_sub(depth))
-                    .ok_or(E::Limit("depth", ex.limits.max_depth))?;
-                ex.step(size)?;
-                (*j).clone()
-            }
+            other => plain_json(ex, other, depth),
         },
-    })
+        _ => plain_json(ex, j, depth),
+    }
+}
+
+/// A copy of JSON data whose Go type keeps the JSON as it is.
+fn plain_json(ex: &mut Exec<'_, '_>, j: &Json, depth: usize) -> R<Json> {
+    let size = json_size(j, ex.depth_left().saturating_sub(depth))
+        .ok_or(E::Limit("depth", ex.limits.max_depth))?;
+    ex.step(size)?;
+    Ok(j.clone())
 }
 
 /// JSON-decoded data as Go holds it in `interface{}`: every number is a float64.

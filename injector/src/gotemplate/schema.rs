@@ -56,12 +56,14 @@ pub(crate) struct StructTy {
     pub fields: &'static [Field],
 }
 
-/// A struct field: Go name, JSON key, type.
+/// A struct field: Go name, JSON key, type, and whether Go's `encoding/json` writes it even when it is
+/// the zero value (no `omitempty`, or a non-pointer struct).
 #[derive(Debug)]
 pub(crate) struct Field {
     pub go: &'static str,
     pub json: &'static str,
     pub ty: &'static Ty,
+    pub always: bool,
 }
 
 /// An enum: Go name and value names by number.
@@ -78,7 +80,22 @@ impl StructTy {
 }
 
 const fn f(go: &'static str, json: &'static str, ty: &'static Ty) -> Field {
-    Field { go, json, ty }
+    Field {
+        go,
+        json,
+        ty,
+        always: false,
+    }
+}
+
+/// A field without `omitempty`.
+const fn fa(go: &'static str, json: &'static str, ty: &'static Ty) -> Field {
+    Field {
+        go,
+        json,
+        ty,
+        always: true,
+    }
 }
 
 pub(crate) static STR: Ty = Ty::Str;
@@ -133,10 +150,10 @@ static OWNER_REF: Ty = Ty::Struct(&StructTy {
     proto: false,
     complete: true,
     fields: &[
-        f("APIVersion", "apiVersion", &STR),
-        f("Kind", "kind", &STR),
-        f("Name", "name", &STR),
-        f("UID", "uid", &STR),
+        fa("APIVersion", "apiVersion", &STR),
+        fa("Kind", "kind", &STR),
+        fa("Name", "name", &STR),
+        fa("UID", "uid", &STR),
         f("Controller", "controller", &PTR_BOOL),
         f("BlockOwnerDeletion", "blockOwnerDeletion", &PTR_BOOL),
     ],
@@ -153,6 +170,11 @@ pub(crate) static OBJECT_META_STRUCT: StructTy = StructTy {
         f("UID", "uid", &STR),
         f("ResourceVersion", "resourceVersion", &STR),
         f("Generation", "generation", &INT64),
+        fa(
+            "CreationTimestamp",
+            "creationTimestamp",
+            &Ty::Opaque("v1.Time"),
+        ),
         f("DeletionTimestamp", "deletionTimestamp", &OBJ_TIME),
         f("Labels", "labels", &MAP_STR),
         f("Annotations", "annotations", &MAP_STR),
@@ -173,7 +195,7 @@ static CONTAINER_PORT: Ty = Ty::Struct(&StructTy {
     fields: &[
         f("Name", "name", &STR),
         f("HostPort", "hostPort", &INT32),
-        f("ContainerPort", "containerPort", &INT32),
+        fa("ContainerPort", "containerPort", &INT32),
         f("Protocol", "protocol", &STR),
         f("HostIP", "hostIP", &STR),
     ],
@@ -184,7 +206,7 @@ static ENV_VAR: Ty = Ty::Struct(&StructTy {
     proto: false,
     complete: true,
     fields: &[
-        f("Name", "name", &STR),
+        fa("Name", "name", &STR),
         f("Value", "value", &STR),
         f("ValueFrom", "valueFrom", &ENV_SOURCE),
     ],
@@ -195,10 +217,10 @@ static VOLUME_MOUNT: Ty = Ty::Struct(&StructTy {
     proto: false,
     complete: true,
     fields: &[
-        f("Name", "name", &STR),
+        fa("Name", "name", &STR),
         f("ReadOnly", "readOnly", &BOOL),
         f("RecursiveReadOnly", "recursiveReadOnly", &PTR_STR),
-        f("MountPath", "mountPath", &STR),
+        fa("MountPath", "mountPath", &STR),
         f("SubPath", "subPath", &STR),
         f("MountPropagation", "mountPropagation", &PTR_STR),
         f("SubPathExpr", "subPathExpr", &STR),
@@ -256,7 +278,7 @@ static CONTAINER: Ty = Ty::Struct(&StructTy {
     proto: false,
     complete: false,
     fields: &[
-        f("Name", "name", &STR),
+        fa("Name", "name", &STR),
         f("Image", "image", &STR),
         f("Command", "command", &SLICE_STR),
         f("Args", "args", &SLICE_STR),
@@ -268,7 +290,7 @@ static CONTAINER: Ty = Ty::Struct(&StructTy {
         ),
         f("EnvFrom", "envFrom", &ENV_FROM),
         f("Env", "env", &Ty::Slice(&ENV_VAR, "[]v1.EnvVar")),
-        f("Resources", "resources", &RESOURCES),
+        fa("Resources", "resources", &RESOURCES),
         f("RestartPolicy", "restartPolicy", &PTR_STR),
         f(
             "VolumeMounts",
@@ -294,7 +316,7 @@ static VOLUME: Ty = Ty::Struct(&StructTy {
     go: "v1.Volume",
     proto: false,
     complete: false,
-    fields: &[f("Name", "name", &STR)],
+    fields: &[fa("Name", "name", &STR)],
 });
 
 static LOCAL_OBJECT_REF: Ty = Ty::Struct(&StructTy {
@@ -311,7 +333,7 @@ static POD_SPEC: Ty = Ty::Struct(&StructTy {
     fields: &[
         f("Volumes", "volumes", &Ty::Slice(&VOLUME, "[]v1.Volume")),
         f("InitContainers", "initContainers", &CONTAINERS),
-        f("Containers", "containers", &CONTAINERS),
+        fa("Containers", "containers", &CONTAINERS),
         f("RestartPolicy", "restartPolicy", &STR),
         f(
             "TerminationGracePeriodSeconds",

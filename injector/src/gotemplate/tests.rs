@@ -545,7 +545,7 @@ fn to_yaml_and_json() {
     );
     assert_eq!(
         run("{{ toYaml (index .Spec.Containers 0) }}"),
-        "image: hello:1\nname: hello\nports:\n- containerPort: 80\n  name: http\n"
+        "image: hello:1\nname: hello\nports:\n- containerPort: 80\n  name: http\nresources: {}\n"
     );
     assert_eq!(
         run("{{ toJSON .ObjectMeta.Labels }} {{ toJSON (strdict \"k\" .Values.html) }}"),
@@ -779,6 +779,18 @@ fn static_templates() {
         .expect("parse")
         .is_static());
     assert!(Template::parse("x", "").expect("parse").is_static());
+    assert_eq!(
+        Template::parse("x", "a {{- /* c */ -}} b")
+            .expect("parse")
+            .static_text(),
+        Some("ab")
+    );
+    assert_eq!(
+        Template::parse("x", "a {{ .Revision }}")
+            .expect("parse")
+            .static_text(),
+        None
+    );
 }
 
 // ---- bounds ----
