@@ -379,12 +379,12 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
             new_str(ex, parts.join(" "))
         }
         "toYaml" => {
-            let j = print::to_json(ex, &a[0], 0)?;
+            let j = print::to_json(ex, &a[0], 0, false)?;
             let out = print::to_yaml(&j);
             new_str(ex, out)
         }
         "toJson" => {
-            let j = print::to_json(ex, &a[0], 0)?;
+            let j = print::to_json(ex, &a[0], 0, true)?;
             let mut out = String::new();
             print::write_json(&j, &mut out);
             new_str(ex, out)

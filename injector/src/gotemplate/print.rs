@@ -658,7 +658,12 @@ pub(crate) fn go_quote(s: &str) -> String {
 
 /// The JSON Go's `encoding/json` would marshal for a value (`toJson`, `toYaml`); proto messages, whose
 /// Go encoding differs from their proto JSON, are refused.
-pub(crate) fn to_json<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, depth: usize) -> R<Json> {
+pub(crate) fn to_json<'a>(
+    ex: &mut Exec<'a, '_>,
+    v: &Val<'a>,
+    depth: usize,
+    ordered: bool,
+) -> R<Json> {
     if depth >= ex.depth_left() {
         return Err(E::Limit("depth", ex.limits.max_depth));
     }
@@ -681,7 +686,7 @@ pub(crate) fn to_json<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, depth: usize) -> R
             ex.step(l.len())?;
             let mut a = Vec::with_capacity(l.len());
             for e in l.iter() {
-                a.push(to_json(ex, e, depth + 1)?);
+                a.push(to_json(ex, e, depth + 1, ordered)?);
             }
             Json::Array(a)
         }
@@ -689,7 +694,7 @@ pub(crate) fn to_json<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, depth: usize) -> R
             ex.step(d.len())?;
             let mut m = Map::new();
             for (k, e) in d.iter() {
-                m.insert(k.clone(), to_json(ex, e, depth + 1)?);
+                m.insert(k.clone(), to_json(ex, e, depth + 1, ordered)?);
             }
             Json::Object(m)
         }
@@ -701,13 +706,21 @@ pub(crate) fn to_json<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, depth: usize) -> R
                     .collect(),
             )
         }
-        Val::Data(j, ty) => typed_json(ex, j, ty, depth)?,
+        Val::Data(j, ty) => typed_json(ex, j, ty, depth, ordered)?,
     })
 }
 
-/// Go's `encoding/json` of typed data: numbers under `interface{}` are float64, and fields without
-/// `omitempty` (or non-pointer structs) are written even when the JSON lacks them.
-fn typed_json(ex: &mut Exec<'_, '_>, j: &Json, ty: &'static Ty, depth: usize) -> R<Json> {
+/// Go's `encoding/json` of typed data: numbers under `interface{}` are float64, map keys sorted, struct
+/// fields in declaration order, and fields without `omitempty` (or non-pointer structs) written even when
+/// the JSON lacks them. With `ordered` (the text is JSON, where field order shows) a struct field this
+/// evaluator does not model is refused, since its position in Go's output is unknown.
+fn typed_json(
+    ex: &mut Exec<'_, '_>,
+    j: &Json,
+    ty: &'static Ty,
+    depth: usize,
+    ordered: bool,
+) -> R<Json> {
     if depth >= ex.depth_left() {
         return Err(E::Limit("depth", ex.limits.max_depth));
     }
@@ -719,35 +732,62 @@ fn typed_json(ex: &mut Exec<'_, '_>, j: &Json, ty: &'static Ty, depth: usize) ->
     };
     match ty {
         Ty::MapAny | Ty::Any | Ty::Slice(Ty::Any, _) => any_json(ex, j, depth),
+        Ty::MapStr | Ty::MapOpaque(_) => plain_json(ex, j, depth),
         Ty::Struct(s) if s.proto => proto(s.go),
+        Ty::Struct(s) if s.go.starts_with("inject.") => unsupported(format!(
+            "JSON of {} (its Go fields carry no JSON names)",
+            s.go
+        )),
         Ty::Wrapper(_, n) => proto(n),
         Ty::Opaque(n) if n.contains("pb.") || n.starts_with("v1alpha1.") => proto(n),
-        Ty::Ptr(inner) if !j.is_null() => typed_json(ex, j, inner, depth),
+        Ty::Opaque(n) if ordered && j.is_object() => unsupported(format!(
+            "toJson of a {n} (its field order in Go's output is not modelled; use toYaml)"
+        )),
+        Ty::Ptr(inner) if !j.is_null() => typed_json(ex, j, inner, depth, ordered),
+        Ty::Str | Ty::Int(_) | Ty::Bool => match Val::typed(Some(j), ty).map_err(E::Unsupported)? {
+            Val::Int(i, _) => Ok(Json::from(i)),
+            _ => Ok(j.clone()),
+        },
         Ty::Struct(s) => {
+            let empty = Map::new();
+            let o = j.as_object().unwrap_or(&empty);
+            // types.NamespacedName has no JSON tags: Go writes its Go field names.
+            let go_names = s.go == "types.NamespacedName";
             let mut m = Map::new();
-            if let Json::Object(o) = j {
-                for (k, v) in o {
-                    let v = match s
-                        .fields
-                        .iter()
-                        .find(|f| f.json == k.as_str() || f.go == k.as_str())
-                    {
-                        Some(f) => typed_json(ex, v, f.ty, depth + 1)?,
-                        None => plain_json(ex, v, depth + 1)?,
-                    };
-                    m.insert(k.clone(), v);
+            for f in s.fields {
+                let key = if go_names { f.go } else { f.json };
+                match o.get(f.json).or_else(|| o.get(f.go)) {
+                    Some(v) => {
+                        let v = typed_json(ex, v, f.ty, depth + 1, ordered)?;
+                        m.insert(key.to_string(), v);
+                    }
+                    None if f.always => {
+                        let zero = match f.ty {
+                            Ty::Str => Json::String(String::new()),
+                            Ty::Int(_) => Json::from(0),
+                            Ty::Bool => Json::Bool(false),
+                            Ty::Struct(_) => typed_json(ex, &Json::Null, f.ty, depth + 1, ordered)?,
+                            _ => Json::Null,
+                        };
+                        m.insert(key.to_string(), zero);
+                    }
+                    None => {}
                 }
             }
-            for f in s.fields.iter().filter(|f| f.always) {
-                if !m.contains_key(f.json) && !m.contains_key(f.go) {
-                    let zero = match f.ty {
-                        Ty::Str => Json::String(String::new()),
-                        Ty::Int(_) => Json::from(0),
-                        Ty::Bool => Json::Bool(false),
-                        Ty::Struct(_) => typed_json(ex, &Json::Null, f.ty, depth + 1)?,
-                        _ => Json::Null,
-                    };
-                    m.insert(f.json.to_string(), zero);
+            for (k, v) in o {
+                if !s
+                    .fields
+                    .iter()
+                    .any(|f| f.json == k.as_str() || f.go == k.as_str())
+                {
+                    if ordered {
+                        return unsupported(format!(
+                            "toJson of a {} with field {k:?} (its position in Go's output is not modelled; use toYaml)",
+                            s.go
+                        ));
+                    }
+                    let v = plain_json(ex, v, depth + 1)?;
+                    m.insert(k.clone(), v);
                 }
             }
             Ok(Json::Object(m))
@@ -757,7 +797,7 @@ fn typed_json(ex: &mut Exec<'_, '_>, j: &Json, ty: &'static Ty, depth: usize) ->
                 ex.step(a.len())?;
                 Ok(Json::Array(
                     a.iter()
-                        .map(|e| typed_json(ex, e, elem, depth + 1))
+                        .map(|e| typed_json(ex, e, elem, depth + 1, ordered))
                         .collect::<R<_>>()?,
                 ))
             }
@@ -767,12 +807,25 @@ fn typed_json(ex: &mut Exec<'_, '_>, j: &Json, ty: &'static Ty, depth: usize) ->
     }
 }
 
-/// A copy of JSON data whose Go type keeps the JSON as it is.
+/// A copy of JSON data whose Go type keeps the JSON as it is (objects are Go maps: keys sorted).
 fn plain_json(ex: &mut Exec<'_, '_>, j: &Json, depth: usize) -> R<Json> {
     let size = json_size(j, ex.depth_left().saturating_sub(depth))
         .ok_or(E::Limit("depth", ex.limits.max_depth))?;
     ex.step(size)?;
-    Ok(j.clone())
+    Ok(sorted_json(j))
+}
+
+fn sorted_json(j: &Json) -> Json {
+    match j {
+        Json::Object(o) => Json::Object(
+            sorted_entries(o)
+                .into_iter()
+                .map(|(k, v)| (k.clone(), sorted_json(v)))
+                .collect(),
+        ),
+        Json::Array(a) => Json::Array(a.iter().map(sorted_json).collect()),
+        other => other.clone(),
+    }
 }
 
 /// JSON-decoded data as Go holds it in `interface{}`: every number is a float64.
@@ -793,7 +846,7 @@ fn any_json(ex: &mut Exec<'_, '_>, j: &Json, depth: usize) -> R<Json> {
         ),
         Json::Object(o) => {
             let mut m = Map::new();
-            for (k, e) in o {
+            for (k, e) in sorted_entries(o) {
                 m.insert(k.clone(), any_json(ex, e, depth + 1)?);
             }
             Json::Object(m)
@@ -852,7 +905,7 @@ fn json_number(n: &Number, out: &mut String) {
     }
 }
 
-/// Go's `json.Marshal` output (keys sorted, `<`, `>`, `&` escaped).
+/// Go's `json.Marshal` output (keys in the order `to_json` gave them, `<`, `>`, `&` escaped).
 pub(crate) fn write_json(j: &Json, out: &mut String) {
     match j {
         Json::Null => out.push_str("null"),
@@ -871,7 +924,7 @@ pub(crate) fn write_json(j: &Json, out: &mut String) {
         }
         Json::Object(o) => {
             out.push('{');
-            for (i, (k, e)) in sorted_entries(o).into_iter().enumerate() {
+            for (i, (k, e)) in o.iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }

@@ -563,6 +563,45 @@ fn to_yaml_and_json() {
         exec_err("{{ toYaml .ProxyConfig }}"),
         ExecError::Unsupported { .. }
     ));
+    assert_eq!(
+        run("{{ toJson .ObjectMeta }}"),
+        "{\"generateName\":\"hello-\",\"namespace\":\"default\",\"creationTimestamp\":null,\"labels\":{\"app\":\"hello\",\"version\":\"v1\"},\"annotations\":{\"empty\":\"\",\"sidecar.istio.io/proxyCPU\":\"200m\"}}"
+    );
+    assert_eq!(
+        run("{{ toJson (dict \"s\" (index .Spec.Containers 1).Resources) }}"),
+        "{\"s\":{\"requests\":{\"cpu\":\"100m\"}}}"
+    );
+    assert_eq!(run("{{ toJson .Spec.Volumes }}"), "null");
+    assert_eq!(
+        run("{{ toJson .DeploymentMeta }}"),
+        "{\"Namespace\":\"default\",\"Name\":\"hello\"}"
+    );
+    assert_eq!(
+        run("{{ toJson (index .Spec.Containers 0) }}"),
+        "{\"name\":\"hello\",\"image\":\"hello:1\",\"ports\":[{\"name\":\"http\",\"containerPort\":80}],\"resources\":{}}"
+    );
+    assert_eq!(
+        run("{{ toYaml .ObjectMeta }}"),
+        "annotations:\n  empty: \"\"\n  sidecar.istio.io/proxyCPU: 200m\ncreationTimestamp: null\ngenerateName: hello-\nlabels:\n  app: hello\n  version: v1\nnamespace: default\n"
+    );
+    assert!(matches!(
+        exec_err("{{ toJson . }}"),
+        ExecError::Unsupported { .. }
+    ));
+    assert!(run("{{ toJson .Spec }}").ends_with("}],\"serviceAccountName\":\"default\"}"));
+    // resizePolicy is not modelled, so its place among Container's fields in Go's output is unknown.
+    let d = json!({"Spec": {"containers": [{"name": "a", "resizePolicy": []}]}});
+    let t = Template::parse("t", "{{ toJson .Spec.Containers }}").expect("parse");
+    assert!(matches!(
+        t.execute(&d, &Limits::default()),
+        Err(ExecError::Unsupported { .. })
+    ));
+    let t = Template::parse("t", "{{ toYaml .Spec.Containers }}").expect("parse");
+    assert_eq!(
+        t.execute(&d, &Limits::default()).expect("yaml"),
+        "- name: a\n  resizePolicy: []\n  resources: {}\n"
+    );
+    assert!(run("{{ toYaml .Spec }}").contains("\nserviceAccountName: default\n"));
 }
 
 #[test]
@@ -771,6 +810,10 @@ fn static_templates() {
     )
     .expect("parse");
     assert!(t.is_static());
+    assert_eq!(
+        t.static_text(),
+        Some("spec:\n  containers:\n  - name: istio-proxy\n")
+    );
     assert_eq!(
         t.execute(&json!({}), &Limits::default()).expect("exec"),
         "spec:\n  containers:\n  - name: istio-proxy\n"
