@@ -109,10 +109,9 @@ pub(crate) fn fmt_value<'a>(
         return unsupported("the %#v verb");
     }
     match v {
-        Val::NoValue | Val::Nil => match spec.verb {
-            'v' => pad(spec, "<nil>", false, out),
-            _ => bad_verb(ex, spec, v, out, depth)?,
-        },
+        // Inside a list or map a nil interface prints <nil> whatever the verb (Go's printValue).
+        Val::NoValue | Val::Nil if spec.verb == 'v' || depth > 0 => pad(spec, "<nil>", false, out),
+        Val::NoValue | Val::Nil => bad_verb(ex, spec, v, out, depth)?,
         Val::Bool(b) => match spec.verb {
             'v' | 't' => pad(spec, if *b { "true" } else { "false" }, false, out),
             _ => bad_verb(ex, spec, v, out, depth)?,
@@ -148,6 +147,7 @@ pub(crate) fn fmt_value<'a>(
                 let numeric = f.is_finite();
                 pad(spec, &s, numeric, out)
             }
+            'x' | 'X' | 'b' => return unsupported(format!("the %{} verb on floats", spec.verb)),
             _ => bad_verb(ex, spec, v, out, depth)?,
         },
         Val::Str(s) => fmt_str(spec, s, v, ex, out, depth)?,
@@ -226,6 +226,11 @@ fn fmt_int<'a>(
             pad(spec, &c.to_string(), false, out);
             return Ok(());
         }
+        'U' if i >= 0 && !spec.sharp => {
+            pad(spec, &format!("U+{i:04X}"), false, out);
+            return Ok(());
+        }
+        'U' => return unsupported("%U of a negative number or with #"),
         'q' => {
             let c = u32::try_from(i)
                 .ok()
@@ -296,7 +301,16 @@ fn fmt_composite<'a>(
         match ty {
             Ty::Ptr(inner) | Ty::Wrapper(inner, _) => {
                 if j.is_null() {
-                    return fmt_value(ex, &Val::Nil, spec, out, depth);
+                    if spec.verb == 'v' {
+                        pad(spec, "<nil>", false, out);
+                        return Ok(());
+                    }
+                    // Go formats a nil pointer with other verbs as an address.
+                    return unsupported(format!(
+                        "printing a nil {} with %{}",
+                        v.type_name(),
+                        spec.verb
+                    ));
                 }
                 if depth == 0
                     && spec.verb == 'v'

@@ -484,6 +484,19 @@ fn printf_verbs() {
         run("{{ printf \"%v %s\" .Values.missing nil }}"),
         "<nil> %!s(<nil>)"
     );
+    assert_eq!(
+        run("{{ printf \"%s|%d\" (list nil \"a\") (dict \"k\" nil) }}"),
+        "[<nil> a]|map[%!d(string=k):<nil>]"
+    );
+    assert_eq!(run("{{ printf \"%v\" .Spec.SecurityContext }}"), "<nil>");
+    assert!(matches!(
+        exec_err("{{ printf \"%d\" .Spec.SecurityContext }}"),
+        ExecError::Unsupported { .. }
+    ));
+    assert!(matches!(
+        exec_err("{{ printf \"%x\" 1.5 }}"),
+        ExecError::Unsupported { .. }
+    ));
     assert_eq!(run("{{ printf \"%z\" 1 }}"), "%!z(int=1)");
     assert_eq!(run("{{ printf \"%d%%\" 5 }}"), "5%");
     assert_eq!(
@@ -492,7 +505,7 @@ fn printf_verbs() {
     );
     assert_eq!(
         run("{{ printf \"%+d|% d|%c|%U\" 5 5 65 65 }}"),
-        "+5| 5|A|%!U(int=65)"
+        "+5| 5|A|U+0041"
     );
     assert_eq!(run("{{ \"x\" | printf \"%s-%s\" \"a\" }}"), "a-x");
 }
