@@ -982,7 +982,7 @@ pub(crate) fn to_yaml(j: &Json) -> String {
     match j {
         Json::Object(o) if !o.is_empty() => yaml_map(o, 0, false, &mut out),
         Json::Array(a) if !a.is_empty() => yaml_seq(a, 0, false, &mut out),
-        Json::String(s) if s.contains('\n') && literal_ok(s) => yaml_literal(s, 0, &mut out),
+        Json::String(s) if s.contains('\n') && literal_ok(s) => yaml_literal(s, 2, &mut out),
         other => {
             yaml_scalar(other, &mut out);
             out.push('\n');

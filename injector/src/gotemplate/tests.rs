@@ -141,6 +141,11 @@ fn range_body_on_its_own_line() {
 
 #[test]
 fn missing_keys_and_nil() {
+    assert_eq!(
+        run("[{{ index .Spec.NodeSelector \"x\" }}][{{ index .ProxyConfig.ProxyMetadata \"x\" }}]"),
+        "[][]"
+    );
+    assert_eq!(run("{{ .Spec.NodeSelector.x }}"), "<no value>");
     assert_eq!(run("{{ .Values.missing }}"), "<no value>");
     assert_eq!(run("{{ .Values.missing.deeper }}"), "<no value>");
     assert_eq!(run("{{ .Values.nullv }}"), "<no value>");
@@ -548,6 +553,14 @@ fn to_yaml_and_json() {
     assert_eq!(run("{{ toYaml .Values.missing }}"), "null\n");
     assert_eq!(run("{{ toYaml .Values.nums.e }}"), "1000000\n");
     assert_eq!(run("{{ toYaml .Values.list }}"), "- a\n- b\n- c\n");
+    assert_eq!(
+        run("{{ toYaml \"multi\\nline\" }}"),
+        "|-\n  multi\n  line\n"
+    );
+    assert_eq!(
+        run("{{ toYaml (dict \"a\" \"l1\\nl2\\n\" \"b\" (list (dict \"x\" 1 \"y\" (list 1 2)) (list 3 4)) \"c\" \"\" \"d\" \"yes\" \"e\" \"1.5\" \"f\" nil \"g\" 1e-7) }}"),
+        "a: |\n  l1\n  l2\nb:\n- x: 1\n  \"y\":\n  - 1\n  - 2\n- - 3\n  - 4\nc: \"\"\nd: \"yes\"\ne: \"1.5\"\nf: null\ng: 1e-07\n"
+    );
     assert_eq!(
         run("{{ toYaml (dict \"a\" (list 1 \"true\") \"b\" (dict) \"c\" \"x: y\") }}"),
         "a:\n- 1\n- \"true\"\nb: {}\nc: \"x: y\"\n"
