@@ -538,12 +538,14 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
         }
         "list" => {
             ex.step(a.len())?;
+            ex.check_nesting(&a)?;
             Ok(Val::List(Rc::new(a)))
         }
         "append" => match a[0].list_items() {
             Some(items) => {
                 let mut items = items.map_err(E::Unsupported)?;
                 ex.step(items.len() + 1)?;
+                ex.check_nesting(&a[1..2])?;
                 items.push(a[1].clone());
                 Ok(Val::List(Rc::new(items)))
             }
@@ -558,6 +560,8 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
                 m.insert(key, v);
             }
             ex.step(m.len())?;
+            let values: Vec<Val<'a>> = m.values().cloned().collect();
+            ex.check_nesting(&values)?;
             Ok(Val::Dict(Rc::new(m)))
         }
         "get" => Ok(match a[0].map_get(s(&a[1])) {

@@ -67,6 +67,32 @@ impl<'a> Exec<'a, '_> {
         self.depth -= 1;
     }
 
+    /// Refuses a new list or map whose elements nest template-built lists and maps deeper than the depth
+    /// bound (printing or dropping it would recurse that deep).
+    pub fn check_nesting(&mut self, items: &[Val<'a>]) -> R<()> {
+        for v in items {
+            self.nesting(v, 1)?;
+        }
+        Ok(())
+    }
+
+    fn nesting(&mut self, v: &Val<'a>, depth: usize) -> R<()> {
+        if depth >= self.limits.max_depth {
+            return Err(E::Limit("depth", self.limits.max_depth));
+        }
+        match v {
+            Val::List(l) => {
+                self.step(l.len())?;
+                l.iter().try_for_each(|e| self.nesting(e, depth + 1))
+            }
+            Val::Dict(d) => {
+                self.step(d.len())?;
+                d.values().try_for_each(|e| self.nesting(e, depth + 1))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The data depth left for recursive walks (printing, `toYaml`).
     pub fn depth_left(&self) -> usize {
         self.limits.max_depth.saturating_sub(self.depth)

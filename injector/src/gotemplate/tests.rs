@@ -982,6 +982,26 @@ fn deep_nesting_hits_the_depth_bound() {
 }
 
 #[test]
+fn template_built_values_cannot_nest_past_the_depth_bound() {
+    let d = json!({});
+    for text in [
+        "{{ $l := list }}{{ range 100000 }}{{ $l = list $l }}{{ end }}",
+        "{{ $l := list }}{{ range 100000 }}{{ $l = append (list) $l }}{{ end }}",
+        "{{ $l := dict }}{{ range 100000 }}{{ $l = dict \"a\" $l }}{{ end }}",
+    ] {
+        assert_eq!(
+            what(&limited(text, &d, Limits::default())),
+            "depth",
+            "{text}"
+        );
+    }
+    assert_eq!(
+        run("{{ $l := list }}{{ range 3 }}{{ $l = list $l }}{{ end }}{{ $l }}"),
+        "[[[[]]]]"
+    );
+}
+
+#[test]
 fn heavy_bodies_hit_the_step_bound() {
     let d = json!({});
     let e = limited(
