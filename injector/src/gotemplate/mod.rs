@@ -34,7 +34,7 @@
 //!
 //! **Go built-in functions**: `and or not eq ne lt le gt ge len index print printf println` (with Go's
 //! comparison rules: int vs float is an error, "no value" compares unequal; `printf` implements the verbs
-//! `%v %s %d %q %t %x %X %o %b %c %e %E %f %F %g %G %%` with flags, width and precision, and Go's
+//! `%v %s %d %q %t %x %X %o %O %b %c %U %e %E %f %F %g %G %T %%` with flags, width and precision, and Go's
 //! `%!verb(type=value)` / `%!verb(MISSING)` / `%!(EXTRA …)` diagnostics).
 //!
 //! **Istio functions**: `toYaml` (JSON then YAML, trailing newline kept), `indent` (every line but the
@@ -56,18 +56,29 @@
 //!
 //! # Refused at execution time ([`ExecError::Unsupported`])
 //!
-//! Go values this evaluator does not model exactly: printing a Kubernetes struct, a proto message or a
-//! `resource.Quantity` with `%v` (Go would print struct internals; use `toYaml`), Kubernetes struct fields
-//! not listed in the data root's schema, `toYaml`/`toJson` of a proto message. They fail the request instead
-//! of producing output Go would not produce.
+//! Go values this evaluator does not model exactly, which fail the request instead of producing output Go
+//! would not produce: printing a Kubernetes struct, a non-nil pointer to one, a proto message or a
+//! `resource.Quantity` with `%v` (Go prints struct internals; use `toYaml`); a nil pointer with a `printf`
+//! verb other than `%v` (Go prints an address); Kubernetes struct fields the schema does not list;
+//! `toYaml`/`toJson` of a proto message (`.ProxyConfig`, `.MeshConfig`) or of the data root; `toJson` of a
+//! struct holding a field the schema does not list (its position in Go's output is unknown; `toYaml` sorts
+//! keys and takes it); the `printf` forms `%#v`, `%p`, `%[n]d`, `*` widths, `%x` of floats; comparing
+//! composite values with `eq`.
+//!
+//! # Differences from Go that do not change the rendered YAML
+//!
+//! `toYaml` quotes strings wherever YAML 1.1 could read them as another type (go-yaml quotes fewer, e.g.
+//! `1.0.0`) and uses double quotes where go-yaml may use single quotes; numbers inside Kubernetes structs
+//! (a `resource.Quantity` written as `1`) stay numbers where Go writes the canonical string.
 //!
 //! # Bounds ([`Limits`])
 //!
-//! Nesting depth (control-structure nesting and data recursion: printing, `toYaml`, `fromJSON`; default
-//! 64), total `range` iterations (default 100 000), output size and every intermediate string (default
-//! 4 MiB), evaluation steps (one per node, command and function call, plus one per list element copied and
-//! per 16 bytes of text produced; default 2 000 000). Exceeding any returns [`ExecError::Limit`]; `printf`
-//! widths and precisions are checked against the output bound before anything is allocated.
+//! Nesting depth (control-structure nesting and data recursion: printing, `toYaml`, `toJson`, `fromJSON`,
+//! and lists and maps the template builds; default 64), total `range` iterations (default 100 000), output
+//! size and every intermediate string (default 4 MiB), evaluation steps (one per node, command and function
+//! call, plus one per list element copied and per 16 bytes of text produced; default 2 000 000). Exceeding
+//! any returns [`ExecError::Limit`]; `printf` widths and precisions are checked against the output bound
+//! before anything is allocated, and a range over an integer counts without materialising its elements.
 
 mod exec;
 mod funcs;

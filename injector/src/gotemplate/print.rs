@@ -459,7 +459,11 @@ pub(crate) fn sprintf<'a>(ex: &mut Exec<'a, '_>, format: &str, args: &[Val<'a>])
             continue;
         };
         argi += 1;
-        fmt_value(ex, arg, &spec, &mut out, 0)?;
+        match verb {
+            'T' => pad(&spec, &arg.type_name(), false, &mut out),
+            'p' => return unsupported("the %p verb"),
+            _ => fmt_value(ex, arg, &spec, &mut out, 0)?,
+        }
     }
     if argi < args.len() {
         out.push_str("%!(EXTRA ");

@@ -503,6 +503,10 @@ fn printf_verbs() {
         ExecError::Unsupported { .. }
     ));
     assert_eq!(run("{{ printf \"%z\" 1 }}"), "%!z(int=1)");
+    assert_eq!(
+        run("{{ printf \"%T %T %T %T %T %T\" 1 .ProxyUID .Values.nums.a .Values.list .Spec.SecurityContext nil }}"),
+        "int int64 float64 []interface {} *v1.PodSecurityContext <nil>"
+    );
     assert_eq!(run("{{ printf \"%d%%\" 5 }}"), "5%");
     assert_eq!(
         run("{{ printf \"%v\" .Values.list }} {{ printf \"%q\" .Values.list }}"),
