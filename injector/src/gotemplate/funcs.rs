@@ -34,9 +34,8 @@ pub(crate) fn signature(name: &str) -> Option<Sig> {
         "print" | "println" => sig(&[], Some(Any)),
         "printf" => sig(&[Str], Some(Any)),
         "default" => sig(&[Any], Some(Any)),
-        "empty" | "toYaml" | "toJson" | "toString" | "int" | "int64" | "float64" => {
-            sig(&[Any], None)
-        }
+        "empty" | "toYaml" | "toJson" | "structToJSON" | "toString" | "int" | "int64"
+        | "float64" => sig(&[Any], None),
         "coalesce" | "list" | "dict" | "quote" | "squote" => sig(&[], Some(Any)),
         "ternary" => sig(&[Any, Any, Bool], None),
         "toJSON" => sig(&[MapStr], None),
@@ -384,6 +383,16 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
             new_str(ex, out)
         }
         "toJson" => {
+            let j = print::to_json(ex, &a[0], 0, true)?;
+            let mut out = String::new();
+            print::write_json(&j, &mut out);
+            new_str(ex, out)
+        }
+        "structToJSON" => {
+            // Istio's structToJSON: encoding/json of the value, "{}" for nil.
+            if matches!(a[0], Val::Nil) {
+                return new_str(ex, "{}".to_string());
+            }
             let j = print::to_json(ex, &a[0], 0, true)?;
             let mut out = String::new();
             print::write_json(&j, &mut out);

@@ -39,7 +39,7 @@
 //!
 //! **Istio functions**: `toYaml` (JSON then YAML, trailing newline kept), `indent` (every line but the
 //! first), `isset`, `annotation`, `valueOrDefault`, `toLower`, `contains` (needle first), `toJSON`,
-//! `fromJSON` (the string `{}` on invalid JSON), `omit`, `strdict`, `env KEY DEFAULT` (the injector's
+//! `fromJSON` (the string `{}` on invalid JSON), `structToJSON` (compact JSON in Go's field order), `omit`, `strdict`, `env KEY DEFAULT` (the injector's
 //! environment, as Istio reads istiod's).
 //!
 //! **sprig functions**: `default empty coalesce ternary quote squote nindent join list append dict get
@@ -50,7 +50,7 @@
 //!
 //! `{{ define }}`, `{{ template }}`, `{{ block }}`; every function not listed above — among them Helm's
 //! `include`, `tpl`, `required`, `fromYaml`, `lookup`, Go's `call`, `slice`, `html`, `js`, `urlquery`, and
-//! Istio's other helpers (`structToJSON`, `protoToJSON`, `formatDuration`, `excludeInboundPort`,
+//! Istio's other helpers (`protoToJSON`, `formatDuration`, `excludeInboundPort`,
 //! `applicationPorts`, …); `nil` as a command; arguments given to a literal or a field that is not a
 //! function; complex and hexadecimal-float numbers; nesting deeper than [`MAX_PARSE_DEPTH`].
 //!

@@ -667,6 +667,10 @@ fn indentation() {
 
 #[test]
 fn istio_helpers() {
+    assert_eq!(
+        run("{{ range .Spec.Containers }}{{ range .Ports }}{{ structToJSON . }}{{ end }}{{ end }}|{{ structToJSON .Values.missing }}"),
+        "{\"name\":\"http\",\"containerPort\":80}|{}"
+    );
     assert_eq!(run("{{ isset .ObjectMeta.Annotations \"empty\" }} {{ isset .ObjectMeta.Annotations \"x\" }} {{ isset .Values.missing \"x\" }}"), "true false false");
     assert_eq!(
         exec_msg("{{ isset .Values.global \"hub\" }}"),
@@ -772,7 +776,6 @@ fn refused_functions_name_template_line_and_function() {
         "js",
         "urlquery",
         "slice",
-        "structToJSON",
         "protoToJSON",
         "formatDuration",
         "excludeInboundPort",
