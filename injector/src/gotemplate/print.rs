@@ -117,13 +117,14 @@ pub(crate) fn fmt_value<'a>(
             _ => bad_verb(ex, spec, v, out, depth)?,
         },
         Val::Int(i, k) => fmt_int(ex, *i, *k, spec, v, out, depth)?,
+        // Go calls String() on a Stringer for the verbs v, s, q, x and X.
         Val::Enum(i, e) => match spec.verb {
-            'v' | 's' => {
+            'v' | 's' | 'q' | 'x' | 'X' => {
                 let name = e
                     .names
                     .get(*i as usize)
                     .map_or_else(|| i.to_string(), |n| (*n).to_string());
-                pad(spec, &name, false, out)
+                fmt_str(spec, &name, v, ex, out, depth)?
             }
             _ => fmt_int(ex, *i, IntK::Int32, spec, v, out, depth)?,
         },

@@ -220,6 +220,14 @@ fn struct_fields_and_zero_values() {
 
 #[test]
 fn proxy_config_fields_and_getters() {
+    assert_eq!(
+        run("{{ printf \"%s|%q|%d|%v\" .ProxyConfig.InterceptionMode .ProxyConfig.InterceptionMode .ProxyConfig.InterceptionMode .ProxyConfig.InterceptionMode }}"),
+        "REDIRECT|\"REDIRECT\"|0|REDIRECT"
+    );
+    assert_eq!(
+        run("{{ quote .ProxyConfig.InterceptionMode }}"),
+        "\"REDIRECT\""
+    );
     assert_eq!(run("{{ .ProxyConfig.InterceptionMode }}"), "REDIRECT");
     assert_eq!(
         run("{{ .ProxyConfig.InterceptionMode.String }}"),
