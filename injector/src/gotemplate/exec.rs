@@ -306,7 +306,7 @@ impl<'a> Exec<'a, '_> {
                 let v = call(self, dot, name, &[], None)?;
                 Ok(v)
             }
-            Arg::Str(s) => Ok(Val::Str(s.clone())),
+            Arg::Str(s) => Ok(Val::str(s)),
             Arg::Num(n) => ideal_constant(n),
             Arg::Bool(b) => Ok(Val::Bool(*b)),
             Arg::Nil => eval_err("cannot assign nil to reflect.Value"),
@@ -431,7 +431,7 @@ impl<'a> Exec<'a, '_> {
                 _ => eval_err(format!("cannot assign nil to {}", p.go())),
             },
             Arg::Str(s) => match p {
-                P::Any | P::Raw | P::Str => Ok(Val::Str(s.clone())),
+                P::Any | P::Raw | P::Str => Ok(Val::str(s)),
                 _ => eval_err(format!("expected {}; found {s:?}", p.go())),
             },
             Arg::Bool(b) => match p {

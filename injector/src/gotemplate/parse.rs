@@ -2,8 +2,6 @@
 //! makes at parse time (undefined variables, unknown functions, `break` outside `range`) and the refusals
 //! of constructs outside the subset.
 
-use std::rc::Rc;
-
 use super::lex::{self, parse_number, Num, Tok, Token};
 use super::{funcs, ParseError, MAX_PARSE_DEPTH};
 
@@ -63,7 +61,7 @@ pub(crate) enum Arg {
     /// `(pipeline).a.b`.
     Chain(Box<Pipe>, Vec<String>),
     Func(String),
-    Str(Rc<str>),
+    Str(String),
     Num(Num),
     Bool(bool),
     Nil,
@@ -539,7 +537,7 @@ impl Parser<'_> {
             }
             Tok::Field(f) => Arg::Field(vec![f]),
             Tok::Bool(b) => Arg::Bool(b),
-            Tok::Str(s) => Arg::Str(Rc::from(s.as_str())),
+            Tok::Str(s) => Arg::Str(s),
             Tok::Char(c) => Arg::Num(Num {
                 int: Some(i64::from(u32::from(c))),
                 float: Some(f64::from(u32::from(c))),

@@ -843,6 +843,36 @@ fn syntax_errors() {
     );
 }
 
+/// Parsed templates live in a configuration shared by the server's threads.
+#[test]
+fn templates_and_errors_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Template>();
+    check::<ParseError>();
+    check::<ExecError>();
+    check::<Limits>();
+}
+
+#[test]
+fn errors_name_the_line_of_the_action() {
+    let e = exec_err("a\nb\n{{ .Values.nullv.x }}");
+    assert_eq!(
+        e.to_string(),
+        "template \"t\": line 3: nil pointer evaluating interface {}.x"
+    );
+    let e = exec_err("{{ range .Values.list }}\n\n{{ fail \"stop\" }}{{ end }}");
+    assert_eq!(e.to_string(), "template \"t\": line 3: fail: stop");
+    assert_eq!(
+        Limits::default(),
+        Limits {
+            max_depth: 64,
+            max_iterations: 100_000,
+            max_output_bytes: 4 << 20,
+            max_steps: 2_000_000
+        }
+    );
+}
+
 #[test]
 fn static_templates() {
     let t = Template::parse(
