@@ -241,7 +241,8 @@ fn to_int(v: &Val<'_>) -> i64 {
         Val::Bool(b) => i64::from(*b),
         Val::Str(s) => {
             let t = match s.find('.') {
-                Some(p) if s[p + 1..].bytes().all(|b| b == b'0') => &s[..p],
+                // cast's trimZeroDecimal: "1.00" is 1, but "1." is not a number.
+                Some(p) if s.len() > p + 1 && s[p + 1..].bytes().all(|b| b == b'0') => &s[..p],
                 _ => s,
             };
             super::lex::parse_number(t)
@@ -377,25 +378,26 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
             }
             new_str(ex, parts.join(" "))
         }
-        "toYaml" => {
-            let j = print::to_json(ex, &a[0], 0, false)?;
-            let out = print::to_yaml(&j);
-            new_str(ex, out)
-        }
-        "toJson" => {
-            let j = print::to_json(ex, &a[0], 0, true)?;
-            let mut out = String::new();
-            print::write_json(&j, &mut out);
-            new_str(ex, out)
-        }
-        "structToJSON" => {
-            // Istio's structToJSON: encoding/json of the value, "{}" for nil.
-            if matches!(a[0], Val::Nil) {
+        // Go's encoders fail only on NaN and infinities; Istio's toYaml and sprig's toJson then give "",
+        // Istio's structToJSON "{}".
+        "toYaml" | "toJson" | "structToJSON" => {
+            if name == "structToJSON" && matches!(a[0], Val::Nil) {
                 return new_str(ex, "{}".to_string());
             }
-            let j = print::to_json(ex, &a[0], 0, true)?;
-            let mut out = String::new();
-            print::write_json(&j, &mut out);
+            let j = match print::to_json(ex, &a[0], 0, name != "toYaml") {
+                Ok(j) => j,
+                Err(E::Eval(_)) => {
+                    return Ok(Val::str(if name == "structToJSON" { "{}" } else { "" }));
+                }
+                Err(other) => return Err(other),
+            };
+            let out = if name == "toYaml" {
+                print::to_yaml(&j)
+            } else {
+                let mut out = String::new();
+                print::write_json(&j, &mut out);
+                out
+            };
             new_str(ex, out)
         }
         "toJSON" => {
