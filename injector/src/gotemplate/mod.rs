@@ -26,7 +26,7 @@
 //!
 //! **Fields and methods**: Go field names of Istio's `SidecarTemplateData` (see [`Template::execute`] for the
 //! data root), map keys written as fields (`.Values.global.hub`, `.ObjectMeta.Labels.app`), the proto
-//! getters `GetX` of the ProxyConfig/MeshConfig fields listed there, `.String` on
+//! getters `GetX` of the ProxyConfig/MeshConfig fields listed below, `.String` on
 //! `.ProxyConfig.InterceptionMode` and `.GetValue`/`.Value` on wrapper fields (`.ProxyConfig.Concurrency`).
 //! Missing map keys give "no value" (printed `<no value>`), chains through them stay "no value", a chain
 //! through an explicit JSON `null` or a nil pointer is an error, absent struct fields give their Go zero
@@ -39,12 +39,29 @@
 //!
 //! **Istio functions**: `toYaml` (JSON then YAML, trailing newline kept), `indent` (every line but the
 //! first), `isset`, `annotation`, `valueOrDefault`, `toLower`, `contains` (needle first), `toJSON`,
-//! `fromJSON` (the string `{}` on invalid JSON), `structToJSON` (compact JSON in Go's field order), `omit`, `strdict`, `env KEY DEFAULT` (the injector's
-//! environment, as Istio reads istiod's).
+//! `fromJSON` (the string `{}` on invalid JSON), `structToJSON` (compact JSON in Go's field order),
+//! `omit`, `strdict`, `env KEY DEFAULT` (the injector's environment, as Istio reads istiod's).
 //!
 //! **sprig functions**: `default empty coalesce ternary quote squote nindent join list append dict get
 //! hasKey toJson toString int int64 float64 lower upper trim trimAll trimPrefix trimSuffix hasPrefix
 //! hasSuffix replace repeat trunc fail`.
+//!
+//! **Modelled Go fields** (absent JSON keys are the Go zero value; other fields of these types fail the
+//! request as unsupported rather than being guessed):
+//!
+//! | type | fields |
+//! | --- | --- |
+//! | root | `TypeMeta DeploymentMeta ObjectMeta Spec ProxyConfig MeshConfig Values Revision NativeSidecars ProxyImage ProxyInitImage ProxyUID ProxyGID InboundTrafficPolicyMode CompliancePolicy` |
+//! | `TypeMeta` | `Kind APIVersion` |
+//! | `DeploymentMeta` | `Name Namespace` |
+//! | `ObjectMeta` | `Name GenerateName Namespace UID ResourceVersion Generation CreationTimestamp DeletionTimestamp Labels Annotations OwnerReferences (APIVersion Kind Name UID Controller BlockOwnerDeletion) Finalizers` |
+//! | `Spec` (PodSpec) | `Volumes (Name) InitContainers Containers RestartPolicy TerminationGracePeriodSeconds DNSPolicy NodeSelector ServiceAccountName AutomountServiceAccountToken NodeName HostNetwork HostPID HostIPC ShareProcessNamespace SecurityContext (RunAsUser RunAsGroup RunAsNonRoot SupplementalGroups FSGroup) ImagePullSecrets (Name) Hostname Subdomain Affinity SchedulerName Tolerations PriorityClassName Priority DNSConfig RuntimeClassName EnableServiceLinks` |
+//! | Container | `Name Image Command Args WorkingDir Ports (Name HostPort ContainerPort Protocol HostIP) EnvFrom Env (Name Value ValueFrom) Resources (Limits Requests) RestartPolicy VolumeMounts (Name ReadOnly RecursiveReadOnly MountPath SubPath MountPropagation SubPathExpr) LivenessProbe ReadinessProbe StartupProbe Lifecycle TerminationMessagePath TerminationMessagePolicy ImagePullPolicy SecurityContext (Capabilities Privileged RunAsUser RunAsGroup RunAsNonRoot ReadOnlyRootFilesystem AllowPrivilegeEscalation) Stdin StdinOnce TTY` |
+//! | `ProxyConfig` | `ConfigPath BinaryPath ServiceCluster DrainDuration DiscoveryAddress StatNameLength ProxyAdminPort ControlPlaneAuthPolicy CustomConfigFile Concurrency InterceptionMode Tracing ProxyMetadata StatusPort HoldApplicationUntilProxyStarts Image (ImageType) TerminationDrainDuration ClusterName`, each also as `GetX` |
+//! | `MeshConfig` | `ProxyListenPort ProxyInboundListenPort ProxyHttpPort ConnectTimeout IngressClass IngressService EnableTracing AccessLogFile AccessLogFormat DefaultConfig EnablePrometheusMerge RootNamespace TrustDomain TrustDomainAliases`, each also as `GetX` |
+//!
+//! Probes, lifecycle hooks, tolerations, affinity, volume sources, durations and tracing settings can be
+//! tested (`if`, `with`) and written with `toYaml`, but not walked field by field.
 //!
 //! # Refused at parse time ([`ParseError`])
 //!
