@@ -1311,6 +1311,22 @@ proptest! {
     }
 
     #[test]
+    fn text_without_actions_renders_to_itself(text in "[^{]{0,80}") {
+        let t = Template::parse("static", &text).expect("plain text parses");
+        prop_assert!(t.is_static());
+        prop_assert_eq!(t.static_text(), Some(text.as_str()));
+        prop_assert_eq!(t.execute(&json!({}), &Limits::default()).expect("executes"), text);
+    }
+
+    #[test]
+    fn istio_custom_template_runs_on_random_data(v in json_value()) {
+        let t = Template::parse("custom", CUSTOM).expect("parse");
+        let root = json!({"Values": v.clone(), "Spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
+        let out = t.execute(&root, &Limits::default()).expect("execute");
+        prop_assert!(out.contains("  - name: a\n") && out.contains("  - name: b\n"));
+    }
+
+    #[test]
     fn arbitrary_text_never_panics(text in "\\PC{0,60}") {
         if let Ok(t) = Template::parse("a", &text) {
             let _ = t.execute(&json!({}), &small_limits());
