@@ -47,6 +47,7 @@ pub(crate) fn signature(name: &str) -> Option<Sig> {
         "contains" | "trimAll" | "trimPrefix" | "trimSuffix" | "hasPrefix" | "hasSuffix"
         | "env" => sig(&[Str, Str], None),
         "replace" => sig(&[Str, Str, Str], None),
+        "split" => sig(&[Str, Str], None),
         "join" => sig(&[Str, Any], None),
         "get" | "hasKey" => sig(&[MapAny, Str], None),
         "omit" => sig(&[MapStr], Some(Str)),
@@ -528,6 +529,24 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
                 Some(t) => new_str(ex, t.to_string()),
                 None => unsupported("trunc in the middle of a UTF-8 character"),
             }
+        }
+        "split" => {
+            // sprig's split: a map from "_0", "_1", … to the parts (strings.Split).
+            let (sep, text) = (s(&a[0]), s(&a[1]));
+            let parts: Vec<&str> = if sep.is_empty() {
+                text.char_indices()
+                    .map(|(i, c)| &text[i..i + c.len_utf8()])
+                    .collect()
+            } else {
+                text.split(sep).collect()
+            };
+            ex.step(parts.len())?;
+            let m: BTreeMap<String, Val<'a>> = parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| (format!("_{i}"), Val::str(p)))
+                .collect();
+            Ok(Val::Dict(Rc::new(m)))
         }
         "fail" => Err(E::Fail(s(&a[0]).to_string())),
         "join" => {

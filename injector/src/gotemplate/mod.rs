@@ -44,7 +44,7 @@
 //!
 //! **sprig functions**: `default empty coalesce ternary quote squote nindent join list append dict get
 //! hasKey toJson toString int int64 float64 lower upper trim trimAll trimPrefix trimSuffix hasPrefix
-//! hasSuffix replace repeat trunc fail`.
+//! hasSuffix replace split repeat trunc fail`.
 //!
 //! **Modelled Go fields** (absent JSON keys are the Go zero value; other fields of these types fail the
 //! request as unsupported rather than being guessed):
@@ -66,9 +66,10 @@
 //! # Refused at parse time ([`ParseError`])
 //!
 //! `{{ define }}`, `{{ template }}`, `{{ block }}`; every function not listed above — among them Helm's
-//! `include`, `tpl`, `required`, `fromYaml`, `lookup`, Go's `call`, `slice`, `html`, `js`, `urlquery`, and
-//! Istio's other helpers (`protoToJSON`, `formatDuration`, `excludeInboundPort`,
-//! `applicationPorts`, …); `nil` as a command; arguments given to a literal or a field that is not a
+//! `include`, `tpl`, `required`, `fromYaml`, `lookup`, sprig's `keys` (random order) and `set` (mutates a
+//! shared map), Go's `call`, `slice`, `html`, `js`, `urlquery`, and Istio's other helpers (`protoToJSON`,
+//! `formatDuration`, `excludeInboundPort`, `applicationPorts`, …); `nil` as a command; arguments given to
+//! a literal or a field that is not a
 //! function; complex and hexadecimal-float numbers; nesting deeper than [`MAX_PARSE_DEPTH`].
 //!
 //! # Refused at execution time ([`ExecError::Unsupported`])

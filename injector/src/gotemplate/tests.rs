@@ -722,6 +722,7 @@ fn sprig_lists_and_strings() {
     assert_eq!(run("{{ replace \"a\" \"b\" \"aXa\" }} {{ upper \"a\" }} {{ trim \"  x \" }} {{ trimAll \"-\" \"--x-\" }} {{ repeat 3 \"ab\" }} {{ trunc 2 \"abc\" }}"), "bXb A x x ababab ab");
     assert_eq!(run("{{ .Values.global.proxy.statusPort | int }} {{ int \"0x1F\" }} {{ int \"012\" }} {{ int \"1.00\" }} {{ int \"x\" }} {{ toString 1.5 }}"), "15020 31 10 1 0 1.5");
     assert_eq!(run("{{ 1000000.0 | int }}"), "1000000");
+    assert_eq!(run("{{ split \",\" \"a,b,,c\" }} {{ (split \"/\" \"ns/name\")._1 }} {{ split \"\" \"ab\" }}"), "map[_0:a _1:b _2: _3:c] name map[_0:a _1:b]");
     assert_eq!(run("{{ int \"1.\" }} {{ int \"-012\" }} {{ int \"08\" }} {{ int \"1.50\" }} {{ int true }}"), "0 -10 0 0 1");
     assert_eq!(
         run("[{{ toJson (float64 \"NaN\") }}][{{ toYaml (list (float64 \"+Inf\")) }}][{{ structToJSON (float64 \"NaN\") }}]"),
