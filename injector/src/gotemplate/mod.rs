@@ -69,8 +69,8 @@
 //! `include`, `tpl`, `required`, `fromYaml`, `lookup`, sprig's `keys` (random order) and `set` (mutates a
 //! shared map), Go's `call`, `slice`, `html`, `js`, `urlquery`, and Istio's other helpers (`protoToJSON`,
 //! `formatDuration`, `excludeInboundPort`, `applicationPorts`, …); `nil` as a command; arguments given to
-//! a literal or a field that is not a
-//! function; complex and hexadecimal-float numbers; nesting deeper than [`MAX_PARSE_DEPTH`].
+//! a literal or a field that is not a function; complex and hexadecimal-float numbers; nesting deeper than
+//! [`MAX_PARSE_DEPTH`].
 //!
 //! # Refused at execution time ([`ExecError::Unsupported`])
 //!
