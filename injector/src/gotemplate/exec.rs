@@ -121,9 +121,12 @@ impl<'a> Exec<'a, '_> {
                     self.line = *line;
                     self.enter()?;
                     let mark = self.vars.len();
-                    self.range(dot, pipe, body, els)?;
+                    let flow = self.range(dot, pipe, body, els)?;
                     self.vars.truncate(mark);
                     self.leave();
+                    if !matches!(flow, Flow::Normal) {
+                        return Ok(flow);
+                    }
                 }
                 Node::Break => return Ok(Flow::Break),
                 Node::Continue => return Ok(Flow::Continue),
@@ -132,7 +135,9 @@ impl<'a> Exec<'a, '_> {
         Ok(Flow::Normal)
     }
 
-    fn range(&mut self, dot: &Val<'a>, pipe: &Pipe, body: &[Node], els: &[Node]) -> R<()> {
+    /// A range; its flow is `Continue` only for a `{{continue}}` in its else list, which continues an
+    /// enclosing range (Go's walkRange recovers `break` there but not `continue`).
+    fn range(&mut self, dot: &Val<'a>, pipe: &Pipe, body: &[Node], els: &[Node]) -> R<Flow> {
         let v = self.commands(dot, &pipe.cmds)?;
         // Go's walkRange pushes the declared variables first, then sets them per iteration.
         if !pipe.assign {
@@ -183,8 +188,10 @@ impl<'a> Exec<'a, '_> {
             }
         };
         if count == 0 {
-            self.walk(dot, els)?;
-            return Ok(());
+            return Ok(match self.walk(dot, els)? {
+                Flow::Continue => Flow::Continue,
+                _ => Flow::Normal,
+            });
         }
         let int_kind = match &v {
             Val::Int(_, k) => Some(*k),
@@ -216,7 +223,7 @@ impl<'a> Exec<'a, '_> {
                 break;
             }
         }
-        Ok(())
+        Ok(Flow::Normal)
     }
 
     /// Sets a range variable: the top-most declared (`:=`) or an existing one (`=`).

@@ -385,6 +385,15 @@ fn with_blocks() {
 
 #[test]
 fn range_forms() {
+    // Go's walkRange recovers a break in the else list but lets a continue reach the enclosing range.
+    assert_eq!(
+        run("{{ range .Values.list }}<{{ range $.Values.empty }}{{ else }}e{{ break }}x{{ end }}{{ . }}>{{ end }}"),
+        "<ea><eb><ec>"
+    );
+    assert_eq!(
+        run("{{ range .Values.list }}<{{ range $.Values.empty }}{{ else }}e{{ continue }}x{{ end }}{{ . }}>{{ end }}"),
+        "<e<e<e"
+    );
     assert_eq!(
         run("{{ range $i, $c := .Spec.Containers }}{{ if $i }},{{ end }}{{ $c.Name }}{{ end }}"),
         "hello,istio-proxy"
