@@ -21,6 +21,7 @@ pub mod effective_proxy_config;
 pub mod engine;
 pub mod fields;
 pub mod goconv;
+pub mod gotemplate;
 pub mod gotypes;
 pub mod kube_inject;
 pub mod merge;

@@ -1,0 +1,533 @@
+//! The evaluator: Go's `text/template` `exec.go` semantics (variables, control structures, field chains,
+//! pipelines, argument conversion) over [`Val`], with every bound of [`Limits`] checked.
+
+use serde_json::Value as Json;
+
+use super::lex::Num;
+use super::parse::{Arg, Cmd, Node, Pipe};
+use super::schema::{self, IntK, Ty, ROOT};
+use super::state::{eval_err, unsupported, validate, Exec, E, P, R};
+use super::value::{Val, NULL};
+use super::{funcs, print, ExecError, Limits, Template};
+
+/// What a walk over a list of nodes ended with.
+enum Flow {
+    Normal,
+    Break,
+    Continue,
+}
+
+pub(crate) fn execute(t: &Template, data: &Json, limits: &Limits) -> Result<String, ExecError> {
+    let mut ex = Exec {
+        limits,
+        out: String::new(),
+        vars: Vec::new(),
+        steps: 0,
+        iterations: 0,
+        depth: 0,
+        line: 1,
+    };
+    let root = Val::Data(data, &ROOT);
+    ex.vars.push(("$".to_string(), root.clone()));
+    let res = ex.walk(&root, &t.root);
+    let line = ex.line;
+    let template = t.name.clone();
+    match res {
+        Ok(_) => Ok(ex.out),
+        Err(E::Eval(message)) => Err(ExecError::Eval {
+            template,
+            line,
+            message,
+        }),
+        Err(E::Unsupported(message)) => Err(ExecError::Unsupported {
+            template,
+            line,
+            message,
+        }),
+        Err(E::Limit(what, limit)) => Err(ExecError::Limit {
+            template,
+            line,
+            what,
+            limit,
+        }),
+        Err(E::Fail(message)) => Err(ExecError::Fail {
+            template,
+            line,
+            message,
+        }),
+    }
+}
+
+impl<'a> Exec<'a, '_> {
+    fn write(&mut self, s: &str) -> R<()> {
+        if self.out.len() + s.len() > self.limits.max_output_bytes {
+            return Err(E::Limit("output bytes", self.limits.max_output_bytes));
+        }
+        self.step(s.len() / 16)?;
+        self.out.push_str(s);
+        Ok(())
+    }
+
+    fn walk(&mut self, dot: &Val<'a>, nodes: &[Node]) -> R<Flow> {
+        for node in nodes {
+            self.step(1)?;
+            match node {
+                Node::Text(t) => self.write(t)?,
+                Node::Action { line, pipe } => {
+                    self.line = *line;
+                    let v = self.pipeline(dot, pipe)?;
+                    if pipe.decl.is_empty() {
+                        let s = print::print_value(self, &v)?;
+                        self.write(&s)?;
+                    }
+                }
+                Node::If {
+                    line,
+                    pipe,
+                    then,
+                    els,
+                }
+                | Node::With {
+                    line,
+                    pipe,
+                    then,
+                    els,
+                } => {
+                    self.line = *line;
+                    self.enter()?;
+                    let mark = self.vars.len();
+                    let v = self.pipeline(dot, pipe)?;
+                    let flow = if v.truth() {
+                        if matches!(node, Node::With { .. }) {
+                            self.walk(&v, then)?
+                        } else {
+                            self.walk(dot, then)?
+                        }
+                    } else {
+                        self.walk(dot, els)?
+                    };
+                    self.vars.truncate(mark);
+                    self.leave();
+                    if !matches!(flow, Flow::Normal) {
+                        return Ok(flow);
+                    }
+                }
+                Node::Range {
+                    line,
+                    pipe,
+                    body,
+                    els,
+                } => {
+                    self.line = *line;
+                    self.enter()?;
+                    let mark = self.vars.len();
+                    let flow = self.range(dot, pipe, body, els)?;
+                    self.vars.truncate(mark);
+                    self.leave();
+                    if !matches!(flow, Flow::Normal) {
+                        return Ok(flow);
+                    }
+                }
+                Node::Break => return Ok(Flow::Break),
+                Node::Continue => return Ok(Flow::Continue),
+            }
+        }
+        Ok(Flow::Normal)
+    }
+
+    /// A range; its flow is `Continue` only for a `{{continue}}` in its else list, which continues an
+    /// enclosing range (Go's walkRange recovers `break` there but not `continue`).
+    fn range(&mut self, dot: &Val<'a>, pipe: &Pipe, body: &[Node], els: &[Node]) -> R<Flow> {
+        let v = self.commands(dot, &pipe.cmds)?;
+        // Go's walkRange pushes the declared variables first, then sets them per iteration.
+        if !pipe.assign {
+            for name in &pipe.decl {
+                self.vars.push((name.clone(), v.clone()));
+            }
+        }
+        // A range over an integer counts without materialising its elements.
+        let (count, items): (usize, Vec<(Val<'a>, Val<'a>)>) = match &v {
+            Val::NoValue | Val::Nil => (0, Vec::new()),
+            Val::Int(n, _) => {
+                if pipe.decl.len() > 1 {
+                    return eval_err(format!(
+                        "can't use {n} to iterate over more than one variable"
+                    ));
+                }
+                (
+                    usize::try_from((*n).max(0)).unwrap_or(usize::MAX),
+                    Vec::new(),
+                )
+            }
+            other => {
+                let items: Vec<(Val<'a>, Val<'a>)> = if let Some(items) = other.list_items() {
+                    let items = items.map_err(E::Unsupported)?;
+                    items
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, e)| (Val::int(i as i64), e))
+                        .collect()
+                } else if let Some(entries) = other.map_entries() {
+                    let entries = entries.map_err(E::Unsupported)?;
+                    entries
+                        .into_iter()
+                        .map(|(k, e)| (Val::str(&k), e))
+                        .collect()
+                } else if let Val::Data(j, Ty::Ptr(_)) = other {
+                    if j.is_null() {
+                        return eval_err("range can't iterate over <nil>");
+                    }
+                    return eval_err(format!("range can't iterate over {}", other.type_name()));
+                } else {
+                    let shown =
+                        print::print_value(self, other).unwrap_or_else(|_| other.type_name());
+                    return eval_err(format!("range can't iterate over {shown}"));
+                };
+                self.step(items.len() / 16)?;
+                (items.len(), items)
+            }
+        };
+        if count == 0 {
+            return Ok(match self.walk(dot, els)? {
+                Flow::Continue => Flow::Continue,
+                _ => Flow::Normal,
+            });
+        }
+        let int_kind = match &v {
+            Val::Int(_, k) => Some(*k),
+            _ => None,
+        };
+        let mut items = items.into_iter();
+        for n in 0..count {
+            let (key, elem) = match int_kind {
+                Some(k) => (Val::Int(n as i64, k), Val::Int(n as i64, k)),
+                None => items.next().unwrap_or((Val::NoValue, Val::NoValue)),
+            };
+            self.iterations += 1;
+            if self.iterations > self.limits.max_iterations {
+                return Err(E::Limit("iterations", self.limits.max_iterations));
+            }
+            let mark = self.vars.len();
+            match pipe.decl.as_slice() {
+                [] => {}
+                [v] => self.set_var(v, elem.clone(), pipe.assign, true)?,
+                [k, v] => {
+                    self.set_var(k, key, pipe.assign, false)?;
+                    self.set_var(v, elem.clone(), pipe.assign, true)?;
+                }
+                _ => return eval_err("too many declarations in range"),
+            }
+            let flow = self.walk(&elem, body)?;
+            self.vars.truncate(mark);
+            if matches!(flow, Flow::Break) {
+                break;
+            }
+        }
+        Ok(Flow::Normal)
+    }
+
+    /// Sets a range variable: the top-most declared (`:=`) or an existing one (`=`).
+    fn set_var(&mut self, name: &str, v: Val<'a>, assign: bool, last: bool) -> R<()> {
+        if assign {
+            return self.assign_var(name, v);
+        }
+        // The range pushed its variables in declaration order; the element is on top.
+        let n = self.vars.len();
+        let idx = if last { n - 1 } else { n - 2 };
+        let _ = name;
+        self.vars[idx].1 = v;
+        Ok(())
+    }
+
+    fn assign_var(&mut self, name: &str, v: Val<'a>) -> R<()> {
+        match self.vars.iter_mut().rev().find(|(n, _)| n == name) {
+            Some(slot) => {
+                slot.1 = v;
+                Ok(())
+            }
+            None => eval_err(format!("undefined variable: {name}")),
+        }
+    }
+
+    fn var(&self, name: &str) -> R<Val<'a>> {
+        match self.vars.iter().rev().find(|(n, _)| n == name) {
+            Some((_, v)) => Ok(v.clone()),
+            None => eval_err(format!("undefined variable: {name}")),
+        }
+    }
+
+    /// A pipeline with its declarations.
+    pub fn pipeline(&mut self, dot: &Val<'a>, pipe: &Pipe) -> R<Val<'a>> {
+        let v = self.commands(dot, &pipe.cmds)?;
+        for name in &pipe.decl {
+            if pipe.assign {
+                self.assign_var(name, v.clone())?;
+            } else {
+                self.vars.push((name.clone(), v.clone()));
+            }
+        }
+        Ok(v)
+    }
+
+    fn commands(&mut self, dot: &Val<'a>, cmds: &[Cmd]) -> R<Val<'a>> {
+        let mut value: Option<Val<'a>> = None;
+        for cmd in cmds {
+            self.step(1)?;
+            let v = self.command(dot, cmd, value.take())?;
+            // Go digs into an interface{} after each command: a nil interface becomes "no value".
+            value = Some(if matches!(v, Val::Nil) {
+                Val::NoValue
+            } else {
+                v
+            });
+        }
+        Ok(value.unwrap_or(Val::NoValue))
+    }
+
+    fn command(&mut self, dot: &Val<'a>, cmd: &Cmd, fin: Option<Val<'a>>) -> R<Val<'a>> {
+        match cmd.args.first() {
+            Some(Arg::Func(name)) => call(self, dot, name, &cmd.args[1..], fin),
+            Some(Arg::Nil) => eval_err("nil is not a command"),
+            Some(a) => self.operand(dot, a),
+            None => eval_err("empty command"),
+        }
+    }
+
+    /// An operand evaluated without a parameter type (a command's value, or a built-in's argument).
+    pub fn operand(&mut self, dot: &Val<'a>, arg: &Arg) -> R<Val<'a>> {
+        match arg {
+            Arg::Dot => Ok(dot.clone()),
+            Arg::Field(names) => self.chain(dot.clone(), names),
+            Arg::Var(name, names) => {
+                let v = self.var(name)?;
+                self.chain(v, names)
+            }
+            Arg::Chain(pipe, names) => {
+                self.enter()?;
+                let v = self.pipeline(dot, pipe);
+                self.leave();
+                let v = v?;
+                self.chain(v, names)
+            }
+            Arg::Func(name) => {
+                let v = call(self, dot, name, &[], None)?;
+                Ok(v)
+            }
+            Arg::Str(s) => Ok(Val::str(s)),
+            Arg::Num(n) => ideal_constant(n),
+            Arg::Bool(b) => Ok(Val::Bool(*b)),
+            Arg::Nil => eval_err("cannot assign nil to reflect.Value"),
+        }
+    }
+
+    fn chain(&mut self, mut v: Val<'a>, names: &[String]) -> R<Val<'a>> {
+        for name in names {
+            self.step(1)?;
+            v = field(v, name)?;
+        }
+        Ok(v)
+    }
+}
+
+/// Go's `idealConstant`: the value a number literal has where any type is accepted.
+pub(crate) fn ideal_constant<'a>(n: &Num) -> R<Val<'a>> {
+    match (n.float_text, n.int, n.float) {
+        (true, _, Some(f)) => Ok(Val::Float(f)),
+        (false, Some(i), _) => Ok(Val::Int(i, IntK::Int)),
+        _ => eval_err("number overflows int"),
+    }
+}
+
+/// Go's `evalField` for one name.
+pub(crate) fn field<'a>(recv: Val<'a>, name: &str) -> R<Val<'a>> {
+    match &recv {
+        Val::NoValue => Ok(Val::NoValue),
+        Val::Nil => eval_err(format!("nil pointer evaluating interface {{}}.{name}")),
+        Val::Enum(i, e) if name == "String" => Ok(Val::str(
+            e.names.get(*i as usize).copied().unwrap_or(&i.to_string()),
+        )),
+        Val::Data(j, ty) => data_field(j, ty, name),
+        other if other.is_map() => match other.map_get(name) {
+            Some(Ok(Some(v))) => Ok(v),
+            Some(Ok(None)) => Ok(Val::NoValue),
+            Some(Err(m)) => unsupported(m),
+            None => Ok(Val::NoValue),
+        },
+        other => eval_err(format!(
+            "can't evaluate field {name} in type {}",
+            other.type_name()
+        )),
+    }
+}
+
+fn data_field<'a>(j: &'a Json, ty: &'static Ty, name: &str) -> R<Val<'a>> {
+    let typed = |j: Option<&'a Json>, t: &'static Ty| Val::typed(j, t).map_err(E::Unsupported);
+    match ty {
+        Ty::Ptr(inner) => {
+            if j.is_null() {
+                if let Ty::Struct(s) = inner {
+                    if s.proto {
+                        if let Some(f) = name.strip_prefix("Get").and_then(|n| s.field(n)) {
+                            return typed(None, f.ty);
+                        }
+                    }
+                }
+                return eval_err(format!(
+                    "nil pointer evaluating {}.{name}",
+                    schema::go_name(ty)
+                ));
+            }
+            data_field(j, inner, name)
+        }
+        Ty::Struct(s) => {
+            let f = s.field(name).or_else(|| {
+                if s.proto {
+                    name.strip_prefix("Get").and_then(|n| s.field(n))
+                } else {
+                    None
+                }
+            });
+            match f {
+                Some(f) => typed(j.get(f.json).or_else(|| j.get(f.go)), f.ty),
+                None if s.complete => {
+                    eval_err(format!("can't evaluate field {name} in type {}", s.go))
+                }
+                None => unsupported(format!(
+                    "field {name} of type {} is not modelled by this evaluator",
+                    s.go
+                )),
+            }
+        }
+        Ty::MapAny | Ty::MapStr | Ty::MapOpaque(_) => match Val::Data(j, ty).map_get(name) {
+            Some(Ok(Some(v))) => Ok(v),
+            Some(Err(m)) => unsupported(m),
+            _ => Ok(Val::NoValue),
+        },
+        Ty::Wrapper(inner, go) => match name {
+            "GetValue" => typed(Some(j), inner),
+            "Value" if j.is_null() => eval_err(format!("nil pointer evaluating *{go}.Value")),
+            "Value" => typed(Some(j), inner),
+            _ => unsupported(format!(
+                "field {name} of type *{go} is not modelled by this evaluator"
+            )),
+        },
+        Ty::Opaque(go) => {
+            if j.is_null() {
+                return eval_err(format!("nil pointer evaluating *{go}.{name}"));
+            }
+            unsupported(format!(
+                "fields of type {go} are not modelled by this evaluator (field {name})"
+            ))
+        }
+        other => eval_err(format!(
+            "can't evaluate field {name} in type {}",
+            schema::go_name(other)
+        )),
+    }
+}
+
+impl<'a> Exec<'a, '_> {
+    /// Evaluates an argument for a parameter of type `p` (Go's `evalArg`).
+    pub fn arg(&mut self, dot: &Val<'a>, arg: &Arg, p: P) -> R<Val<'a>> {
+        self.step(1)?;
+        match arg {
+            Arg::Nil => match p {
+                P::Any => Ok(Val::Nil),
+                P::MapStr => Ok(Val::Data(&NULL, &schema::MAP_STR)),
+                P::MapAny => Ok(Val::Data(&NULL, &schema::MAP_ANY)),
+                _ => eval_err(format!("cannot assign nil to {}", p.go())),
+            },
+            Arg::Str(s) => match p {
+                P::Any | P::Raw | P::Str => Ok(Val::str(s)),
+                _ => eval_err(format!("expected {}; found {s:?}", p.go())),
+            },
+            Arg::Bool(b) => match p {
+                P::Any | P::Raw | P::Bool => Ok(Val::Bool(*b)),
+                _ => eval_err(format!("expected {}; found {b}", p.go())),
+            },
+            Arg::Num(n) => match p {
+                P::Any | P::Raw => ideal_constant(n),
+                P::Int => match n.int {
+                    Some(i) => Ok(Val::int(i)),
+                    None => eval_err(format!(
+                        "expected integer; found {}",
+                        n.float.unwrap_or(0.0)
+                    )),
+                },
+                _ => eval_err(format!("expected {}; found a number", p.go())),
+            },
+            other => {
+                let v = self.operand(dot, other)?;
+                let v = if matches!(v, Val::Nil) && !matches!(other, Arg::Dot | Arg::Var(..)) {
+                    // A nil interface from a field or pipeline reaches functions as "no value" would.
+                    Val::NoValue
+                } else {
+                    v
+                };
+                validate(v, p)
+            }
+        }
+    }
+}
+
+/// Calls function `name` with the unevaluated `args` and the piped `fin` value (Go's `evalCall`).
+pub(crate) fn call<'a>(
+    ex: &mut Exec<'a, '_>,
+    dot: &Val<'a>,
+    name: &str,
+    args: &[Arg],
+    fin: Option<Val<'a>>,
+) -> R<Val<'a>> {
+    ex.step(1)?;
+    let Some(sig) = funcs::signature(name) else {
+        return unsupported(format!("function {name:?}"));
+    };
+    let n = args.len() + usize::from(fin.is_some());
+    match sig.variadic {
+        Some(_) if n < sig.fixed.len() => {
+            return eval_err(format!(
+                "wrong number of args for {name}: want at least {} got {n}",
+                sig.fixed.len()
+            ))
+        }
+        None if n != sig.fixed.len() => {
+            return eval_err(format!(
+                "wrong number of args for {name}: want {} got {n}",
+                sig.fixed.len()
+            ))
+        }
+        _ => {}
+    }
+    let param = |i: usize| sig.fixed.get(i).copied().or(sig.variadic).unwrap_or(P::Raw);
+    // `and` and `or` evaluate their arguments lazily and return one of them.
+    if name == "and" || name == "or" {
+        let want = name == "or";
+        let mut last = Val::NoValue;
+        for a in args {
+            let v = ex.arg(dot, a, P::Raw)?;
+            if v.truth() == want {
+                return Ok(v);
+            }
+            last = v;
+        }
+        return Ok(fin.unwrap_or(last));
+    }
+    let mut argv = Vec::with_capacity(n);
+    for (i, a) in args.iter().enumerate() {
+        argv.push(ex.arg(dot, a, param(i))?);
+    }
+    if let Some(f) = fin {
+        argv.push(validate(
+            if matches!(f, Val::Nil) {
+                Val::NoValue
+            } else {
+                f
+            },
+            param(args.len()),
+        )?);
+    }
+    funcs::apply(ex, name, argv).map_err(|e| match e {
+        E::Eval(m) => E::Eval(format!("error calling {name}: {m}")),
+        other => other,
+    })
+}
