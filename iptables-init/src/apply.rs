@@ -33,8 +33,8 @@ use tracing::{debug, info, warn};
 use crate::render;
 use crate::rules::{Family, Plan, RouteAction, Rule};
 
-pub use backend::{Backend, Kind};
-pub use exec::{exec_restore, ExecRestore};
+pub(crate) use backend::Backend;
+pub(crate) use exec::exec_restore;
 use state::{assemble, is_our_chain, split_restore_input, Dump, Ours, SCRATCH_PREFIX};
 
 /// How the plan is to be applied; built by `main` from the command line.

@@ -668,6 +668,7 @@ pub static FLAGS: [&Flag; 42] = [
 
 impl Fallback {
     /// The default as README.md's flag tables write it.
+    #[cfg(test)]
     pub fn readme(&self) -> String {
         match self {
             Fallback::Empty => "empty".to_string(),

@@ -2,29 +2,33 @@
 //!
 //! The pipeline is deliberately split so that `--dry-run` prints exactly what would be applied:
 //!
-//! 1. [`cli`] reads istio-iptables' command line, and [`config`] resolves it with the environment and
-//!    the surroundings ([`detect`]) into a validated [`config::Config`]; both read each flag's names,
-//!    variables and default from its one definition in [`flags`], and [`logging`] its log flags;
-//! 2. [`rules`] turns the configuration into a rule model ([`rules::Plan`]) in Istio's order;
-//! 3. [`render`] renders the model as `iptables-restore` input (and route actions as comments);
-//! 4. [`apply`] detects the backend, checks the current state and applies the rendered text atomically
+//! 1. `cli` reads istio-iptables' command line, and `config` resolves it with the environment and
+//!    the surroundings (`detect`) into a validated `config::Config`; both read each flag's names,
+//!    variables and default from its one definition in `flags`, and `logging` its log flags;
+//! 2. `rules` turns the configuration into a rule model (`rules::Plan`) in Istio's order;
+//! 3. `render` renders the model as `iptables-restore` input (and route actions as comments);
+//! 4. `apply` detects the backend, checks the current state and applies the rendered text atomically
 //!    per family, rolling back on failure; it also implements `--reconcile` and `--cleanup-only`;
-//! 5. [`validation`] proves interception with a real connection (`--run-validation`).
+//! 5. `validation` proves interception with a real connection (`--run-validation`).
 //!
-//! [`run`] strings them together; `main` only calls it.
+//! With `--native-nftables`, `nft` takes steps 2–4 instead: its own rule model built from the same
+//! `Config`, rendered as the `nft -f` text Istio pipes, applied as one nf_tables batch over netlink
+//! (routes and the `::6` address through `rtnetlink`).
+//!
+//! `run` strings them together; `main` only calls it.
 
-pub mod apply;
-pub mod cli;
-pub mod config;
-pub mod detect;
-pub mod flags;
-pub mod logging;
+pub(crate) mod apply;
+pub(crate) mod cli;
+pub(crate) mod config;
+pub(crate) mod detect;
+pub(crate) mod flags;
+pub(crate) mod logging;
 mod netlink;
-pub mod nft;
-pub mod render;
-pub mod rtnetlink;
-pub mod rules;
-pub mod validation;
+pub(crate) mod nft;
+pub(crate) mod render;
+pub(crate) mod rtnetlink;
+pub(crate) mod rules;
+pub(crate) mod validation;
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -37,8 +41,8 @@ pub const EXIT_VALIDATION_FAILED: u8 = 126;
 /// Exit status for a command-line parse or logging-config error (Istio's `os.Exit(-1)`, 255).
 pub const EXIT_USAGE: u8 = 255;
 
-/// The options [`apply::apply`] needs from a configuration.
-pub fn apply_options(cfg: &config::Config) -> apply::ApplyOptions {
+/// The options `apply::apply` needs from a configuration.
+pub(crate) fn apply_options(cfg: &config::Config) -> apply::ApplyOptions {
     apply::ApplyOptions {
         reconcile: cfg.reconcile,
         cleanup_only: cfg.cleanup_only,
@@ -47,9 +51,9 @@ pub fn apply_options(cfg: &config::Config) -> apply::ApplyOptions {
     }
 }
 
-/// The options [`validation::run`] needs from a configuration. The probe's family is the detected host
+/// The options `validation::run` needs from a configuration. The probe's family is the detected host
 /// IP's (Istio's rule); without detection it follows `--ipv6`.
-pub fn validation_options(cfg: &config::Config) -> validation::ValidationOptions {
+pub(crate) fn validation_options(cfg: &config::Config) -> validation::ValidationOptions {
     validation::ValidationOptions {
         proxy_port: cfg.proxy_port,
         inbound_port: cfg.inbound_capture_port,

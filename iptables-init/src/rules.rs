@@ -122,11 +122,6 @@ impl Rule {
             tokens,
         }
     }
-
-    /// The rule's text, tokens joined by single spaces, as it appears in restore input.
-    pub fn text(&self) -> String {
-        self.tokens.join(" ")
-    }
 }
 
 impl Family {
@@ -674,7 +669,7 @@ mod tests {
         rules
             .iter()
             .filter(|r| r.table == t)
-            .map(Rule::text)
+            .map(|r| r.tokens.join(" "))
             .collect()
     }
 

@@ -87,13 +87,6 @@ pub enum NetlinkError {
     /// The answer could not be understood.
     #[error("unexpected nf_tables answer: {0}")]
     Unexpected(String),
-    /// A name (table, chain, interface) that nf_tables cannot hold.
-    #[error("{what} {value:?} cannot be sent to nf_tables: {reason}")]
-    Name {
-        what: &'static str,
-        value: String,
-        reason: &'static str,
-    },
 }
 
 /// The kernel feature behind a refusal of the kind a too-old or reduced kernel gives.
