@@ -207,3 +207,60 @@ fn execution_errors_and_bad_output_fail_the_pod_with_istios_prefix() {
     let e = run("zzz");
     assert!(e.contains("have l, sidecar, t, y"), "{e}");
 }
+
+#[test]
+fn the_spire_overlay_merges_into_the_proxy_only_without_native_sidecars() {
+    let proxies = |native: bool| {
+        let config = json!({"policy": "enabled", "templates": {"spire": SPIRE}});
+        let values = json!({"sidecarInjectorWebhook": {"templates": {"spire": SPIRE}}});
+        let s = Settings::from_documents(
+            Some(("values.yaml", &values)),
+            None,
+            Some(("config.yaml", &config)),
+            native,
+            "",
+            "",
+        )
+        .unwrap();
+        let mut p = pod();
+        p["metadata"]["annotations"]["inject.istio.io/templates"] = json!("sidecar,spire");
+        let out = inject(&Engine::new(s), &p, Mode::Webhook).unwrap();
+        let csi = out["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == json!("workload-socket"))
+            .unwrap()["csi"]["driver"]
+            .clone();
+        assert_eq!(csi, json!("csi.spiffe.io"));
+        let named = |list: &str| -> Vec<Value> {
+            out["spec"][list]
+                .as_array()
+                .map(|l| {
+                    l.iter()
+                        .filter(|c| c["name"] == json!("istio-proxy"))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        (named("initContainers"), named("containers"))
+    };
+    // Native: the sidecar's proxy is an init container; the overlay adds an image-less stub to
+    // `containers`, as Istio's golden has it.
+    let (init, containers) = proxies(true);
+    assert_eq!((init.len(), containers.len()), (1, 1));
+    assert!(containers[0].get("image").is_none(), "{}", containers[0]);
+    // Not native: one proxy, its workload-socket mount made read-only.
+    let (init, containers) = proxies(false);
+    assert_eq!((init.len(), containers.len()), (0, 1));
+    assert!(containers[0]["image"].is_string());
+    let mount = containers[0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == json!("/var/run/secrets/workload-spiffe-uds"))
+        .unwrap()
+        .clone();
+    assert_eq!(mount["readOnly"], json!(true));
+}
