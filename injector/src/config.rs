@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::decision::{LabelSelector, Policy};
 use crate::defaults::{builtin_mesh, builtin_values, deep_merge};
+use crate::user_template::{self, UserTemplates};
 
 /// `--native-sidecars` / `ENABLE_NATIVE_SIDECARS`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -39,7 +40,7 @@ pub struct ConfigArgs {
     #[arg(long = "values", alias = "valuesFile", value_name = "FILE")]
     pub values: Option<PathBuf>,
     /// The injector `config` document (policy, selectors, injectedAnnotations, defaultTemplates,
-    /// aliases; `templates` is ignored: ours are compiled in).
+    /// aliases, and user `templates`; the chart's built-in texts are compiled in).
     #[arg(
         long = "injector-config",
         alias = "injectConfigFile",
@@ -117,6 +118,9 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
+    /// A user template was refused (file, key, template, line and construct).
+    #[error(transparent)]
+    Template(#[from] crate::user_template::LoadError),
 }
 
 /// The injector `config` document, parsed.
@@ -157,7 +161,9 @@ pub struct Settings {
     /// Empty for the default revision.
     pub revision: String,
     pub compliance_policy: String,
-    /// Non-fatal findings while loading (e.g. an ignored `templates` key), for the caller to log.
+    /// The user templates of `templates`, parsed once here.
+    pub user_templates: UserTemplates,
+    /// Non-fatal findings while loading (e.g. unused chart template texts), for the caller to log.
     pub warnings: Vec<String>,
     /// The files the settings came from (for reload watchers).
     pub sources: Sources,
@@ -180,6 +186,7 @@ impl Default for Settings {
             native_sidecars: true,
             revision: String::new(),
             compliance_policy: String::new(),
+            user_templates: UserTemplates::default(),
             warnings: Vec::new(),
             sources: Sources::default(),
         }
@@ -311,6 +318,17 @@ impl Settings {
             Some((path, c)) if !c.is_null() => parse_injector_config(path, c, &mut warnings)?,
             _ => injector_config_from_values(&merged_values, &mut warnings)?,
         };
+        let user_templates = UserTemplates::load(
+            user_template::Sources {
+                config: injector_config
+                    .filter(|(_, c)| c.is_object())
+                    .and_then(|(p, c)| c.get("templates").map(|t| (p, t))),
+                values: merged_values
+                    .pointer("/sidecarInjectorWebhook/templates")
+                    .map(|t| (values.map_or("values", |(p, _)| p), t)),
+            },
+            &mut warnings,
+        )?;
 
         let revision = if revision == "default" { "" } else { revision };
         Ok(Settings {
@@ -320,6 +338,7 @@ impl Settings {
             native_sidecars,
             revision: revision.to_string(),
             compliance_policy: compliance_policy.to_string(),
+            user_templates,
             warnings,
             sources: Sources::default(),
         })
@@ -605,12 +624,6 @@ fn parse_injector_config(
             ))
         }
     };
-    if c.get("templates").is_some_and(|t| !t.is_null()) {
-        warnings.push(format!(
-            "{path}: the `templates` key is ignored: this injector's templates are compiled in ({})",
-            crate::render::template_names().join(", ")
-        ));
-    }
     let mut default_templates = string_list(path, "defaultTemplates", c.get("defaultTemplates"))?;
     if default_templates.is_empty() {
         default_templates.push("sidecar".to_string());

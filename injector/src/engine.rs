@@ -33,7 +33,7 @@ pub struct Engine {
     /// The `PROXY_CONFIG` env text of `base_proxy_config`, rendered once per configuration (`None` if it
     /// cannot be printed: then the render reports the error per pod, as before).
     base_proxy_config_env: Option<String>,
-    /// Names of the compiled-in templates, for the "not found" message.
+    /// Names of the compiled-in and user templates, for the "not found" message.
     have_templates: String,
     /// `values.global.multiCluster.clusterName` and `values.global.network`, looked up once.
     values_cluster: Option<String>,
@@ -74,6 +74,9 @@ pub enum EngineError {
     /// A template is missing or failed to render.
     #[error("failed to run injection template: {0}")]
     Render(#[from] render::RenderError),
+    /// A user template failed to render.
+    #[error("failed to run injection template: {0}")]
+    UserTemplate(#[from] crate::user_template::RenderError),
     /// The rendered template could not be merged into the pod.
     #[error("failed to run injection template: strategic merge: {0}")]
     Merge(merge::MergeError),
@@ -111,7 +114,14 @@ impl Engine {
         Engine {
             base_proxy_config,
             base_proxy_config_env,
-            have_templates: render::template_names().join(", "),
+            have_templates: render::template_names()
+                .iter()
+                .copied()
+                .chain(settings.user_templates.names())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join(", "),
             values_cluster,
             values_network,
             settings,
@@ -336,13 +346,18 @@ impl Engine {
         // `None` while the template pod is still empty.
         let mut template_pod: Option<Value> = None;
         for name in self.templates(annotations_map, req.mode) {
-            if !render::template_names().contains(&name.as_str()) {
+            // A user template of a built-in's name replaces the built-in.
+            let user = self.settings.user_templates.get(&name);
+            if user.is_none() && !render::template_names().contains(&name.as_str()) {
                 return Err(EngineError::Render(render::RenderError::NotFound {
                     name,
                     have: self.have_templates.clone(),
                 }));
             }
-            let rendered = render::render(&name, data)?;
+            let rendered = match user {
+                Some(u) => u.render(data, native_move, req.mode == Mode::Webhook)?,
+                None => render::render(&name, data)?,
+            };
             let skeleton = template_skeleton(&rendered);
             let current = match (&template_pod, skeleton.special) {
                 // Merging a skeleton without `$` directives into the empty template pod gives the

@@ -36,6 +36,7 @@ pub mod render;
 pub mod server;
 pub mod status;
 pub mod tls;
+pub mod user_template;
 pub mod validate;
 pub mod webhook_config;
 pub mod workload;

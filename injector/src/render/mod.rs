@@ -13,7 +13,7 @@
 //! carry.
 
 mod context;
-mod image;
+pub(crate) mod image;
 mod init_args;
 mod proxy_config_json;
 

@@ -5,3 +5,4 @@ mod cli;
 mod kube;
 mod parity;
 mod props;
+mod user_templates;

@@ -745,6 +745,82 @@ async fn config_hot_reload() {
     assert!(f.server.log().contains("configuration reload failed"));
 }
 
+/// The labels of the hello pod as the webhook injects it.
+async fn injected_labels(api: &ApiServer, tag: &str) -> Value {
+    let pod = hello_pod();
+    let mut conn = api.connect(Http::H1).await.unwrap();
+    let a = api
+        .review(&mut conn, &pods::review("v1", tag, "default", &pod))
+        .await
+        .unwrap();
+    apply_patch(&a["response"], &pod).unwrap()["metadata"]["labels"].clone()
+}
+
+/// A user template outside the supported subset is refused at reload, naming file, template, line and
+/// construct; the failure is counted and the previous configuration (with its user template) stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_template_refused_at_reload_keeps_the_old_configuration() {
+    let overlay = |v: &str| format!("metadata:\n  labels:\n    user-template: {v}\n");
+    let config = |text: String| json!({"defaultTemplates": ["sidecar", "mark"], "templates": {"mark": text}});
+    let f = fixture(
+        Value::Null,
+        config(overlay("one")),
+        &["--reload-interval-ms", "100"],
+    );
+    assert_eq!(
+        injected_labels(&f.api, "first").await["user-template"],
+        json!("one")
+    );
+
+    let bad = "metadata:\n  labels:\n    user-template: {{ include \"x\" . }}\n".to_string();
+    Config::with(&Value::Null, &Value::Null, &config(bad))
+        .and_then(|c| c.write(&f.dir.path().join("cfg")))
+        .unwrap();
+    wait_until(
+        "refused user template counted",
+        Duration::from_secs(10),
+        || async {
+            f.server
+                .metric("injector_config_reloads_total{result=\"failure\"}")
+                .await
+                .unwrap_or(0.0)
+                >= 1.0
+        },
+    )
+    .await;
+    let log = f.server.log();
+    let config_file = f.cfg.injector_config.display().to_string();
+    for want in [
+        "configuration reload failed",
+        config_file.as_str(),
+        "templates.mark",
+        "line 3",
+        "unsupported function",
+        "include",
+    ] {
+        assert!(log.contains(want), "{want:?} not in the log:\n{log}");
+    }
+    assert_eq!(
+        injected_labels(&f.api, "after").await["user-template"],
+        json!("one")
+    );
+
+    // A valid user template is taken on the next reload.
+    Config::with(&Value::Null, &Value::Null, &config(overlay("two")))
+        .and_then(|c| c.write(&f.dir.path().join("cfg")))
+        .unwrap();
+    let api = f.api.clone();
+    wait_until(
+        "new user template in effect",
+        Duration::from_secs(10),
+        || {
+            let api = api.clone();
+            async move { injected_labels(&api, "later").await["user-template"] == json!("two") }
+        },
+    )
+    .await;
+}
+
 /// SIGTERM under load: requests in flight complete with valid answers, no answered request is broken, the
 /// process exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

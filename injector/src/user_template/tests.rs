@@ -1,0 +1,266 @@
+use super::*;
+
+const SPIRE: &str = "spec:\n  containers:\n  - name: istio-proxy\n    volumeMounts:\n    - name: workload-socket\n      mountPath: /var/run/secrets/workload-spiffe-uds\n      readOnly: true\n  volumes:\n  - name: workload-socket\n    csi:\n      driver: \"csi.spiffe.io\"\n      readOnly: true\n";
+
+use crate::config::Settings;
+use crate::engine::{Engine, InjectRequest, Mode, Workload};
+
+fn settings(config: Value, values: Value) -> Result<Settings, crate::config::ConfigError> {
+    Settings::from_documents(
+        Some(("values.yaml", &values)),
+        None,
+        Some(("config.yaml", &config)),
+        true,
+        "",
+        "",
+    )
+}
+
+fn pod() -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "namespace": "ns", "annotations": {"inject.istio.io/templates": "t"}},
+           "spec": {"containers": [{"name": "app", "image": "a"}, {"name": "b", "image": "b"}]}})
+}
+
+fn workload() -> Workload {
+    Workload {
+        kind: "Deployment".into(),
+        api_version: "apps/v1".into(),
+        name: "hello".into(),
+        namespace: "ns".into(),
+    }
+}
+
+fn inject(engine: &Engine, pod: &Value, mode: Mode) -> Result<Value, crate::engine::EngineError> {
+    let w = workload();
+    engine.inject(&InjectRequest {
+        pod,
+        workload: &w,
+        url_env: Default::default(),
+        mode,
+    })
+}
+
+#[test]
+fn chart_names_carry_the_chart_text_unless_values_lists_them() {
+    let config = json!({"policy": "enabled", "templates": {
+        "sidecar": "{{ .Values.whatever | protoToJSON }}", "gateway": "x", "spire": SPIRE}});
+    let s = settings(config.clone(), json!({})).unwrap();
+    let names: Vec<&str> = s.user_templates.names().collect();
+    assert_eq!(names, ["spire"]);
+    assert!(s.user_templates.get("spire").unwrap().is_static());
+    let w = s.warnings.join("\n");
+    assert!(
+        w.contains("templates.gateway, templates.sidecar") && w.contains("compiled in"),
+        "{w}"
+    );
+
+    // Listed in values: the user's text replaces the built-in, and must be in the subset.
+    let values = json!({"sidecarInjectorWebhook": {"templates": {"sidecar": "x"}}});
+    let err = settings(config, values).unwrap_err().to_string();
+    assert!(
+        err.contains("config.yaml")
+            && err.contains("templates.sidecar")
+            && err.contains("line 1")
+            && err.contains("\"protoToJSON\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn values_templates_are_used_without_a_config_document_entry() {
+    let values = json!({"sidecarInjectorWebhook": {"templates": {"spire": SPIRE}}});
+    let s = settings(json!({"policy": "enabled"}), values.clone()).unwrap();
+    assert!(s
+        .user_templates
+        .get("spire")
+        .is_some_and(UserTemplate::is_static));
+    let s = Settings::from_documents(Some(("v", &values)), None, None, true, "", "").unwrap();
+    assert_eq!(s.user_templates.names().collect::<Vec<_>>(), ["spire"]);
+    // A refusal names the values file and key.
+    let values = json!({"sidecarInjectorWebhook": {"templates": {"t": "a: {{ template \"x\" }}"}}});
+    let err = Settings::from_documents(Some(("vals.json", &values)), None, None, true, "", "")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("vals.json")
+            && err.contains("sidecarInjectorWebhook.templates.t")
+            && err.contains("unsupported action \"template\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn static_texts_must_be_partial_pods() {
+    for (text, want) in [
+        ("spec: [", "is not YAML"),
+        ("- a\n- b\n", "not a partial pod"),
+        ("just text", "not a partial pod"),
+    ] {
+        let config = json!({"policy": "enabled", "templates": {"t": text}});
+        let err = settings(config, json!({})).unwrap_err().to_string();
+        assert!(
+            err.contains(want) && err.contains("templates.t") && err.contains("config.yaml"),
+            "{text:?}: {err}"
+        );
+    }
+    let config = json!({"policy": "enabled", "templates": {"t": 3}});
+    let err = settings(config, json!({})).unwrap_err().to_string();
+    assert!(
+        err.contains("templates.t") && err.contains("string"),
+        "{err}"
+    );
+    // Comments only: an empty overlay, the pod unchanged apart from post-processing.
+    let config = json!({"policy": "enabled", "templates": {"t": "{{/* nothing */}}\n"}});
+    let s = settings(config, json!({})).unwrap();
+    let t = s.user_templates.get("t").unwrap();
+    assert!(t.is_static());
+}
+
+#[test]
+fn a_template_is_parsed_once_per_configuration_not_per_pod() {
+    PARSES.with(|p| p.set(0));
+    let config = json!({"policy": "enabled", "templates": {
+        "t": "metadata:\n  labels:\n    deploy: {{ .DeploymentMeta.Name }}\n", "s": SPIRE}});
+    let engine = Engine::new(settings(config, json!({})).unwrap());
+    assert_eq!(PARSES.with(|p| p.get()), 2);
+    for _ in 0..5 {
+        let out = inject(&engine, &pod(), Mode::Webhook).unwrap();
+        assert_eq!(out["metadata"]["labels"]["deploy"], json!("hello"));
+    }
+    assert_eq!(PARSES.with(|p| p.get()), 2);
+}
+
+#[test]
+fn the_data_root_has_istios_go_field_names() {
+    let text = "metadata:\n  annotations:\n    kind: {{ .TypeMeta.Kind }}/{{ .TypeMeta.APIVersion }}\n    \
+        rev: {{ .Revision | quote }}\n    native: {{ .NativeSidecars | quote }}\n    \
+        image: {{ .ProxyImage }}\n    init: {{ .ProxyInitImage }}\n    uid: {{ .ProxyUID | quote }}\n    \
+        inbound: {{ .InboundTrafficPolicyMode }}\n    ns: {{ .ObjectMeta.Namespace }}\n    \
+        names: {{ range $i, $c := .Spec.Containers }}{{ if $i }},{{ end }}{{ $c.Name }}{{ end }}\n    \
+        td: {{ .MeshConfig.TrustDomain }}\n    hub: {{ .Values.global.hub }}\n    \
+        disc: {{ .ProxyConfig.DiscoveryAddress }}\n";
+    let config = json!({"policy": "enabled", "templates": {"t": text}});
+    let values = json!({"global": {"hub": "h.io", "tag": "1.2", "variant": "distroless"}});
+    let engine = Engine::new(settings(config, values).unwrap());
+    let out = inject(&engine, &pod(), Mode::Webhook).unwrap();
+    let a = &out["metadata"]["annotations"];
+    assert_eq!(a["kind"], json!("Deployment/apps/v1"));
+    assert_eq!(a["rev"], json!("default"));
+    assert_eq!(a["native"], json!("true"));
+    assert_eq!(a["image"], json!("h.io/proxyv2:1.2-distroless"));
+    assert_eq!(a["init"], json!("h.io/proxyv2:1.2-distroless"));
+    assert_eq!(a["uid"], json!("1337"));
+    assert_eq!(a["inbound"], json!("passthrough"));
+    assert_eq!(a["ns"], json!("ns"));
+    assert_eq!(a["names"], json!("app,b"));
+    assert_eq!(a["td"], json!("cluster.local"));
+    assert_eq!(a["hub"], json!("h.io"));
+    assert_eq!(a["disc"], json!("istiod.istio-system.svc:15012"));
+    // kube-inject prints the revision as given (empty for the default).
+    let out = inject(&engine, &pod(), Mode::KubeInject).unwrap();
+    assert_eq!(out["metadata"]["annotations"]["rev"], json!(""));
+    // The per-pod native decision: an exact "false" annotation turns it off.
+    let mut p = pod();
+    p["metadata"]["annotations"]["sidecar.istio.io/nativeSidecar"] = json!("false");
+    let out = inject(&engine, &p, Mode::Webhook).unwrap();
+    assert_eq!(out["metadata"]["annotations"]["native"], json!("false"));
+}
+
+#[test]
+fn a_user_text_under_a_built_in_name_replaces_the_built_in() {
+    let overlay = "metadata:\n  labels:\n    mine: \"yes\"\n";
+    let config = json!({"policy": "enabled", "templates": {"sidecar": overlay}});
+    let values = json!({"sidecarInjectorWebhook": {"templates": {"sidecar": overlay}}});
+    let engine = Engine::new(settings(config, values).unwrap());
+    let mut p = pod();
+    p["metadata"]["annotations"] = json!({});
+    let out = inject(&engine, &p, Mode::Webhook).unwrap();
+    assert_eq!(out["metadata"]["labels"]["mine"], json!("yes"));
+    let all = serde_json::to_string(&out).unwrap();
+    assert!(!all.contains("istio-proxy"), "{all}");
+}
+
+#[test]
+fn execution_errors_and_bad_output_fail_the_pod_with_istios_prefix() {
+    let config = json!({"policy": "enabled", "templates": {
+        "t": "{{ .Nope }}", "y": "spec: {{ \"[\" }}", "l": "{{ range $i := 100000000 }}x{{ end }}"}});
+    let engine = Engine::new(settings(config, json!({})).unwrap());
+    let run = |name: &str| {
+        let mut p = pod();
+        p["metadata"]["annotations"]["inject.istio.io/templates"] = json!(name);
+        inject(&engine, &p, Mode::Webhook).unwrap_err().to_string()
+    };
+    let e = run("t");
+    assert!(
+        e.starts_with("failed to run injection template: ") && e.contains("Nope"),
+        "{e}"
+    );
+    let e = run("y");
+    assert!(
+        e.contains("failed applying injection overlay: strategic merge: Invalid JSON document"),
+        "{e}"
+    );
+    let e = run("l");
+    assert!(e.contains("limit") && e.contains("exceeded"), "{e}");
+    // The not-found message lists the user templates too.
+    let e = run("zzz");
+    assert!(e.contains("have l, sidecar, t, y"), "{e}");
+}
+
+#[test]
+fn the_spire_overlay_merges_into_the_proxy_only_without_native_sidecars() {
+    let proxies = |native: bool| {
+        let config = json!({"policy": "enabled", "templates": {"spire": SPIRE}});
+        let values = json!({"sidecarInjectorWebhook": {"templates": {"spire": SPIRE}}});
+        let s = Settings::from_documents(
+            Some(("values.yaml", &values)),
+            None,
+            Some(("config.yaml", &config)),
+            native,
+            "",
+            "",
+        )
+        .unwrap();
+        let mut p = pod();
+        p["metadata"]["annotations"]["inject.istio.io/templates"] = json!("sidecar,spire");
+        let out = inject(&Engine::new(s), &p, Mode::Webhook).unwrap();
+        let csi = out["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == json!("workload-socket"))
+            .unwrap()["csi"]["driver"]
+            .clone();
+        assert_eq!(csi, json!("csi.spiffe.io"));
+        let named = |list: &str| -> Vec<Value> {
+            out["spec"][list]
+                .as_array()
+                .map(|l| {
+                    l.iter()
+                        .filter(|c| c["name"] == json!("istio-proxy"))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        (named("initContainers"), named("containers"))
+    };
+    // Native: the sidecar's proxy is an init container; the overlay adds an image-less stub to
+    // `containers`, as Istio's golden has it.
+    let (init, containers) = proxies(true);
+    assert_eq!((init.len(), containers.len()), (1, 1));
+    assert!(containers[0].get("image").is_none(), "{}", containers[0]);
+    // Not native: one proxy, its workload-socket mount made read-only.
+    let (init, containers) = proxies(false);
+    assert_eq!((init.len(), containers.len()), (0, 1));
+    assert!(containers[0]["image"].is_string());
+    let mount = containers[0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == json!("/var/run/secrets/workload-spiffe-uds"))
+        .unwrap()
+        .clone();
+    assert_eq!(mount["readOnly"], json!(true));
+}
