@@ -13,9 +13,9 @@
 //! kept in `bench/README.md` and closing notes, not here.
 
 use criterion::{criterion_group, Criterion};
-use injector::admission::Webhook;
-use injector::config::Settings;
-use injector::engine::Engine;
+use injector::Engine;
+use injector::Settings;
+use injector::Webhook;
 use serde_json::{json, Value};
 use std::hint::black_box;
 
@@ -121,7 +121,7 @@ fn bench(c: &mut Criterion) {
         let check = webhook.handle(&engine, 0, &body, "/inject");
         assert_eq!(
             check.kind,
-            injector::admission::OutcomeKind::Injected,
+            injector::OutcomeKind::Injected,
             "{name}: {}",
             check.message
         );

@@ -14,8 +14,9 @@ use std::hash::{Hash, Hasher};
 use serde_json::{json, Value};
 
 use crate::cache::{Bounds, Cache, CacheCounters};
-use crate::engine::{self, Engine, InjectRequest, Mode};
+use crate::engine::{Engine, InjectRequest, Mode};
 use crate::fields::Fields;
+use crate::workload::deploy_meta_from_pod;
 
 /// The patch cache's limits: 64 entries of at most 1 MiB (pod and patch text, see [`weight`]), 4 MiB
 /// together, and the hashes of the last 256 misses.
@@ -451,7 +452,7 @@ fn patch(
     path: &str,
 ) -> Result<String, String> {
     let pod = copy.unwrap_or(original);
-    let workload = engine::deploy_meta_from_pod(pod);
+    let workload = deploy_meta_from_pod(pod);
     let req = InjectRequest {
         pod,
         workload: &workload,

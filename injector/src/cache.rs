@@ -63,10 +63,6 @@ impl<K> Hashed<K> {
     pub fn key(&self) -> &K {
         &self.key
     }
-
-    pub fn into_key(self) -> K {
-        self.key
-    }
 }
 
 #[derive(Debug)]
@@ -221,11 +217,13 @@ impl<K: Hash + Eq, V, S: BuildHasher> Cache<K, V, S> {
     }
 
     /// Whether nothing is stored.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The weight of all entries.
+    #[cfg(test)]
     pub fn total_weight(&self) -> usize {
         self.read().map_or(0, |i| i.total)
     }

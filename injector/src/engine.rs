@@ -16,8 +16,7 @@ use crate::merge;
 use crate::pod;
 use crate::postprocess::{self, PostProcessParams};
 use crate::render::{self, TemplateData};
-// Where the engine's callers import them from; the lead curates the public paths.
-pub use crate::workload::{deploy_meta_from_pod, Workload};
+use crate::workload::Workload;
 
 /// Istio's proxy uid/gid (no OpenShift namespace lookup here).
 pub const PROXY_UID: i64 = 1337;

@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 
 use crate::config::{ConfigArgs, Settings};
-use crate::engine::{self, Engine, EngineError, InjectRequest, Mode, Workload};
+use crate::engine::{Engine, EngineError, InjectRequest, Mode};
+use crate::workload::{self, Workload};
 use crate::yaml::{self, YamlError};
 
 /// `injector kube-inject` arguments.
@@ -257,7 +258,7 @@ fn inject_object(
     }
 
     let workload = if kind == "Pod" {
-        engine::deploy_meta_from_pod(&pod)
+        workload::deploy_meta_from_pod(&pod)
     } else {
         Workload {
             kind: kind.to_string(),

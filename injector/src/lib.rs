@@ -10,34 +10,47 @@
 //! JSON). The steps share a vocabulary that depends on none of them: `pod` (names and accessors), `status`,
 //! `overrides`, `workload`, `defaults`, `validate`, `goconv`, `gotypes` and `fields`.
 
-pub mod admission;
-pub mod annotations;
-pub mod cache;
+//! The public API is what the front ends and the tests need: the engine ([`Engine`], [`InjectRequest`],
+//! [`Mode`]), its configuration ([`Settings`], [`ConfigArgs`]), the admission entry points ([`Webhook`],
+//! [`handle`]), the workload of a pod, and one module per subcommand (`server`, `kube_inject`, `certs`,
+//! `webhook_config`) plus `yaml`, the YAML stream reader and writer they share. Everything else is
+//! crate-private.
+
+// The subcommands' front ends and the YAML stream they read and write.
 pub mod certs;
-pub mod config;
-pub mod decision;
-pub mod defaults;
-pub mod effective_proxy_config;
-pub mod engine;
-pub mod fields;
-pub mod goconv;
-pub mod gotemplate;
-pub mod gotypes;
 pub mod kube_inject;
-pub mod merge;
-pub mod metrics;
-pub mod overrides;
-pub mod patch;
-pub mod pod;
-pub mod postprocess;
-pub mod probes;
-pub mod reload;
-pub mod render;
 pub mod server;
-pub mod status;
-pub mod tls;
-pub mod user_template;
-pub mod validate;
 pub mod webhook_config;
-pub mod workload;
 pub mod yaml;
+
+pub(crate) mod admission;
+pub(crate) mod annotations;
+pub(crate) mod cache;
+pub(crate) mod config;
+pub(crate) mod decision;
+pub(crate) mod defaults;
+pub(crate) mod effective_proxy_config;
+pub(crate) mod engine;
+pub(crate) mod fields;
+pub(crate) mod goconv;
+pub(crate) mod gotemplate;
+pub(crate) mod gotypes;
+pub(crate) mod merge;
+pub(crate) mod metrics;
+pub(crate) mod overrides;
+pub(crate) mod patch;
+pub(crate) mod pod;
+pub(crate) mod postprocess;
+pub(crate) mod probes;
+pub(crate) mod reload;
+pub(crate) mod render;
+pub(crate) mod status;
+pub(crate) mod tls;
+pub(crate) mod user_template;
+pub(crate) mod validate;
+pub(crate) mod workload;
+
+pub use admission::{handle, OutcomeKind, ReviewOutcome, Webhook};
+pub use config::{ConfigArgs, NativeSidecars, Settings};
+pub use engine::{Engine, EngineError, InjectRequest, Mode};
+pub use workload::{deploy_meta_from_pod, Workload};

@@ -106,18 +106,20 @@ const DELETE_FROM_PRIMITIVE: &str = "$deleteFromPrimitiveList/";
 const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
 
 /// Strategic-merges `patch` (a partial Pod) onto `original` (a Pod), Kubernetes' rules and list order.
+#[cfg(test)]
 pub fn strategic_merge_pod(original: &Value, patch: &Value) -> Result<Value, MergeError> {
     let mut out = original.clone();
     strategic_merge_pod_owned(&mut out, patch.clone())?;
     Ok(out)
 }
 
-/// [`strategic_merge_pod`] in place (no copy of the pod). On error `pod` may be partly merged: discard it.
+/// `strategic_merge_pod` in place (no copy of the pod). On error `pod` may be partly merged: discard it.
+#[cfg(test)]
 pub fn strategic_merge_pod_into(pod: &mut Value, patch: &Value) -> Result<(), MergeError> {
     strategic_merge_pod_owned(pod, patch.clone())
 }
 
-/// [`strategic_merge_pod_into`] consuming the patch: its parts are moved into the pod, not copied (the
+/// The strategic merge consuming the patch: its parts are moved into the pod, not copied (the
 /// cheapest form for the last merge of a rendered template). On error `pod` may be partly merged.
 pub fn strategic_merge_pod_owned(pod: &mut Value, patch: Value) -> Result<(), MergeError> {
     merge_value(pod, patch, Ty::Pod, &ROOT)

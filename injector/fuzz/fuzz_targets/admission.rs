@@ -12,9 +12,9 @@
 use std::sync::OnceLock;
 
 use base64::Engine as _;
-use injector::admission::Webhook;
-use injector::config::{ConfigArgs, Settings};
-use injector::engine::Engine;
+use injector::Webhook;
+use injector::{ConfigArgs, Settings};
+use injector::Engine;
 use libfuzzer_sys::fuzz_target;
 
 static ENGINE: OnceLock<Engine> = OnceLock::new();

@@ -259,13 +259,9 @@ impl Template {
         })
     }
 
-    /// The template's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// True when the text has no template action (comments aside), so it renders to itself: a static
     /// overlay that can be parsed as YAML once.
+    #[cfg(test)]
     pub fn is_static(&self) -> bool {
         self.static_text.is_some()
     }

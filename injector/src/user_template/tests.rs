@@ -3,7 +3,8 @@ use super::*;
 const SPIRE: &str = "spec:\n  containers:\n  - name: istio-proxy\n    volumeMounts:\n    - name: workload-socket\n      mountPath: /var/run/secrets/workload-spiffe-uds\n      readOnly: true\n  volumes:\n  - name: workload-socket\n    csi:\n      driver: \"csi.spiffe.io\"\n      readOnly: true\n";
 
 use crate::config::Settings;
-use crate::engine::{Engine, InjectRequest, Mode, Workload};
+use crate::engine::{Engine, InjectRequest, Mode};
+use crate::workload::Workload;
 
 fn settings(config: Value, values: Value) -> Result<Settings, crate::config::ConfigError> {
     Settings::from_documents(

@@ -1,9 +1,9 @@
 //! `kube_inject::inject_stream` beyond the golden cases: stream handling, pass-through, skips, errors
 //! that name the document and field, and output that reads back identically.
 
-use injector::config::Settings;
-use injector::engine::Engine;
 use injector::kube_inject::{inject_stream, KubeInjectError};
+use injector::Engine;
+use injector::Settings;
 use serde_json::{json, Value};
 
 fn engine() -> Engine {

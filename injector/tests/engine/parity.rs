@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use base64::Engine as _;
-use injector::config::{ConfigArgs, NativeSidecars, Settings};
-use injector::engine::Engine;
+use injector::Engine;
+use injector::{ConfigArgs, NativeSidecars, Settings};
 use serde_json::{json, Value};
 pub use test_support::corpus::{inject_dir, Case};
 use test_support::corpus::{load_cases, read_inject};
@@ -122,7 +122,7 @@ pub fn run_webhook(case: &Case) -> Result<(), String> {
             }
         });
         let body = serde_json::to_vec(&review).map_err(|e| e.to_string())?;
-        let webhook = injector::admission::Webhook::new(Default::default());
+        let webhook = injector::Webhook::new(Default::default());
         let outcome = webhook.handle(&engine, 0, &body, "/inject");
         // The same pod twice more, as replicas arrive: the second fills the webhook's patch cache and the
         // third is answered from it; all three answers must be the same bytes.
@@ -134,7 +134,7 @@ pub fn run_webhook(case: &Case) -> Result<(), String> {
                 ));
             }
         }
-        if outcome.kind == injector::admission::OutcomeKind::Injected && webhook.cached() == 0 {
+        if outcome.kind == injector::OutcomeKind::Injected && webhook.cached() == 0 {
             return Err(format!(
                 "doc {i}: the patch cache did not store the repeated pod"
             ));

@@ -3,8 +3,8 @@
 //! fields and odd keys (`a/b`, `~`) survive.
 
 use base64::Engine as _;
-use injector::config::Settings;
-use injector::engine::{deploy_meta_from_pod, Engine, InjectRequest, Mode};
+use injector::Settings;
+use injector::{deploy_meta_from_pod, Engine, InjectRequest, Mode};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -109,7 +109,7 @@ proptest! {
 
     #[test]
     fn patch_applied_to_original_is_the_engine_result(p in pod()) {
-        let out = injector::admission::handle(engine(), &review(&p), "/inject");
+        let out = injector::handle(engine(), &review(&p), "/inject");
         let resp: Value = serde_json::from_slice(&out.response).expect("response json");
         prop_assert_eq!(&resp["response"]["allowed"], &json!(true), "{}", resp);
         let b64 = resp["response"]["patch"].as_str().expect("a patch");
@@ -229,7 +229,7 @@ proptest! {
     /// it returns applies to the request's object.
     #[test]
     fn admission_never_panics_and_patches_apply(p in hostile_pod()) {
-        let out = injector::admission::handle(engine(), &review(&p), "/inject");
+        let out = injector::handle(engine(), &review(&p), "/inject");
         let resp: Value = serde_json::from_slice(&out.response).expect("response json");
         prop_assert_eq!(&resp["response"]["uid"], &json!("u"));
         prop_assert!(resp["response"]["allowed"].is_boolean());
@@ -239,13 +239,13 @@ proptest! {
             let mut got = p.clone();
             json_patch::patch(&mut got, &patch).expect("patch applies");
         } else {
-            prop_assert!(resp["response"]["allowed"] == json!(false) || out.kind == injector::admission::OutcomeKind::Skipped);
+            prop_assert!(resp["response"]["allowed"] == json!(false) || out.kind == injector::OutcomeKind::Skipped);
         }
     }
 
     #[test]
     fn admission_survives_arbitrary_bytes(body in prop::collection::vec(any::<u8>(), 0..256), path in "[ -~]{0,40}") {
-        let out = injector::admission::handle(engine(), &body, &path);
+        let out = injector::handle(engine(), &body, &path);
         let resp: Value = serde_json::from_slice(&out.response).expect("response json");
         prop_assert_eq!(&resp["response"]["allowed"], &json!(false));
     }
