@@ -1,0 +1,91 @@
+//! Cluster state that Istio's webhook reads from the API server, given here as files: ProxyConfig
+//! resources (`--proxy-configs`) and, on OpenShift (`--platform openshift`), the Namespaces
+//! (`--namespaces`). Loaded with the configuration and replaced whole on reload.
+
+use std::path::PathBuf;
+
+use crate::kube_objects::ObjectsError;
+use crate::openshift::Namespaces;
+use crate::proxy_config_resources::ProxyConfigResources;
+
+/// `--proxy-configs`, taken by `serve` and `kube-inject`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ProxyConfigArgs {
+    /// ProxyConfig resources (`networking.istio.io/v1beta1`), a YAML stream or a `List` as
+    /// `kubectl get proxyconfigs -A -o yaml` prints it; merged into each pod's ProxyConfig with the
+    /// webhook's precedence (reloaded by `serve` when the file changes).
+    #[arg(long = "proxy-configs", value_name = "FILE")]
+    pub proxy_configs: Option<PathBuf>,
+}
+
+/// `--platform` and `--namespaces`, taken by `serve` (Istio's kube-inject never looks a Namespace up).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PlatformArgs {
+    /// The platform (istiod's `PLATFORM`); `openshift` takes the proxy uid/gid from the pod's Namespace.
+    #[arg(long = "platform", env = "PLATFORM", default_value = "")]
+    pub platform: String,
+    /// Namespace objects, a YAML stream or a `List` as `kubectl get ns -o yaml` prints it, for
+    /// `--platform openshift` (reloaded when the file changes).
+    #[arg(long = "namespaces", value_name = "FILE")]
+    pub namespaces: Option<PathBuf>,
+}
+
+impl PlatformArgs {
+    /// Istio's `platform.IsOpenShift`: the value is exactly `openshift`.
+    pub fn is_openshift(&self) -> bool {
+        self.platform == "openshift"
+    }
+}
+
+/// The loaded cluster state; the default is what an injector without the flags sees.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterState {
+    /// `None` without `--proxy-configs`: the ProxyConfig is then computed as before (no precedence
+    /// rules of the resources).
+    pub proxy_configs: Option<ProxyConfigResources>,
+    /// `--platform openshift`.
+    pub openshift: bool,
+    pub namespaces: Namespaces,
+    /// Flags that have no effect as given.
+    pub warnings: Vec<String>,
+}
+
+impl ClusterState {
+    /// Loads the files the flags name (`platform` is `None` for kube-inject).
+    pub fn load(
+        proxy_configs: &ProxyConfigArgs,
+        platform: Option<&PlatformArgs>,
+    ) -> Result<ClusterState, ObjectsError> {
+        let mut state = ClusterState::default();
+        if let Some(p) = &proxy_configs.proxy_configs {
+            state.proxy_configs = Some(ProxyConfigResources::load(p)?);
+        }
+        if let Some(pa) = platform {
+            state.openshift = pa.is_openshift();
+            if let Some(p) = &pa.namespaces {
+                state.namespaces = Namespaces::load(p)?;
+                if !state.openshift {
+                    state.warnings.push(format!(
+                        "--namespaces {} is only used with --platform openshift (platform is {:?})",
+                        p.display(),
+                        pa.platform
+                    ));
+                }
+            }
+        }
+        Ok(state)
+    }
+
+    /// The files whose change triggers a reload.
+    pub fn watched_paths(
+        proxy_configs: &ProxyConfigArgs,
+        platform: Option<&PlatformArgs>,
+    ) -> Vec<PathBuf> {
+        proxy_configs
+            .proxy_configs
+            .iter()
+            .chain(platform.and_then(|p| p.namespaces.as_ref()))
+            .cloned()
+            .collect()
+    }
+}
