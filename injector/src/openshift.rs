@@ -196,12 +196,12 @@ pub fn clear_proxy_user_equal_to_app(pod: &mut Value) -> bool {
     let proxy_user = containers()
         .filter(|c| name(c) == PROXY)
         .filter_map(run_as_user)
-        .last()
+        .next_back()
         .unwrap_or(0);
     let app_user = containers()
         .filter(|c| name(c) != PROXY && !NOT_APP.contains(&name(c)))
         .filter_map(run_as_user)
-        .last()
+        .next_back()
         .unwrap_or(0);
     if proxy_user != app_user {
         return false;

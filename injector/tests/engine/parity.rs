@@ -88,6 +88,11 @@ pub fn run_kube_inject(case: &Case) -> Result<(), String> {
 /// Runs one case in webhook mode through `admission::handle`.
 pub fn run_webhook(case: &Case) -> Result<(), String> {
     let (engine, _dir) = engine_for(case)?;
+    run_webhook_with(case, &engine)
+}
+
+/// Runs one case in webhook mode through `admission::handle` with a given engine.
+pub fn run_webhook_with(case: &Case, engine: &Engine) -> Result<(), String> {
     let input = case.input_text().map_err(|e| e.to_string())?;
     let want = case
         .golden_text()
@@ -127,7 +132,7 @@ pub fn run_webhook(case: &Case) -> Result<(), String> {
         // The same pod twice more, as replicas arrive: the second fills the webhook's patch cache and the
         // third is answered from it; all three answers must be the same bytes.
         for round in 2..=3 {
-            let again = webhook.handle(&engine, 0, &body, "/inject");
+            let again = webhook.handle(engine, 0, &body, "/inject");
             if again.response != outcome.response {
                 return Err(format!(
                     "doc {i}: answer {round} to the same pod differs from the first"
