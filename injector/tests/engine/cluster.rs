@@ -15,7 +15,7 @@ use injector::proxy_config_resources::ProxyConfigResources;
 use serde_json::{json, Value};
 use test_support::corpus::{inject_dir, read_inject, Case, Config};
 
-use crate::parity::{run_webhook_with, TempDir};
+use crate::parity::{run_webhook, TempDir};
 
 /// An engine on the test environment's documents with `mesh` merged into the mesh, and `cluster`.
 fn engine(mesh: Value, cluster: ClusterState, dir: &Path) -> Engine {
@@ -410,20 +410,24 @@ fn hello_openshift_case() {
         values: c["values"].clone(),
         mesh: c["mesh"].clone(),
         injector_config: c["injector_config"].clone(),
-        env: BTreeMap::new(),
+        env: BTreeMap::from([("PLATFORM".to_string(), "openshift".to_string())]),
         native_sidecars: s("native_sidecars").unwrap(),
         modes: vec!["webhook".into()],
         expected_error: None,
+        namespaces: Some(c["namespaces"].clone()),
     };
-    let dir = TempDir::new("hello-openshift");
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": c["namespaces"]});
-    let cluster = openshift(&list.to_string(), dir.path());
-    let (engine, _cfg) = crate::parity::engine_for(&case).unwrap();
-    let engine = engine.with_cluster(cluster);
-    run_webhook_with(&case, &engine).unwrap();
-    // Without the platform the same case gets 1337 and differs from the golden.
-    let (plain, _cfg) = crate::parity::engine_for(&case).unwrap();
-    assert!(run_webhook_with(&case, &plain).is_err());
+    run_webhook(&case).unwrap();
+    // Without the platform, or without the namespaces, the proxy runs as 1337 and differs from the golden.
+    let off = Case {
+        env: BTreeMap::new(),
+        ..case.clone()
+    };
+    assert!(run_webhook(&off).is_err());
+    let unknown = Case {
+        namespaces: None,
+        ..case
+    };
+    assert!(run_webhook(&unknown).is_err());
     assert!(inject_dir().join("hello-openshift.yaml.injected").exists());
 }
 

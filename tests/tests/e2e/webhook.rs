@@ -127,11 +127,17 @@ async fn golden_cases_through_the_webhook() {
             .config()
             .and_then(|c| c.write(&dir.path().join(format!("cfg{gi}"))))
             .expect("config");
-        let args = serve_args(
+        let mut args = serve_args(
             &certs,
             &cfg,
             &["--native-sidecars", first.native_sidecars.as_str()],
         );
+        if let Some(ns) = first
+            .write_namespaces(&dir.path().join(format!("cfg{gi}")))
+            .expect("namespaces")
+        {
+            args.extend(["--namespaces".to_string(), ns.display().to_string()]);
+        }
         let server = Injector::start(&args, &first.env).expect("injector serve starts");
         let api = ApiServer::new(&certs.mwc, server.https).expect("client");
         let mut h1 = api.connect(Http::H1).await.expect("h1 connection");
