@@ -89,3 +89,54 @@ impl ClusterState {
             .collect()
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces_without_openshift_are_loaded_and_warned_about() {
+        let dir = std::env::temp_dir().join(format!("cluster-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ns = dir.join("ns.yaml");
+        std::fs::write(
+            &ns,
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n",
+        )
+        .unwrap();
+        let none = ProxyConfigArgs::default();
+        for (platform, openshift, warned) in [
+            ("openshift", true, false),
+            ("gcp", false, true),
+            ("OpenShift", false, true),
+        ] {
+            let pa = PlatformArgs {
+                platform: platform.into(),
+                namespaces: Some(ns.clone()),
+            };
+            let s = ClusterState::load(&none, Some(&pa)).unwrap();
+            assert_eq!(s.openshift, openshift, "{platform}");
+            assert_eq!(s.namespaces.len(), 1);
+            assert_eq!(!s.warnings.is_empty(), warned, "{platform}");
+            assert_eq!(
+                ClusterState::watched_paths(&none, Some(&pa)),
+                vec![ns.clone()]
+            );
+        }
+        std::fs::write(&ns, "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n").unwrap();
+        let pa = PlatformArgs {
+            platform: "openshift".into(),
+            namespaces: Some(ns.clone()),
+        };
+        let e = ClusterState::load(&none, Some(&pa))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ns.yaml: Pod a: field kind"), "{e}");
+        assert_eq!(
+            ClusterState::load(&none, None).unwrap(),
+            ClusterState::default()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -336,7 +336,13 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
                     ))
                 }
             }
-            overlay.insert("image".to_string(), Value::Object(img.clone()));
+            // Proto JSON drops an empty imageType: the image is then set but empty, as in Istio.
+            let img: Map<String, Value> = img
+                .iter()
+                .filter(|(_, v)| v.as_str().is_some_and(|t| !t.is_empty()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            overlay.insert("image".to_string(), Value::Object(img));
         }
         Some(other) => {
             return Err(invalid(

@@ -484,3 +484,68 @@ fn missing_or_invalid_openshift_annotations_fall_back_to_1337() {
         (json!(1337), json!(1337), json!("1337"))
     );
 }
+
+/// On OpenShift a user `istio-proxy` running as the app's uid loses it before injection (the patch is
+/// taken against the cleared pod), so the Namespace's uid applies; the rest of its securityContext stays.
+#[test]
+fn openshift_clears_a_proxy_uid_equal_to_the_apps() {
+    use base64::Engine as _;
+    let dir = TempDir::new("openshift-clear");
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "test-ns", "annotations": {
+        "openshift.io/sa.scc.uid-range": "1000620000/10000",
+        "openshift.io/sa.scc.supplemental-groups": "1000620000/10000"}}});
+    let e = engine(
+        Value::Null,
+        openshift(&ns.to_string(), dir.path()),
+        &dir.path().join("cfg"),
+    );
+    let sc = json!({"runAsUser": 1000620000, "readOnlyRootFilesystem": false});
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hello", "namespace": "test-ns"},
+        "spec": {"containers": [{"name": "hello", "image": "hello", "securityContext": {"runAsUser": 1000620000}},
+                                {"name": "istio-proxy", "image": "auto", "securityContext": sc}]}});
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": "test-ns", "operation": "CREATE", "object": pod}});
+    let body = serde_json::to_vec(&review).unwrap();
+    let outcome =
+        injector::admission::Webhook::new(Default::default()).handle(&e, 0, &body, "/inject");
+    let resp: Value = serde_json::from_slice(&outcome.response).unwrap();
+    assert_eq!(resp["response"]["allowed"], json!(true), "{resp}");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(resp["response"]["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    let mut got = pod.clone();
+    json_patch::patch(&mut got, &patch).unwrap();
+    let proxy = container(&got, "istio-proxy");
+    assert_eq!(
+        proxy["securityContext"]["runAsUser"],
+        json!(1000629999),
+        "{proxy}"
+    );
+    assert_eq!(proxy["securityContext"]["runAsGroup"], json!(1000629999));
+    assert_eq!(
+        proxy["securityContext"]["readOnlyRootFilesystem"],
+        json!(false)
+    );
+    // Off OpenShift the user's uid is kept as an override.
+    let plain = engine(
+        Value::Null,
+        ClusterState::default(),
+        &dir.path().join("cfg"),
+    );
+    let outcome =
+        injector::admission::Webhook::new(Default::default()).handle(&plain, 0, &body, "/inject");
+    let resp: Value = serde_json::from_slice(&outcome.response).unwrap();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(resp["response"]["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    let mut got = pod.clone();
+    json_patch::patch(&mut got, &patch).unwrap();
+    assert_eq!(
+        container(&got, "istio-proxy")["securityContext"]["runAsUser"],
+        json!(1000620000)
+    );
+}
