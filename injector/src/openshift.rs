@@ -76,16 +76,6 @@ impl Namespaces {
         Ok(Namespaces { annotations })
     }
 
-    /// Number of namespaces.
-    pub fn len(&self) -> usize {
-        self.annotations.len()
-    }
-
-    /// True when there are no namespaces.
-    pub fn is_empty(&self) -> bool {
-        self.annotations.is_empty()
-    }
-
     /// The proxy (uid, gid) for a pod in `namespace`; 1337/1337 when the namespace is unknown.
     pub fn proxy_ids(&self, namespace: &str) -> (i64, i64) {
         match self.annotations.get(namespace) {

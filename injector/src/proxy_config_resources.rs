@@ -64,16 +64,6 @@ impl ProxyConfigResources {
         Ok(ProxyConfigResources { by_namespace })
     }
 
-    /// Number of resources.
-    pub fn len(&self) -> usize {
-        self.by_namespace.values().map(Vec::len).sum()
-    }
-
-    /// True when there are no resources.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The oldest namespace-wide resource of `namespace`.
     fn namespace_wide(&self, namespace: &str) -> Option<&ProxyConfigResource> {
         self.by_namespace

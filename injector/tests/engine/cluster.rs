@@ -7,11 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use injector::cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
-use injector::config::{ConfigArgs, NativeSidecars, Settings};
-use injector::engine::{deploy_meta_from_pod, Engine, InjectRequest, Mode};
-use injector::kube_objects;
-use injector::proxy_config_resources::ProxyConfigResources;
+use injector::{deploy_meta_from_pod, Engine, InjectRequest, Mode};
+use injector::{ClusterState, PlatformArgs, ProxyConfigArgs};
+use injector::{ConfigArgs, NativeSidecars, Settings};
 use serde_json::{json, Value};
 use test_support::corpus::{inject_dir, read_inject, Case, Config};
 
@@ -32,12 +30,15 @@ fn engine(mesh: Value, cluster: ClusterState, dir: &Path) -> Engine {
     Engine::new(Settings::load(&args).expect("settings")).with_cluster(cluster)
 }
 
+/// The cluster state of `serve --proxy-configs` with a file holding `yaml`.
 fn resources(yaml: &str) -> ClusterState {
-    let objects = kube_objects::parse(yaml, "test").expect("resources parse");
-    ClusterState {
-        proxy_configs: Some(ProxyConfigResources::from_objects(objects, "test").expect("valid")),
-        ..Default::default()
-    }
+    let dir = TempDir::new("proxy-configs-file");
+    let file = dir.path().join("proxyconfigs.yaml");
+    std::fs::write(&file, yaml).expect("resources file");
+    let args = ProxyConfigArgs {
+        proxy_configs: Some(file),
+    };
+    ClusterState::load(&args, None).expect("valid resources")
 }
 
 /// A ProxyConfig resource document.
@@ -508,8 +509,7 @@ fn openshift_clears_a_proxy_uid_equal_to_the_apps() {
         "resource": {"group": "", "version": "v1", "resource": "pods"},
         "namespace": "test-ns", "operation": "CREATE", "object": pod}});
     let body = serde_json::to_vec(&review).unwrap();
-    let outcome =
-        injector::admission::Webhook::new(Default::default()).handle(&e, 0, &body, "/inject");
+    let outcome = injector::Webhook::new(Default::default()).handle(&e, 0, &body, "/inject");
     let resp: Value = serde_json::from_slice(&outcome.response).unwrap();
     assert_eq!(resp["response"]["allowed"], json!(true), "{resp}");
     let bytes = base64::engine::general_purpose::STANDARD
@@ -535,8 +535,7 @@ fn openshift_clears_a_proxy_uid_equal_to_the_apps() {
         ClusterState::default(),
         &dir.path().join("cfg"),
     );
-    let outcome =
-        injector::admission::Webhook::new(Default::default()).handle(&plain, 0, &body, "/inject");
+    let outcome = injector::Webhook::new(Default::default()).handle(&plain, 0, &body, "/inject");
     let resp: Value = serde_json::from_slice(&outcome.response).unwrap();
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(resp["response"]["patch"].as_str().unwrap())
