@@ -8,7 +8,6 @@
 //! So from a pod's second sighting on (see `cache`) its base64 patch is stored, and a hit only writes the
 //! response around it. Only injections are cached: a skip is cheap, and a failure is answered afresh.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
@@ -453,21 +452,15 @@ fn patch(
     path: &str,
 ) -> Result<String, String> {
     // OpenShift clears a proxy uid equal to the app's on the pod itself, so the patch is taken against
-    // the cleared pod, as in Istio's `webhook.go` `inject`.
-    let cleared = engine.openshift().then(|| {
-        let mut pod = copy.unwrap_or(original).clone();
+    // the cleared pod, as in Istio's `webhook.go` `inject` (the copy differs in metadata only).
+    let cleared = |pod: &Value| {
+        let mut pod = pod.clone();
         crate::openshift::clear_proxy_user_equal_to_app(&mut pod).then_some(pod)
-    });
-    let (original, copy) = match cleared.flatten() {
-        Some(pod) if copy.is_some() => {
-            let mut o = original.clone();
-            crate::openshift::clear_proxy_user_equal_to_app(&mut o);
-            (Cow::Owned(o), Some(Cow::Owned(pod)))
-        }
-        Some(pod) => (Cow::Owned(pod), None),
-        None => (Cow::Borrowed(original), copy.map(Cow::Borrowed)),
     };
-    let (original, copy) = (original.as_ref(), copy.as_deref());
+    let cleared_original = engine.openshift().then(|| cleared(original)).flatten();
+    let cleared_copy = cleared_original.as_ref().and(copy).and_then(cleared);
+    let original = cleared_original.as_ref().unwrap_or(original);
+    let copy = cleared_copy.as_ref().or(copy);
     let pod = copy.unwrap_or(original);
     let workload = deploy_meta_from_pod(pod);
     let req = InjectRequest {
