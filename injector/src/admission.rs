@@ -451,6 +451,16 @@ fn patch(
     copy: Option<&Value>,
     path: &str,
 ) -> Result<String, String> {
+    // OpenShift clears a proxy uid equal to the app's on the pod itself, so the patch is taken against
+    // the cleared pod, as in Istio's `webhook.go` `inject` (the copy differs in metadata only).
+    let cleared = |pod: &Value| {
+        let mut pod = pod.clone();
+        crate::openshift::clear_proxy_user_equal_to_app(&mut pod).then_some(pod)
+    };
+    let cleared_original = engine.openshift().then(|| cleared(original)).flatten();
+    let cleared_copy = cleared_original.as_ref().and(copy).and_then(cleared);
+    let original = cleared_original.as_ref().unwrap_or(original);
+    let copy = cleared_copy.as_ref().or(copy);
     let pod = copy.unwrap_or(original);
     let workload = deploy_meta_from_pod(pod);
     let req = InjectRequest {

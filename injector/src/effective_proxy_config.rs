@@ -1,7 +1,7 @@
 //! The effective ProxyConfig (Istio's `GetProxyConfigOrDefault`, `proxy_config.go`, as `inject` in
-//! `webhook.go` calls it, without ProxyConfig resources): Istio's built-in default, overlaid by the mesh's
-//! `defaultConfig`, overlaid by the pod's `proxy.istio.io/config` annotation (YAML or JSON). The result is
-//! JSON with proto camelCase names, as render expects. Overlays merge like Istio's YAML merge onto the
+//! `webhook.go` calls it, without ProxyConfig resources, which `proxy_config_resources` adds): Istio's
+//! built-in default, overlaid by the mesh's `defaultConfig`, overlaid by the pod's `proxy.istio.io/config`
+//! annotation (YAML or JSON). The result is JSON with proto camelCase names, as render expects. Overlays merge like Istio's YAML merge onto the
 //! proto: scalars and lists replace, maps (`proxyMetadata`, nested messages) merge key by key.
 
 use serde_json::{Map, Value};

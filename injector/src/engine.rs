@@ -10,6 +10,7 @@ use crate::fields::Fields;
 use serde_json::{Map, Value};
 
 use crate::annotations;
+use crate::cluster_state::ClusterState;
 use crate::config::Settings;
 use crate::decision::{self, Decision};
 use crate::merge;
@@ -18,9 +19,9 @@ use crate::postprocess::{self, PostProcessParams};
 use crate::render::{self, TemplateData};
 use crate::workload::Workload;
 
-/// Istio's proxy uid/gid (no OpenShift namespace lookup here).
-pub const PROXY_UID: i64 = 1337;
-pub const PROXY_GID: i64 = 1337;
+/// Istio's proxy uid/gid off OpenShift (on OpenShift they come from the Namespace, see `openshift`).
+pub const PROXY_UID: i64 = crate::openshift::DEFAULT_PROXY_ID;
+pub const PROXY_GID: i64 = crate::openshift::DEFAULT_PROXY_ID;
 
 /// A loaded engine: configuration parsed and everything that does not depend on the pod precomputed.
 /// Cheap to share (`Arc<Engine>`); replaced whole on configuration reload.
@@ -37,6 +38,8 @@ pub struct Engine {
     /// `values.global.multiCluster.clusterName` and `values.global.network`, looked up once.
     values_cluster: Option<String>,
     values_network: Option<String>,
+    /// ProxyConfig resources and OpenShift Namespaces (empty unless [`Engine::with_cluster`]).
+    cluster: ClusterState,
 }
 
 /// Which front end is asking: kube-inject differs in a few documented ways (Istio's `inject.go` `IntoObject`).
@@ -124,6 +127,71 @@ impl Engine {
             values_cluster,
             values_network,
             settings,
+            cluster: ClusterState::default(),
+        }
+    }
+
+    /// The engine with ProxyConfig resources and OpenShift Namespaces (`--proxy-configs`, `--platform`,
+    /// `--namespaces`).
+    pub fn with_cluster(mut self, cluster: ClusterState) -> Engine {
+        self.cluster = cluster;
+        self
+    }
+
+    /// Whether the webhook runs Istio's OpenShift steps (`PLATFORM=openshift`).
+    pub fn openshift(&self) -> bool {
+        self.cluster.openshift
+    }
+
+    /// The effective ProxyConfig of a pod with ProxyConfig resources (Istio's `proxy_config.go`
+    /// `EffectiveProxyConfig`), in kube-inject too: `namespace` is the pod's (a manifest without one is
+    /// taken to be in `default`, where `kubectl apply` would put it).
+    fn resource_proxy_config(
+        &self,
+        resources: &crate::proxy_config_resources::ProxyConfigResources,
+        req: &InjectRequest<'_>,
+        annotations: Option<&Map<String, Value>>,
+    ) -> Result<Value, EngineError> {
+        let overlay = match annotations
+            .and_then(|a| a.field(pod::PROXY_CONFIG_ANNOTATION))
+            .and_then(Value::as_str)
+        {
+            Some(text) => Some(
+                crate::effective_proxy_config::parse_overlay(text)
+                    .map_err(EngineError::Template)?,
+            ),
+            None => None,
+        };
+        let root = self
+            .settings
+            .mesh
+            .field("rootNamespace")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let labels = req
+            .pod
+            .field("metadata")
+            .and_then(|m| m.field("labels"))
+            .and_then(Value::as_object);
+        let pc = resources.effective(
+            &self.base_proxy_config,
+            root,
+            pod_namespace(req),
+            labels,
+            overlay.as_ref(),
+        );
+        crate::effective_proxy_config::validate(&pc).map_err(EngineError::Template)?;
+        Ok(pc)
+    }
+
+    /// The proxy uid and gid of a pod: from its Namespace on OpenShift (webhook only, as Istio's
+    /// kube-inject never looks a Namespace up), else 1337/1337.
+    fn proxy_ids(&self, req: &InjectRequest<'_>) -> (i64, i64) {
+        match req.mode {
+            Mode::Webhook if self.cluster.openshift => {
+                self.cluster.namespaces.proxy_ids(pod_namespace(req))
+            }
+            _ => (PROXY_UID, PROXY_GID),
         }
     }
 
@@ -200,7 +268,13 @@ impl Engine {
             .and_then(Value::as_object);
         annotations::validate(annotations_map)?;
 
-        let proxy_config = self.proxy_config(annotations_map)?;
+        let proxy_config = match &self.cluster.proxy_configs {
+            Some(resources) => {
+                Cow::Owned(self.resource_proxy_config(resources, req, annotations_map)?)
+            }
+            None => self.proxy_config(annotations_map)?,
+        };
+        let (proxy_uid, proxy_gid) = self.proxy_ids(req);
         let s = &self.settings;
 
         // kube-inject shows the templates the mesh with the pod's ProxyConfig applied.
@@ -234,8 +308,8 @@ impl Engine {
             values: &s.values,
             revision: &s.revision,
             native_sidecars: s.native_sidecars,
-            proxy_uid: PROXY_UID,
-            proxy_gid: PROXY_GID,
+            proxy_uid,
+            proxy_gid,
             compliance_policy: &s.compliance_policy,
             // Precomputed for the engine's own ProxyConfig; a pod's `proxy.istio.io/config` makes its own.
             proxy_config_env: match &proxy_config {
@@ -381,6 +455,24 @@ impl Engine {
     /// The RFC 6902 patch from the request's pod to the injected pod.
     pub fn patch(&self, original: &Value, injected: &Value) -> Value {
         crate::patch::create_patch(original, injected)
+    }
+}
+
+/// The pod's namespace (the webhook has already defaulted it to the request's), else the workload's, else
+/// `default`.
+fn pod_namespace<'a>(req: &InjectRequest<'a>) -> &'a str {
+    let workload: &'a Workload = req.workload;
+    let ns = req
+        .pod
+        .field("metadata")
+        .and_then(|m| m.field("namespace"))
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .unwrap_or(workload.namespace.as_str());
+    if ns.is_empty() {
+        "default"
+    } else {
+        ns
     }
 }
 

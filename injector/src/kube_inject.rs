@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
+use crate::cluster_state::{ClusterState, ProxyConfigArgs};
 use crate::config::{ConfigArgs, Settings};
 use crate::engine::{Engine, EngineError, InjectRequest, Mode};
 use crate::workload::{self, Workload};
@@ -27,6 +28,8 @@ pub struct Args {
     pub output: Option<PathBuf>,
     #[command(flatten)]
     pub config: ConfigArgs,
+    #[command(flatten)]
+    pub cluster: ProxyConfigArgs,
 }
 
 /// The kinds whose pod template is injected.
@@ -422,7 +425,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for w in &settings.warnings {
         eprintln!("warning: {w}");
     }
-    let engine = Engine::new(settings);
+    let cluster = ClusterState::load(&args.cluster, None)?;
+    let engine = Engine::new(settings).with_cluster(cluster);
     let input = if args.filename == "-" {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s)?;

@@ -11,7 +11,8 @@
 //! `overrides`, `workload`, `defaults`, `validate`, `goconv`, `gotypes` and `fields`.
 
 //! The public API is what the front ends and the tests need: the engine ([`Engine`], [`InjectRequest`],
-//! [`Mode`]), its configuration ([`Settings`], [`ConfigArgs`]), the admission entry points ([`Webhook`],
+//! [`Mode`]), its configuration ([`Settings`], [`ConfigArgs`]) and cluster state ([`ClusterState`]: ProxyConfig
+//! resources and OpenShift Namespaces), the admission entry points ([`Webhook`],
 //! [`handle`]), the workload of a pod, and one module per subcommand (`server`, `kube_inject`, `certs`,
 //! `webhook_config`) plus `yaml`, the YAML stream reader and writer they share. Everything else is
 //! crate-private.
@@ -26,6 +27,7 @@ pub mod yaml;
 pub(crate) mod admission;
 pub(crate) mod annotations;
 pub(crate) mod cache;
+pub(crate) mod cluster_state;
 pub(crate) mod config;
 pub(crate) mod decision;
 pub(crate) mod defaults;
@@ -35,13 +37,16 @@ pub(crate) mod fields;
 pub(crate) mod goconv;
 pub(crate) mod gotemplate;
 pub(crate) mod gotypes;
+pub(crate) mod kube_objects;
 pub(crate) mod merge;
 pub(crate) mod metrics;
+pub(crate) mod openshift;
 pub(crate) mod overrides;
 pub(crate) mod patch;
 pub(crate) mod pod;
 pub(crate) mod postprocess;
 pub(crate) mod probes;
+pub(crate) mod proxy_config_resources;
 pub(crate) mod reload;
 pub(crate) mod render;
 pub(crate) mod status;
@@ -51,6 +56,7 @@ pub(crate) mod validate;
 pub(crate) mod workload;
 
 pub use admission::{handle, OutcomeKind, ReviewOutcome, Webhook};
+pub use cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
 pub use config::{ConfigArgs, NativeSidecars, Settings};
 pub use engine::{Engine, EngineError, InjectRequest, Mode};
 pub use workload::{deploy_meta_from_pod, Workload};

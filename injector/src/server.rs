@@ -29,6 +29,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::admission::{self, OutcomeKind};
+use crate::cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
 use crate::config::{ConfigArgs, Settings};
 use crate::engine::Engine;
 use crate::metrics::{FailureType, Metrics, ReloadResult};
@@ -53,6 +54,10 @@ pub enum LogFormat {
 pub struct Args {
     #[command(flatten)]
     pub config: ConfigArgs,
+    #[command(flatten)]
+    pub proxy_configs: ProxyConfigArgs,
+    #[command(flatten)]
+    pub platform: PlatformArgs,
     /// HTTPS address of the webhook (`127.0.0.1:0` picks a free port; see `--port-file`).
     #[arg(long, env = "INJECTOR_LISTEN", default_value = "0.0.0.0:15017")]
     pub listen: SocketAddr,
@@ -155,11 +160,47 @@ pub fn config_paths(args: &ConfigArgs) -> Vec<PathBuf> {
     args.watched_paths()
 }
 
+/// What the engine is built from: the configuration files and the cluster state files, reloaded together.
+#[derive(Debug, Clone)]
+struct Sources {
+    config: ConfigArgs,
+    proxy_configs: ProxyConfigArgs,
+    platform: PlatformArgs,
+}
+
+impl Sources {
+    fn paths(&self) -> Vec<PathBuf> {
+        let mut p = config_paths(&self.config);
+        p.extend(ClusterState::watched_paths(
+            &self.proxy_configs,
+            Some(&self.platform),
+        ));
+        p
+    }
+
+    /// Loads every file; the first failure names its file, so a reload keeps the previous engine.
+    fn load(&self) -> anyhow::Result<Engine> {
+        let settings =
+            Settings::load(&self.config).context("loading the injector configuration")?;
+        let cluster = ClusterState::load(&self.proxy_configs, Some(&self.platform))
+            .context("loading the cluster state (--proxy-configs, --namespaces)")?;
+        for w in &cluster.warnings {
+            tracing::warn!("{w}");
+        }
+        Ok(Engine::new(settings).with_cluster(cluster))
+    }
+}
+
 async fn serve(args: Args) -> anyhow::Result<()> {
     let provider = tls::crypto_provider();
     let metrics = Arc::new(Metrics::new());
 
-    let settings = Settings::load(&args.config).context("loading the injector configuration")?;
+    let sources = Sources {
+        config: args.config.clone(),
+        proxy_configs: args.proxy_configs.clone(),
+        platform: args.platform.clone(),
+    };
+    let engine = sources.load()?;
     metrics.config_reload(ReloadResult::Success);
     let pair = tls::load_pair(&args.tls_cert, &args.tls_key, &provider)
         .context("loading the serving certificate")?;
@@ -172,7 +213,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let acceptor = TlsAcceptor::from(Arc::new(tls_config));
 
     let state = Arc::new(State {
-        engine: RwLock::new((0, Arc::new(Engine::new(settings)))),
+        engine: RwLock::new((0, Arc::new(engine))),
         webhook: admission::Webhook::new(metrics.patch_cache.clone()),
         metrics: metrics.clone(),
         certs: certs.clone(),
@@ -199,7 +240,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     tokio::spawn(reload_loop(
         state.clone(),
         provider,
-        args.config.clone(),
+        sources,
         args.tls_cert.clone(),
         args.tls_key.clone(),
         Duration::from_millis(args.reload_interval_ms),
@@ -593,12 +634,12 @@ pub fn percent_decode(path: &str) -> String {
 async fn reload_loop(
     state: Arc<State>,
     provider: Arc<rustls::crypto::CryptoProvider>,
-    config: ConfigArgs,
+    config: Sources,
     cert: PathBuf,
     key: PathBuf,
     interval: Duration,
 ) {
-    let mut config_watch = Watch::new(config_paths(&config));
+    let mut config_watch = Watch::new(config.paths());
     let mut cert_watch = Watch::new(vec![cert.clone(), key.clone()]);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -612,9 +653,9 @@ async fn reload_loop(
         // File reads and config parsing block; keep them off the request workers.
         let moved = tokio::task::spawn_blocking(move || {
             if config_watch.changed() {
-                match Settings::load(&config) {
-                    Ok(settings) => {
-                        let engine = Arc::new(Engine::new(settings));
+                match config.load() {
+                    Ok(engine) => {
+                        let engine = Arc::new(engine);
                         let mut current = st.engine.write().unwrap_or_else(|e| e.into_inner());
                         *current = (current.0.wrapping_add(1), engine);
                         drop(current);
@@ -623,7 +664,7 @@ async fn reload_loop(
                     }
                     Err(e) => {
                         st.metrics.config_reload(ReloadResult::Failure);
-                        tracing::error!(error = %e, "configuration reload failed; keeping the previous configuration");
+                        tracing::error!(error = %format!("{e:#}"), "configuration reload failed; keeping the previous configuration");
                     }
                 }
             }

@@ -103,6 +103,8 @@ pub struct Case {
     pub modes: Vec<String>,
     /// For a rejected input, text its error must contain (case-insensitively).
     pub expected_error: Option<String>,
+    /// Namespace objects the injector may look up (`--namespaces`), `None` when the case has none.
+    pub namespaces: Option<Value>,
 }
 
 impl Case {
@@ -118,7 +120,8 @@ impl Case {
             self.mesh,
             self.injector_config,
             self.env,
-            self.native_sidecars
+            self.native_sidecars,
+            self.namespaces
         ])
         .to_string()
     }
@@ -126,6 +129,25 @@ impl Case {
     /// The case's three documents: the `base-*` files with its overrides merged in.
     pub fn config(&self) -> Result<Config, Error> {
         Config::with(&self.values, &self.mesh, &self.injector_config)
+    }
+
+    /// Writes the case's Namespace objects to `dir` as a `v1 List` (as `kubectl get ns -o yaml` prints
+    /// them, in JSON) and returns the file, `None` when the case has none.
+    pub fn write_namespaces(&self, dir: &Path) -> Result<Option<PathBuf>, Error> {
+        let Some(items) = &self.namespaces else {
+            return Ok(None);
+        };
+        std::fs::create_dir_all(dir).map_err(|source| Error::Write {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = dir.join("namespaces.json");
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+        std::fs::write(&path, list.to_string()).map_err(|source| Error::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Some(path))
     }
 
     /// The input stream's text.
@@ -185,6 +207,7 @@ pub fn load_cases() -> Result<Vec<Case>, Error> {
                     })
                     .unwrap_or_default(),
                 expected_error: s("expected_error"),
+                namespaces: c.get("namespaces").filter(|v| !v.is_null()).cloned(),
             })
         })
         .collect()

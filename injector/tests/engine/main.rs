@@ -2,6 +2,7 @@
 //! binary, and property tests of the engine.
 
 mod cli;
+mod cluster;
 mod kube;
 mod parity;
 mod props;

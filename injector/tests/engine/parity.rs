@@ -6,6 +6,7 @@ use std::path::Path;
 
 use base64::Engine as _;
 use injector::Engine;
+use injector::{ClusterState, PlatformArgs, ProxyConfigArgs};
 use injector::{ConfigArgs, NativeSidecars, Settings};
 use serde_json::{json, Value};
 pub use test_support::corpus::{inject_dir, Case};
@@ -40,6 +41,8 @@ pub fn case_args(case: &Case, dir: &Path) -> Result<ConfigArgs, String> {
         match k.as_str() {
             "COMPLIANCE_POLICY" => args.compliance_policy = v,
             "REVISION" => args.revision = v,
+            // The platform is cluster state, not configuration: see `engine_for`.
+            "PLATFORM" => {}
             other => return Err(format!("unsupported env {other}")),
         }
     }
@@ -50,7 +53,15 @@ pub fn engine_for(case: &Case) -> Result<(Engine, TempDir), String> {
     let dir = TempDir::new(&case.name);
     let args = case_args(case, dir.path())?;
     let settings = Settings::load(&args).map_err(|e| format!("settings: {e}"))?;
-    Ok((Engine::new(settings), dir))
+    let platform = PlatformArgs {
+        platform: case.env.get("PLATFORM").cloned().unwrap_or_default(),
+        namespaces: case
+            .write_namespaces(dir.path())
+            .map_err(|e| e.to_string())?,
+    };
+    let cluster = ClusterState::load(&ProxyConfigArgs::default(), Some(&platform))
+        .map_err(|e| format!("cluster state: {e}"))?;
+    Ok((Engine::new(settings).with_cluster(cluster), dir))
 }
 
 /// Compares two YAML streams semantically; both are parsed by `test_support`, independently of the

@@ -39,6 +39,7 @@ fn user_template_cases() -> Vec<Case> {
                 .map(str::to_string)
                 .collect(),
             expected_error: s(c, "expected_error"),
+            namespaces: c.get("namespaces").filter(|v| !v.is_null()).cloned(),
         })
         .collect();
     let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();

@@ -127,11 +127,17 @@ async fn golden_cases_through_the_webhook() {
             .config()
             .and_then(|c| c.write(&dir.path().join(format!("cfg{gi}"))))
             .expect("config");
-        let args = serve_args(
+        let mut args = serve_args(
             &certs,
             &cfg,
             &["--native-sidecars", first.native_sidecars.as_str()],
         );
+        if let Some(ns) = first
+            .write_namespaces(&dir.path().join(format!("cfg{gi}")))
+            .expect("namespaces")
+        {
+            args.extend(["--namespaces".to_string(), ns.display().to_string()]);
+        }
         let server = Injector::start(&args, &first.env).expect("injector serve starts");
         let api = ApiServer::new(&certs.mwc, server.https).expect("client");
         let mut h1 = api.connect(Http::H1).await.expect("h1 connection");
@@ -1493,4 +1499,141 @@ async fn connection_cap() {
         .unwrap();
     assert_eq!(answer.status, 200);
     assert_eq!(get(&mut b, "/healthz").await, 200);
+}
+
+/// The `istio-proxy` container of a patched pod (native sidecar: an init container).
+fn proxy_container(pod: &Value) -> Value {
+    ["/spec/initContainers", "/spec/containers"]
+        .iter()
+        .filter_map(|p| pod.pointer(p).and_then(Value::as_array))
+        .flatten()
+        .find(|c| c["name"] == json!("istio-proxy"))
+        .cloned()
+        .expect("an istio-proxy container")
+}
+
+/// The `PROXY_CONFIG` the webhook gives the hello pod in `namespace`.
+async fn served_proxy_config(api: &ApiServer, tag: &str, namespace: &str) -> Value {
+    let mut pod = hello_pod();
+    pod["metadata"]["namespace"] = json!(namespace);
+    let mut conn = api.connect(Http::H1).await.unwrap();
+    let a = api
+        .review(&mut conn, &pods::review("v1", tag, namespace, &pod))
+        .await
+        .unwrap();
+    assert_eq!(a["response"]["allowed"], json!(true), "{a}");
+    let proxy = proxy_container(&apply_patch(&a["response"], &pod).unwrap());
+    let env = proxy["env"].as_array().unwrap();
+    let text = env
+        .iter()
+        .find(|e| e["name"] == json!("PROXY_CONFIG"))
+        .and_then(|e| e["value"].as_str())
+        .unwrap();
+    serde_json::from_str(text).unwrap()
+}
+
+fn proxy_config_resource(namespace: &str, concurrency: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: networking.istio.io/v1beta1\n  kind: ProxyConfig\n  metadata:\n    name: pc\n    namespace: {namespace}\n    creationTimestamp: \"2026-01-01T00:00:00Z\"\n  spec:\n    concurrency: {concurrency}\n"
+    )
+}
+
+/// `serve --proxy-configs`: the resources reach the pod, a changed file takes effect without a restart, and
+/// a broken one is refused, counted, and the last good resources stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_proxy_configs_reload() {
+    let files = TempDir::new("proxy-configs");
+    let pc = files.path().join("proxyconfigs.yaml");
+    std::fs::write(&pc, proxy_config_resource("apps", 3)).unwrap();
+    let pc_arg = pc.display().to_string();
+    let f = fixture(
+        Value::Null,
+        Value::Null,
+        &["--reload-interval-ms", "100", "--proxy-configs", &pc_arg],
+    );
+    assert_eq!(
+        served_proxy_config(&f.api, "pc-1", "apps").await,
+        json!({"concurrency": 3})
+    );
+    assert_eq!(
+        served_proxy_config(&f.api, "pc-2", "other").await,
+        json!({})
+    );
+
+    std::fs::write(&pc, proxy_config_resource("apps", 4)).unwrap();
+    let api = f.api.clone();
+    wait_until("changed resources in effect", Duration::from_secs(10), || {
+        let api = api.clone();
+        async move { served_proxy_config(&api, "pc-3", "apps").await == json!({"concurrency": 4}) }
+    })
+    .await;
+
+    std::fs::write(
+        &pc,
+        proxy_config_resource("apps", 4).replace("concurrency: 4", "concurrency: many"),
+    )
+    .unwrap();
+    wait_until(
+        "invalid resources counted",
+        Duration::from_secs(10),
+        || async {
+            f.server
+                .metric("injector_config_reloads_total{result=\"failure\"}")
+                .await
+                .unwrap_or(0.0)
+                >= 1.0
+        },
+    )
+    .await;
+    assert_eq!(
+        served_proxy_config(&f.api, "pc-4", "apps").await,
+        json!({"concurrency": 4})
+    );
+    let log = f.server.log();
+    assert!(log.contains("configuration reload failed"), "{log}");
+    assert!(
+        log.contains("ProxyConfig apps/pc: field spec.concurrency"),
+        "{log}"
+    );
+}
+
+/// `serve --platform openshift --namespaces`: the proxy ids come from the Namespace's annotations; a
+/// missing or invalid annotation gives 1337 and the pod is still admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_openshift_proxy_ids() {
+    let files = TempDir::new("namespaces");
+    let ns = files.path().join("namespaces.yaml");
+    std::fs::write(
+        &ns,
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Namespace\n  metadata:\n    name: apps\n    annotations:\n      openshift.io/sa.scc.uid-range: 1000620000/10000\n      openshift.io/sa.scc.supplemental-groups: 1000620000/10000\n- apiVersion: v1\n  kind: Namespace\n  metadata:\n    name: broken\n    annotations:\n      openshift.io/sa.scc.uid-range: not-a-range\n",
+    )
+    .unwrap();
+    let ns_arg = ns.display().to_string();
+    let f = fixture(
+        Value::Null,
+        Value::Null,
+        &["--platform", "openshift", "--namespaces", &ns_arg],
+    );
+    for (namespace, want) in [("apps", 1_000_629_999), ("broken", 1337), ("missing", 1337)] {
+        let mut pod = hello_pod();
+        pod["metadata"]["namespace"] = json!(namespace);
+        let mut conn = f.api.connect(Http::H1).await.unwrap();
+        let a = f
+            .api
+            .review(&mut conn, &pods::review("v1", namespace, namespace, &pod))
+            .await
+            .unwrap();
+        assert_eq!(a["response"]["allowed"], json!(true), "{namespace}: {a}");
+        let proxy = proxy_container(&apply_patch(&a["response"], &pod).unwrap());
+        assert_eq!(
+            proxy["securityContext"]["runAsUser"],
+            json!(want),
+            "{namespace}"
+        );
+        assert_eq!(
+            proxy["securityContext"]["runAsGroup"],
+            json!(want),
+            "{namespace}"
+        );
+    }
 }
