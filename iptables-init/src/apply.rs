@@ -914,36 +914,42 @@ mod tests {
     use super::*;
     use crate::rules::Table;
 
-    fn rule(table: Table, line: &str) -> Rule {
-        let tokens: Vec<String> = line.split(' ').map(str::to_string).collect();
-        Rule {
-            table,
-            chain: tokens[1].clone(),
-            tokens,
-        }
+    /// The rules of `table` written as `iptables-save` lines.
+    fn rules(table: Table, lines: &[&str]) -> Vec<Rule> {
+        lines
+            .iter()
+            .map(|line| {
+                let tokens: Vec<String> = line.split(' ').map(str::to_string).collect();
+                Rule {
+                    table,
+                    chain: tokens[1].clone(),
+                    tokens,
+                }
+            })
+            .collect()
     }
 
     #[test]
     fn cleanup_dry_run_removes_the_plan() {
         let plan = Plan {
-            v4: vec![
-                rule(
+            v4: [
+                rules(
                     Table::Nat,
-                    "-A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN",
+                    &[
+                        "-A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN",
+                        "-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006",
+                        "-A PREROUTING -p tcp -j ISTIO_INBOUND",
+                        "-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT",
+                        "-I PREROUTING 1 -i eth1 -j RETURN",
+                    ],
                 ),
-                rule(
-                    Table::Nat,
-                    "-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006",
-                ),
-                rule(Table::Nat, "-A PREROUTING -p tcp -j ISTIO_INBOUND"),
-                rule(Table::Nat, "-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT"),
-                rule(Table::Nat, "-I PREROUTING 1 -i eth1 -j RETURN"),
-                rule(
+                rules(
                     Table::Mangle,
-                    "-A OUTPUT -p tcp -m connmark --mark 1337 -j CONNMARK --restore-mark",
+                    &["-A OUTPUT -p tcp -m connmark --mark 1337 -j CONNMARK --restore-mark"],
                 ),
-            ],
-            v6: Some(vec![rule(Table::Nat, "-A OUTPUT -j ISTIO_OUTPUT")]),
+            ]
+            .concat(),
+            v6: Some(rules(Table::Nat, &["-A OUTPUT -j ISTIO_OUTPUT"])),
             routes: vec![
                 RouteAction::AddLoopbackV6Source,
                 RouteAction::AddFwmarkRule {
@@ -1011,15 +1017,15 @@ mod tests {
 
     #[test]
     fn scratch_renames_chains_and_jumps_only() {
-        let rules = vec![
-            rule(
-                Table::Nat,
+        let rules = rules(
+            Table::Nat,
+            &[
                 "-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001",
-            ),
-            rule(Table::Nat, "-A OUTPUT -j ISTIO_OUTPUT"),
-            rule(Table::Nat, "-A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
-            rule(Table::Nat, "-I PREROUTING 1 -i eth1 -j RETURN"),
-        ];
+                "-A OUTPUT -j ISTIO_OUTPUT",
+                "-A ISTIO_OUTPUT -j ISTIO_REDIRECT",
+                "-I PREROUTING 1 -i eth1 -j RETURN",
+            ],
+        );
         let text = scratch_input(&rules);
         assert_eq!(
             text,
