@@ -644,34 +644,44 @@ fn is_go_printable(c: char) -> bool {
             | 0xFFF9..=0xFFFB | 0xE000..=0xF8FF))
 }
 
-/// Go's `strconv.Quote`.
-pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
+/// Writes `s` in double quotes: `"`, `\`, newline, carriage return and tab escaped with a backslash,
+/// as every quoting here (Go's `strconv.Quote`, `encoding/json`, go-yaml) does; `other` writes the rest.
+fn quote_into(s: &str, out: &mut String, other: impl Fn(char, &mut String)) {
     out.push('"');
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if is_go_printable(c) => out.push(c),
-            c if (c as u32) < 0x80 => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if (c as u32) < 0x10000 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => {
-                let _ = write!(out, "\\U{:08x}", c as u32);
-            }
+            c => other(c, out),
         }
     }
     out.push('"');
+}
+
+fn u_escape(c: char, out: &mut String) {
+    let _ = write!(out, "\\u{:04x}", c as u32);
+}
+
+/// Go's `strconv.Quote`.
+pub(crate) fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    quote_into(s, &mut out, |c, out| match c {
+        '\u{7}' => out.push_str("\\a"),
+        '\u{8}' => out.push_str("\\b"),
+        '\u{c}' => out.push_str("\\f"),
+        '\u{b}' => out.push_str("\\v"),
+        c if is_go_printable(c) => out.push(c),
+        c if (c as u32) < 0x80 => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        c if (c as u32) < 0x10000 => u_escape(c, out),
+        c => {
+            let _ = write!(out, "\\U{:08x}", c as u32);
+        }
+    });
     out
 }
 
@@ -957,26 +967,13 @@ pub(crate) fn write_json(j: &Json, out: &mut String) {
 }
 
 fn json_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    quote_into(s, out, |c, out| match c {
+        '\u{8}' => out.push_str("\\b"),
+        '\u{c}' => out.push_str("\\f"),
+        '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => u_escape(c, out),
+        c if (c as u32) < 0x20 => u_escape(c, out),
+        c => out.push(c),
+    });
 }
 
 /// YAML as sigs.k8s.io/yaml `Marshal` writes it (go-yaml v2 block style, keys sorted, sequences not
@@ -1140,19 +1137,8 @@ fn yaml_str(s: &str, out: &mut String) {
         out.push_str(s);
         return;
     }
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() || !is_go_printable(c) => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    quote_into(s, out, |c, out| match c {
+        c if c.is_control() || !is_go_printable(c) => u_escape(c, out),
+        c => out.push(c),
+    });
 }
