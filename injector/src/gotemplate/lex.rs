@@ -48,6 +48,20 @@ fn is_space(c: u8) -> bool {
     matches!(c, b' ' | b'\t' | b'\r' | b'\n')
 }
 
+/// The index of the `quote` byte that closes the quoted text `b` opens, skipping backslash escapes; `None`
+/// when a newline or the end comes first.
+fn closing_quote(b: &[u8], quote: u8) -> Option<usize> {
+    let mut i = 1;
+    loop {
+        match *b.get(i)? {
+            b'\n' => return None,
+            b'\\' => i += 2,
+            c if c == quote => return Some(i),
+            _ => i += 1,
+        }
+    }
+}
+
 fn is_alnum(c: char) -> bool {
     c == '_' || c.is_alphanumeric()
 }
@@ -232,17 +246,8 @@ impl<'s> Lexer<'s> {
                     self.push(Tok::RParen, line);
                 }
                 '"' => {
-                    let mut i = 1;
-                    loop {
-                        match b.get(i) {
-                            None | Some(b'\n') => {
-                                return Err((line, "unterminated quoted string".to_string()))
-                            }
-                            Some(b'\\') => i += 2,
-                            Some(b'"') => break,
-                            Some(_) => i += 1,
-                        }
-                    }
+                    let i = closing_quote(b, b'"')
+                        .ok_or_else(|| (line, "unterminated quoted string".to_string()))?;
                     let s = unquote(&rest[1..i]).map_err(|m| (line, m))?;
                     self.advance(i + 1);
                     self.push(Tok::Str(s), line);
@@ -256,17 +261,8 @@ impl<'s> Lexer<'s> {
                     self.push(Tok::Str(s), line);
                 }
                 '\'' => {
-                    let mut i = 1;
-                    loop {
-                        match b.get(i) {
-                            None | Some(b'\n') => {
-                                return Err((line, "unterminated character constant".to_string()))
-                            }
-                            Some(b'\\') => i += 2,
-                            Some(b'\'') => break,
-                            Some(_) => i += 1,
-                        }
-                    }
+                    let i = closing_quote(b, b'\'')
+                        .ok_or_else(|| (line, "unterminated character constant".to_string()))?;
                     let s = unquote_char(&rest[1..i]).map_err(|m| (line, m))?;
                     self.advance(i + 1);
                     self.push(Tok::Char(s), line);

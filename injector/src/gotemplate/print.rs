@@ -98,10 +98,7 @@ pub(crate) fn fmt_value<'a>(
     out: &mut String,
     depth: usize,
 ) -> R<()> {
-    if depth >= ex.depth_left() {
-        return Err(E::Limit("depth", ex.limits.max_depth));
-    }
-    ex.step(1)?;
+    ex.descend(depth)?;
     if out.len() > ex.limits.max_output_bytes {
         return Err(E::Limit("output bytes", ex.limits.max_output_bytes));
     }
@@ -693,10 +690,7 @@ pub(crate) fn to_json<'a>(
     depth: usize,
     ordered: bool,
 ) -> R<Json> {
-    if depth >= ex.depth_left() {
-        return Err(E::Limit("depth", ex.limits.max_depth));
-    }
-    ex.step(1)?;
+    ex.descend(depth)?;
     Ok(match v {
         Val::NoValue | Val::Nil => Json::Null,
         Val::Bool(b) => Json::Bool(*b),
@@ -750,10 +744,7 @@ fn typed_json(
     depth: usize,
     ordered: bool,
 ) -> R<Json> {
-    if depth >= ex.depth_left() {
-        return Err(E::Limit("depth", ex.limits.max_depth));
-    }
-    ex.step(1)?;
+    ex.descend(depth)?;
     let proto = |n: &str| {
         unsupported(format!(
             "JSON of the proto message {n} (Go's encoding differs from proto JSON)"
@@ -859,10 +850,7 @@ fn sorted_json(j: &Json) -> Json {
 
 /// JSON-decoded data as Go holds it in `interface{}`: every number is a float64.
 fn any_json(ex: &mut Exec<'_, '_>, j: &Json, depth: usize) -> R<Json> {
-    if depth >= ex.depth_left() {
-        return Err(E::Limit("depth", ex.limits.max_depth));
-    }
-    ex.step(1)?;
+    ex.descend(depth)?;
     Ok(match j {
         Json::Number(n) => n
             .as_f64()
