@@ -288,18 +288,7 @@ fn unscratch(line: &str) -> String {
 /// chains an interrupted run left behind, which would make `-N` fail: they are removed in the same input).
 fn normalise(backend: &Backend, rules: &[Rule], before: &Dump) -> Result<Normalised, ApplyError> {
     let input = scratch_input(rules);
-    let mut stale: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (name, t) in &before.tables {
-        let s: Vec<&String> = t
-            .chains
-            .iter()
-            .filter(|c| c.starts_with(SCRATCH_PREFIX))
-            .collect();
-        let lines = stale.entry(name.clone()).or_default();
-        lines.extend(s.iter().map(|c| format!("-F {c}")));
-        lines.extend(s.iter().map(|c| format!("-X {c}")));
-    }
-    let input = assemble(&[stale, split_restore_input(&input)]);
+    let input = assemble(&[scratch_removal_of(before), split_restore_input(&input)]);
     if let Err(mut e) = restore(backend, &input) {
         // A table may have committed before the failing one: remove whatever scratch chains exist.
         if let Ok(text) = save(backend) {

@@ -548,46 +548,11 @@ pub fn build(cfg: &Config) -> Ruleset {
                         vec![TCP, dport(Proto::Tcp, false, p), Stmt::Return],
                     );
                 }
-                if tproxy {
-                    b.append(
-                        Mangle,
-                        INBOUND,
-                        vec![
-                            TCP,
-                            Stmt::CtState(CtState::RelatedEstablished),
-                            Stmt::Jump(DIVERT),
-                        ],
-                    );
-                    b.append(Mangle, INBOUND, vec![TCP, Stmt::Jump(TPROXY)]);
-                } else {
-                    b.append(Nat, INBOUND, vec![TCP, Stmt::Jump(IN_REDIRECT)]);
-                }
+                capture_inbound(&mut b, tproxy, None);
             }
             InboundPorts::List(ports) => {
                 for &p in ports {
-                    if tproxy {
-                        b.append(
-                            Mangle,
-                            INBOUND,
-                            vec![
-                                TCP,
-                                Stmt::CtState(CtState::RelatedEstablished),
-                                dport(Proto::Tcp, false, p),
-                                Stmt::Jump(DIVERT),
-                            ],
-                        );
-                        b.append(
-                            Mangle,
-                            INBOUND,
-                            vec![TCP, dport(Proto::Tcp, false, p), Stmt::Jump(TPROXY)],
-                        );
-                    } else {
-                        b.append(
-                            Nat,
-                            INBOUND,
-                            vec![TCP, dport(Proto::Tcp, false, p), Stmt::Jump(IN_REDIRECT)],
-                        );
-                    }
+                    capture_inbound(&mut b, tproxy, Some(p));
                 }
             }
             InboundPorts::None => {}
@@ -820,6 +785,25 @@ pub fn build(cfg: &Config) -> Ruleset {
 
 /// A match of each proxy uid (`-u`), then of each proxy gid (`-g`); `meta` picks the `meta skuid`
 /// spelling.
+/// The rules that capture inbound TCP to `port` (to every port when `None`): with TPROXY, established
+/// connections diverted and the rest sent to the TPROXY chain; else the redirect.
+fn capture_inbound(b: &mut Builder, tproxy: bool, port: Option<u16>) {
+    use TableId::{Mangle, Nat};
+    let rule = |head: &[Stmt], jump| {
+        let mut stmts = head.to_vec();
+        stmts.extend(port.map(|p| dport(Proto::Tcp, false, p)));
+        stmts.push(Stmt::Jump(jump));
+        stmts
+    };
+    if tproxy {
+        let established = [TCP, Stmt::CtState(CtState::RelatedEstablished)];
+        b.append(Mangle, INBOUND, rule(&established, DIVERT));
+        b.append(Mangle, INBOUND, rule(&[TCP], TPROXY));
+    } else {
+        b.append(Nat, INBOUND, rule(&[TCP], IN_REDIRECT));
+    }
+}
+
 fn proxy_owners(cfg: &Config, meta: bool) -> impl Iterator<Item = Stmt> + '_ {
     let uids = cfg.proxy_uids.iter().map(move |&uid| Stmt::SkUid {
         neq: false,
