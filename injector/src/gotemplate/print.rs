@@ -78,15 +78,21 @@ fn bad_verb<'a>(
     out.push_str("%!");
     out.push(spec.verb);
     out.push('(');
+    typed_operand(ex, v, out, depth + 1)?;
+    out.push(')');
+    Ok(())
+}
+
+/// An operand as Go's `fmt` shows a wrong or extra one: `<nil>`, or its type, `=` and its `%v`.
+fn typed_operand<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, out: &mut String, depth: usize) -> R<()> {
     match v {
         Val::Nil | Val::NoValue => out.push_str("<nil>"),
         other => {
             out.push_str(&other.type_name());
             out.push('=');
-            fmt_value(ex, other, &Spec::plain('v'), out, depth + 1)?;
+            fmt_value(ex, other, &Spec::plain('v'), out, depth)?;
         }
     }
-    out.push(')');
     Ok(())
 }
 
@@ -469,14 +475,7 @@ pub(crate) fn sprintf<'a>(ex: &mut Exec<'a, '_>, format: &str, args: &[Val<'a>])
             if i > 0 {
                 out.push_str(", ");
             }
-            match a {
-                Val::Nil | Val::NoValue => out.push_str("<nil>"),
-                a => {
-                    out.push_str(&a.type_name());
-                    out.push('=');
-                    fmt_value(ex, a, &Spec::plain('v'), &mut out, 0)?;
-                }
-            }
+            typed_operand(ex, a, &mut out, 0)?;
         }
         out.push(')');
     }
