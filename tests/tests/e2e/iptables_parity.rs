@@ -66,27 +66,21 @@ fn parse_dump(save: &str) -> Dump {
         if let Some(t) = line.strip_prefix('*') {
             table = t.to_string();
             dump.entry(table.clone()).or_default();
-        } else if let Some(decl) = line.strip_prefix(':') {
-            let chain = decl
+        } else if let Some(rest) = line.strip_prefix(':').or_else(|| line.strip_prefix("-A ")) {
+            // A chain declaration (`:CHAIN policy counters`) or a rule (`-A CHAIN ...`) of the chain.
+            let chain = rest
                 .split_whitespace()
                 .next()
                 .unwrap_or_default()
                 .to_string();
-            dump.entry(table.clone())
+            let rules = dump
+                .entry(table.clone())
                 .or_default()
                 .entry(chain)
                 .or_default();
-        } else if let Some(rule) = line.strip_prefix("-A ") {
-            let chain = rule
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            dump.entry(table.clone())
-                .or_default()
-                .entry(chain)
-                .or_default()
-                .push(line.to_string());
+            if line.starts_with("-A ") {
+                rules.push(line.to_string());
+            }
         }
     }
     dump
