@@ -699,12 +699,7 @@ mod tests {
     /// restore input Istio's rules make of it.
     #[test]
     fn injected_default_matches_the_worked_example() {
-        let cfg = Config {
-            inbound_ports: InboundPorts::All,
-            inbound_exclude_ports: vec![15090, 15021, 15020],
-            outbound_include: OutboundInclude::All,
-            ..Config::default()
-        };
+        let cfg = Config::injected();
         let plan = build(&cfg);
         assert_eq!(plan.v6, None);
         assert!(plan.routes.is_empty());

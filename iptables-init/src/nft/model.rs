@@ -916,12 +916,7 @@ mod tests {
     /// three exclusions and the wildcard redirect).
     #[test]
     fn the_injected_configuration_gives_istios_transaction() {
-        let cfg = Config {
-            inbound_ports: InboundPorts::All,
-            inbound_exclude_ports: vec![15090, 15021, 15020],
-            outbound_include: OutboundInclude::All,
-            ..Config::default()
-        };
+        let cfg = Config::injected();
         let expected = "\
 add table inet istio-proxy-nat
 flush table inet istio-proxy-nat
