@@ -288,18 +288,7 @@ fn unscratch(line: &str) -> String {
 /// chains an interrupted run left behind, which would make `-N` fail: they are removed in the same input).
 fn normalise(backend: &Backend, rules: &[Rule], before: &Dump) -> Result<Normalised, ApplyError> {
     let input = scratch_input(rules);
-    let mut stale: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (name, t) in &before.tables {
-        let s: Vec<&String> = t
-            .chains
-            .iter()
-            .filter(|c| c.starts_with(SCRATCH_PREFIX))
-            .collect();
-        let lines = stale.entry(name.clone()).or_default();
-        lines.extend(s.iter().map(|c| format!("-F {c}")));
-        lines.extend(s.iter().map(|c| format!("-X {c}")));
-    }
-    let input = assemble(&[stale, split_restore_input(&input)]);
+    let input = assemble(&[scratch_removal_of(before), split_restore_input(&input)]);
     if let Err(mut e) = restore(backend, &input) {
         // A table may have committed before the failing one: remove whatever scratch chains exist.
         if let Ok(text) = save(backend) {
@@ -914,36 +903,42 @@ mod tests {
     use super::*;
     use crate::rules::Table;
 
-    fn rule(table: Table, line: &str) -> Rule {
-        let tokens: Vec<String> = line.split(' ').map(str::to_string).collect();
-        Rule {
-            table,
-            chain: tokens[1].clone(),
-            tokens,
-        }
+    /// The rules of `table` written as `iptables-save` lines.
+    fn rules(table: Table, lines: &[&str]) -> Vec<Rule> {
+        lines
+            .iter()
+            .map(|line| {
+                let tokens: Vec<String> = line.split(' ').map(str::to_string).collect();
+                Rule {
+                    table,
+                    chain: tokens[1].clone(),
+                    tokens,
+                }
+            })
+            .collect()
     }
 
     #[test]
     fn cleanup_dry_run_removes_the_plan() {
         let plan = Plan {
-            v4: vec![
-                rule(
+            v4: [
+                rules(
                     Table::Nat,
-                    "-A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN",
+                    &[
+                        "-A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN",
+                        "-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006",
+                        "-A PREROUTING -p tcp -j ISTIO_INBOUND",
+                        "-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT",
+                        "-I PREROUTING 1 -i eth1 -j RETURN",
+                    ],
                 ),
-                rule(
-                    Table::Nat,
-                    "-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006",
-                ),
-                rule(Table::Nat, "-A PREROUTING -p tcp -j ISTIO_INBOUND"),
-                rule(Table::Nat, "-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT"),
-                rule(Table::Nat, "-I PREROUTING 1 -i eth1 -j RETURN"),
-                rule(
+                rules(
                     Table::Mangle,
-                    "-A OUTPUT -p tcp -m connmark --mark 1337 -j CONNMARK --restore-mark",
+                    &["-A OUTPUT -p tcp -m connmark --mark 1337 -j CONNMARK --restore-mark"],
                 ),
-            ],
-            v6: Some(vec![rule(Table::Nat, "-A OUTPUT -j ISTIO_OUTPUT")]),
+            ]
+            .concat(),
+            v6: Some(rules(Table::Nat, &["-A OUTPUT -j ISTIO_OUTPUT"])),
             routes: vec![
                 RouteAction::AddLoopbackV6Source,
                 RouteAction::AddFwmarkRule {
@@ -1011,15 +1006,15 @@ mod tests {
 
     #[test]
     fn scratch_renames_chains_and_jumps_only() {
-        let rules = vec![
-            rule(
-                Table::Nat,
+        let rules = rules(
+            Table::Nat,
+            &[
                 "-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001",
-            ),
-            rule(Table::Nat, "-A OUTPUT -j ISTIO_OUTPUT"),
-            rule(Table::Nat, "-A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
-            rule(Table::Nat, "-I PREROUTING 1 -i eth1 -j RETURN"),
-        ];
+                "-A OUTPUT -j ISTIO_OUTPUT",
+                "-A ISTIO_OUTPUT -j ISTIO_REDIRECT",
+                "-I PREROUTING 1 -i eth1 -j RETURN",
+            ],
+        );
         let text = scratch_input(&rules);
         assert_eq!(
             text,

@@ -270,6 +270,20 @@ pub struct Config {
     pub force_binary: Option<String>,
 }
 
+#[cfg(test)]
+impl Config {
+    /// The default with what Istio's injection template adds (`-i '*' -b '*' -d 15090,15021,15020`):
+    /// the configuration of every injected pod, which several tests check.
+    pub fn injected() -> Config {
+        Config {
+            inbound_ports: InboundPorts::All,
+            inbound_exclude_ports: vec![15090, 15021, 15020],
+            outbound_include: OutboundInclude::All,
+            ..Config::default()
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {

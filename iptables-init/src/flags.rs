@@ -186,6 +186,20 @@ pub const IPV6_MODES: &[(&str, &str)] = &[
 use Fallback::{Derived, Empty, Off};
 use Kind::{Bool, List, Port, Value};
 
+/// An Istio boolean flag without a short name, off unless given: most of Istio's switches.
+const fn switch(long: &'static str, env: &'static [&'static str], help: &'static str) -> Flag {
+    Flag {
+        long,
+        short: None,
+        kind: Bool,
+        value_name: "BOOL",
+        env,
+        default: Off,
+        help,
+        group: Group::Istio,
+    }
+}
+
 pub static ENVOY_PORT: Flag = Flag {
     long: "envoy-port",
     short: Some('p'),
@@ -357,14 +371,12 @@ pub static TPROXY_ROUTE_TABLE: Flag = Flag {
     group: Group::Istio,
 };
 pub static DRY_RUN: Flag = Flag {
-    long: "dry-run",
     short: Some('n'),
-    kind: Bool,
-    value_name: "BOOL",
-    env: &["DRY_RUN"],
-    default: Off,
-    help: "Print the iptables-restore input instead of applying it; touches nothing",
-    group: Group::Istio,
+    ..switch(
+        "dry-run",
+        &["DRY_RUN"],
+        "Print the iptables-restore input instead of applying it; touches nothing",
+    )
 };
 pub static IPTABLES_PROBE_PORT: Flag = Flag {
     long: "iptables-probe-port",
@@ -386,66 +398,36 @@ pub static PROBE_TIMEOUT: Flag = Flag {
     help: "Validation: overall timeout, Go duration syntax",
     group: Group::Istio,
 };
-pub static SKIP_RULE_APPLY: Flag = Flag {
-    long: "skip-rule-apply",
-    short: None,
-    kind: Bool,
-    value_name: "BOOL",
-    env: &["SKIP_RULE_APPLY"],
-    default: Off,
-    help: "Skip detection, rules and routes (with --run-validation in CNI mode)",
-    group: Group::Istio,
-};
-pub static RUN_VALIDATION: Flag = Flag {
-    long: "run-validation",
-    short: None,
-    kind: Bool,
-    value_name: "BOOL",
-    env: &["RUN_VALIDATION"],
-    default: Off,
-    help: "Prove interception with a real connection after applying",
-    group: Group::Istio,
-};
-pub static REDIRECT_DNS: Flag = Flag {
-    long: "redirect-dns",
-    short: None,
-    kind: Bool,
-    value_name: "BOOL",
-    env: &["REDIRECT_DNS", "ISTIO_META_DNS_CAPTURE"],
-    default: Off,
-    help: "Capture DNS to the agent on 15053",
-    group: Group::Istio,
-};
-pub static DROP_INVALID: Flag = Flag {
-    long: "drop-invalid",
-    short: None,
-    kind: Bool,
-    value_name: "BOOL",
-    env: &["DROP_INVALID", "INVALID_DROP"],
-    default: Off,
-    help: "Drop packets in conntrack state INVALID",
-    group: Group::Istio,
-};
-pub static DUAL_STACK: Flag = Flag {
-    long: "dual-stack",
-    short: None,
-    kind: Bool,
-    value_name: "BOOL",
-    env: &["DUAL_STACK", "ISTIO_DUAL_STACK"],
-    default: Off,
-    help: "IPv6 detection: on if any address is IPv6",
-    group: Group::Istio,
-};
-pub static CAPTURE_ALL_DNS: Flag = Flag {
-    long: "capture-all-dns",
-    short: None,
-    kind: Bool,
-    value_name: "BOOL",
-    env: &["CAPTURE_ALL_DNS"],
-    default: Off,
-    help: "With --redirect-dns: capture all port-53 traffic, not only to the configured servers",
-    group: Group::Istio,
-};
+pub static SKIP_RULE_APPLY: Flag = switch(
+    "skip-rule-apply",
+    &["SKIP_RULE_APPLY"],
+    "Skip detection, rules and routes (with --run-validation in CNI mode)",
+);
+pub static RUN_VALIDATION: Flag = switch(
+    "run-validation",
+    &["RUN_VALIDATION"],
+    "Prove interception with a real connection after applying",
+);
+pub static REDIRECT_DNS: Flag = switch(
+    "redirect-dns",
+    &["REDIRECT_DNS", "ISTIO_META_DNS_CAPTURE"],
+    "Capture DNS to the agent on 15053",
+);
+pub static DROP_INVALID: Flag = switch(
+    "drop-invalid",
+    &["DROP_INVALID", "INVALID_DROP"],
+    "Drop packets in conntrack state INVALID",
+);
+pub static DUAL_STACK: Flag = switch(
+    "dual-stack",
+    &["DUAL_STACK", "ISTIO_DUAL_STACK"],
+    "IPv6 detection: on if any address is IPv6",
+);
+pub static CAPTURE_ALL_DNS: Flag = switch(
+    "capture-all-dns",
+    &["CAPTURE_ALL_DNS"],
+    "With --redirect-dns: capture all port-53 traffic, not only to the configured servers",
+);
 pub static NETWORK_NAMESPACE: Flag = Flag {
     long: "network-namespace",
     short: None,
@@ -456,56 +438,31 @@ pub static NETWORK_NAMESPACE: Flag = Flag {
     help: "Network namespace path (CNI lock file only; does not enter a namespace)",
     group: Group::Istio,
 };
-pub static CNI_MODE: Flag = Flag {
-    long: "cni-mode",
-    short: None,
-    kind: Bool,
-    value_name: "BOOL",
-    env: &["CNI_MODE"],
-    default: Off,
-    help: "CNI mode: pod-scoped lock, sandboxed commands",
-    group: Group::Istio,
-};
-pub static RECONCILE: Flag = Flag {
-    long: "reconcile",
-    short: None,
-    kind: Bool,
-    value_name: "BOOL",
-    env: &["RECONCILE"],
-    default: Off,
-    help: "Replace existing rules of ours that differ from the plan",
-    group: Group::Istio,
-};
-pub static CLEANUP_ONLY: Flag = Flag {
-    long: "cleanup-only",
-    short: None,
-    kind: Bool,
-    value_name: "BOOL",
-    env: &["CLEANUP_ONLY"],
-    default: Off,
-    help: "Remove this configuration's rules and chains; apply nothing",
-    group: Group::Istio,
-};
-pub static FORCE_APPLY: Flag = Flag {
-    long: "force-apply",
-    short: None,
-    kind: Bool,
-    value_name: "BOOL",
-    env: &["FORCE_APPLY"],
-    default: Off,
-    help: "Apply even when the current state already matches",
-    group: Group::Istio,
-};
-pub static NATIVE_NFTABLES: Flag = Flag {
-    long: "native-nftables",
-    short: None,
-    kind: Bool,
-    value_name: "BOOL",
-    env: &["NATIVE_NFTABLES"],
-    default: Off,
-    help: "Istio's nftables backend: inet tables applied in-process over netlink",
-    group: Group::Istio,
-};
+pub static CNI_MODE: Flag = switch(
+    "cni-mode",
+    &["CNI_MODE"],
+    "CNI mode: pod-scoped lock, sandboxed commands",
+);
+pub static RECONCILE: Flag = switch(
+    "reconcile",
+    &["RECONCILE"],
+    "Replace existing rules of ours that differ from the plan",
+);
+pub static CLEANUP_ONLY: Flag = switch(
+    "cleanup-only",
+    &["CLEANUP_ONLY"],
+    "Remove this configuration's rules and chains; apply nothing",
+);
+pub static FORCE_APPLY: Flag = switch(
+    "force-apply",
+    &["FORCE_APPLY"],
+    "Apply even when the current state already matches",
+);
+pub static NATIVE_NFTABLES: Flag = switch(
+    "native-nftables",
+    &["NATIVE_NFTABLES"],
+    "Istio's nftables backend: inet tables applied in-process over netlink",
+);
 pub static FORCE_IPTABLES_BINARY: Flag = Flag {
     long: "force-iptables-binary",
     short: None,

@@ -205,12 +205,7 @@ mod tests {
     #[test]
     fn documented_example_is_the_real_output() {
         let doc = include_str!("../../README.md");
-        let cfg = Config {
-            inbound_ports: InboundPorts::All,
-            inbound_exclude_ports: vec![15090, 15021, 15020],
-            outbound_include: crate::config::OutboundInclude::All,
-            ..Config::default()
-        };
+        let cfg = Config::injected();
         let block = format!("```text\n{}```", dry_run(&rules::build(&cfg)));
         assert!(doc.contains(&block), "README.md lacks:\n{block}");
     }

@@ -673,6 +673,20 @@ mod tests {
             .collect()
     }
 
+    /// Asserts that `next` come right after the rule `anchor`, in order.
+    fn assert_follows(rules: &[String], anchor: &str, next: &[&str]) {
+        let at = rules
+            .iter()
+            .position(|r| r == anchor)
+            .unwrap_or_else(|| panic!("no {anchor:?} in {rules:#?}"));
+        let after: Vec<&str> = rules[at + 1..]
+            .iter()
+            .take(next.len())
+            .map(String::as_str)
+            .collect();
+        assert_eq!(after, next, "after {anchor:?}");
+    }
+
     fn v6(plan: &Plan) -> &[Rule] {
         plan.v6.as_deref().expect("IPv6 rules")
     }
@@ -685,12 +699,7 @@ mod tests {
     /// restore input Istio's rules make of it.
     #[test]
     fn injected_default_matches_the_worked_example() {
-        let cfg = Config {
-            inbound_ports: InboundPorts::All,
-            inbound_exclude_ports: vec![15090, 15021, 15020],
-            outbound_include: OutboundInclude::All,
-            ..Config::default()
-        };
+        let cfg = Config::injected();
         let plan = build(&cfg);
         assert_eq!(plan.v6, None);
         assert!(plan.routes.is_empty());
@@ -730,19 +739,16 @@ COMMIT
             ..Config::default()
         };
         let nat = table(&build(&cfg).v4, Table::Nat);
-        let at = nat
-            .iter()
-            .position(|r| r == "-A OUTPUT -j ISTIO_OUTPUT")
-            .expect("jump");
-        assert_eq!(
-            nat[at + 1..at + 6],
-            [
+        assert_follows(
+            &nat,
+            "-A OUTPUT -j ISTIO_OUTPUT",
+            &[
                 "-A ISTIO_OUTPUT -p tcp --dport 7777 -j RETURN",
                 "-A ISTIO_OUTPUT -p udp --dport 7777 -j RETURN",
                 "-A ISTIO_OUTPUT -p tcp --dport 8888 -j RETURN",
                 "-A ISTIO_OUTPUT -p udp --dport 8888 -j RETURN",
                 "-A ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN",
-            ]
+            ],
         );
     }
 
@@ -763,17 +769,13 @@ COMMIT
             ..Config::default()
         };
         let mangle = table(&build(&tproxy_all).v4, Table::Mangle);
-        let pre = mangle
-            .iter()
-            .position(|r| r == "-A PREROUTING -p tcp -j ISTIO_INBOUND")
-            .expect("jump");
-        assert_eq!(
-            mangle[pre + 1],
-            "-A ISTIO_INBOUND -p tcp --dport 9090 -j RETURN"
-        );
-        assert_eq!(
-            mangle[pre + 2],
-            "-A ISTIO_INBOUND -p tcp -m conntrack --ctstate RELATED,ESTABLISHED -j ISTIO_DIVERT"
+        assert_follows(
+            &mangle,
+            "-A PREROUTING -p tcp -j ISTIO_INBOUND",
+            &[
+                "-A ISTIO_INBOUND -p tcp --dport 9090 -j RETURN",
+                "-A ISTIO_INBOUND -p tcp -m conntrack --ctstate RELATED,ESTABLISHED -j ISTIO_DIVERT",
+            ],
         );
     }
 
@@ -1012,15 +1014,14 @@ COMMIT
             ..Config::default()
         };
         let nat = table(&build(&except).v4, Table::Nat);
-        let at = nat
-            .iter()
-            .position(|r| r == "-A ISTIO_OUTPUT -m owner --gid-owner java -j RETURN")
-            .expect("java");
-        assert_eq!(
-            nat[at + 1],
-            "-A ISTIO_OUTPUT -m owner --gid-owner 202 -j RETURN"
+        assert_follows(
+            &nat,
+            "-A ISTIO_OUTPUT -m owner --gid-owner java -j RETURN",
+            &[
+                "-A ISTIO_OUTPUT -m owner --gid-owner 202 -j RETURN",
+                "-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN",
+            ],
         );
-        assert_eq!(nat[at + 2], "-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN");
     }
 
     #[test]

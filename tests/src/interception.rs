@@ -5,21 +5,44 @@
 use crate::netns::{NetNs, Pair};
 use crate::nettool::{client, Listener, APP_UID, PROXY_UID};
 
+/// Connects over TCP from `from` (as `uid`, or root) to `target`, which must succeed, and returns the
+/// first event of `listener`.
+fn connect(from: &NetNs, uid: Option<u32>, target: &str, listener: Listener) -> String {
+    let (code, line) = client(from, uid, &["connect-tcp", target]);
+    assert_eq!(code, 0, "{target}: {line}");
+    listener.event()
+}
+
+/// An application's outbound TCP to `target` reaches the outbound listener on `listen` (15001) with its
+/// original destination.
+fn app_outbound_lands_on(pod: &NetNs, listen: &str, target: &str) {
+    let proxy = Listener::start(pod, &["listen-tcp", listen]);
+    let ev = connect(pod, Some(APP_UID), target, proxy);
+    assert!(ev.contains(&format!("orig={target}")), "{ev}");
+}
+
+/// The peer's (`peer_ip`) inbound TCP to `target` reaches the inbound listener on `listen` (15006) with
+/// its original destination.
+fn peer_inbound_lands_on(p: &Pair, listen: &str, target: &str, peer_ip: &str) {
+    let inbound = Listener::start(&p.pod, &["listen-tcp", listen]);
+    let ev = connect(&p.peer, None, target, inbound);
+    assert!(
+        ev.starts_with(&format!("ACCEPTED peer={peer_ip}:"))
+            && ev.contains(&format!("orig={target}")),
+        "{ev}"
+    );
+}
+
 /// An application's outbound TCP reaches the outbound listener (15001) with its original destination.
 pub fn app_outbound_is_captured(pod: &NetNs) {
-    let proxy = Listener::start(pod, &["listen-tcp", "0.0.0.0:15001"]);
-    let (code, line) = client(pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    assert!(proxy.event().contains("orig=10.10.0.2:8080"));
+    app_outbound_lands_on(pod, "0.0.0.0:15001", "10.10.0.2:8080");
 }
 
 /// An application's outbound TCP to `target` reaches the peer's listener on `listen` directly.
 pub fn app_outbound_bypasses_the_proxy(p: &Pair, target: &str, listen: &str) {
     let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
     let peer = Listener::start(&p.peer, &["listen-tcp", listen]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", target]);
-    assert_eq!(code, 0, "{target}: {line}");
-    let ev = peer.event();
+    let ev = connect(&p.pod, Some(APP_UID), target, peer);
     assert!(
         ev.starts_with("ACCEPTED"),
         "{target} did not bypass the proxy: {ev}"
@@ -31,9 +54,7 @@ pub fn app_outbound_bypasses_the_proxy(p: &Pair, target: &str, listen: &str) {
 pub fn outbound_of_the_app_is_redirected_and_the_proxy_s_is_not(p: &Pair) {
     let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
     let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = proxy.event();
+    let ev = connect(&p.pod, Some(APP_UID), "10.10.0.2:8080", proxy);
     assert!(
         ev.starts_with("ACCEPTED") && ev.contains("orig=10.10.0.2:8080"),
         "{ev}"
@@ -46,9 +67,7 @@ pub fn outbound_of_the_app_is_redirected_and_the_proxy_s_is_not(p: &Pair) {
 
     let proxy = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15001"]);
     let peer = Listener::start(&p.peer, &["listen-tcp", "10.10.0.2:8080"]);
-    let (code, line) = client(&p.pod, Some(PROXY_UID), &["connect-tcp", "10.10.0.2:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = peer.event();
+    let ev = connect(&p.pod, Some(PROXY_UID), "10.10.0.2:8080", peer);
     assert!(ev.starts_with("ACCEPTED peer=10.10.0.1:"), "{ev}");
     assert_eq!(proxy.stop(), "", "the proxy's own connection was captured");
 }
@@ -56,20 +75,11 @@ pub fn outbound_of_the_app_is_redirected_and_the_proxy_s_is_not(p: &Pair) {
 /// Inbound TCP to an application port lands on 15006; to an excluded port (15090, one of the injected
 /// `-d` ports) it is not redirected.
 pub fn inbound_lands_on_15006_and_an_excluded_port_does_not(p: &Pair) {
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = inbound.event();
-    assert!(
-        ev.starts_with("ACCEPTED peer=10.10.0.2:") && ev.contains("orig=10.10.0.1:8080"),
-        "{ev}"
-    );
+    peer_inbound_lands_on(p, "0.0.0.0:15006", "10.10.0.1:8080", "10.10.0.2");
 
     let inbound = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15006"]);
     let direct = Listener::start(&p.pod, &["listen-tcp", "0.0.0.0:15090"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "10.10.0.1:15090"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = direct.event();
+    let ev = connect(&p.peer, None, "10.10.0.1:15090", direct);
     // Accepted on the port the peer dialled: not redirected (no NAT, so the "original" is the same).
     assert!(
         ev.starts_with("ACCEPTED") && ev.contains("local=10.10.0.1:15090"),
@@ -154,18 +164,6 @@ pub fn tproxy_inbound_reaches_a_transparent_listener(p: &Pair) {
 /// With `--ipv6 true`: IPv6 outbound lands on 15001 and inbound on 15006, each with its original
 /// destination.
 pub fn ipv6_outbound_and_inbound_are_redirected(p: &Pair) {
-    let proxy = Listener::start(&p.pod, &["listen-tcp", "[::]:15001"]);
-    let (code, line) = client(&p.pod, Some(APP_UID), &["connect-tcp", "[fd00::2]:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = proxy.event();
-    assert!(ev.contains("orig=[fd00::2]:8080"), "{ev}");
-
-    let inbound = Listener::start(&p.pod, &["listen-tcp", "[::]:15006"]);
-    let (code, line) = client(&p.peer, None, &["connect-tcp", "[fd00::1]:8080"]);
-    assert_eq!(code, 0, "{line}");
-    let ev = inbound.event();
-    assert!(
-        ev.starts_with("ACCEPTED peer=[fd00::2]:") && ev.contains("orig=[fd00::1]:8080"),
-        "{ev}"
-    );
+    app_outbound_lands_on(&p.pod, "[::]:15001", "[fd00::2]:8080");
+    peer_inbound_lands_on(p, "[::]:15006", "[fd00::1]:8080", "[fd00::2]");
 }

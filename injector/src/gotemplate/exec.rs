@@ -93,21 +93,16 @@ impl<'a> Exec<'a, '_> {
                     then,
                     els,
                 } => {
-                    self.line = *line;
-                    self.enter()?;
-                    let mark = self.vars.len();
-                    let v = self.pipeline(dot, pipe)?;
-                    let flow = if v.truth() {
-                        if matches!(node, Node::With { .. }) {
-                            self.walk(&v, then)?
+                    let flow = self.block(*line, |ex| {
+                        let v = ex.pipeline(dot, pipe)?;
+                        if !v.truth() {
+                            ex.walk(dot, els)
+                        } else if matches!(node, Node::With { .. }) {
+                            ex.walk(&v, then)
                         } else {
-                            self.walk(dot, then)?
+                            ex.walk(dot, then)
                         }
-                    } else {
-                        self.walk(dot, els)?
-                    };
-                    self.vars.truncate(mark);
-                    self.leave();
+                    })?;
                     if !matches!(flow, Flow::Normal) {
                         return Ok(flow);
                     }
@@ -118,12 +113,7 @@ impl<'a> Exec<'a, '_> {
                     body,
                     els,
                 } => {
-                    self.line = *line;
-                    self.enter()?;
-                    let mark = self.vars.len();
-                    let flow = self.range(dot, pipe, body, els)?;
-                    self.vars.truncate(mark);
-                    self.leave();
+                    let flow = self.block(*line, |ex| ex.range(dot, pipe, body, els))?;
                     if !matches!(flow, Flow::Normal) {
                         return Ok(flow);
                     }
@@ -133,6 +123,18 @@ impl<'a> Exec<'a, '_> {
             }
         }
         Ok(Flow::Normal)
+    }
+
+    /// Runs `f` as a control structure on `line`: one level deeper, and the variables it declares gone
+    /// after it (Go's `walkIfOrWith` and `walkRange` pop them with `s.pop(mark)`).
+    fn block(&mut self, line: usize, f: impl FnOnce(&mut Self) -> R<Flow>) -> R<Flow> {
+        self.line = line;
+        self.enter()?;
+        let mark = self.vars.len();
+        let flow = f(self)?;
+        self.vars.truncate(mark);
+        self.leave();
+        Ok(flow)
     }
 
     /// A range; its flow is `Continue` only for a `{{continue}}` in its else list, which continues an

@@ -280,10 +280,7 @@ fn str_map<'a>(v: &Val<'a>) -> R<BTreeMap<String, Rc<str>>> {
 
 /// Converts decoded JSON to template values (`fromJSON`).
 fn from_json<'a>(ex: &mut Exec<'a, '_>, j: Json, depth: usize) -> R<Val<'a>> {
-    if depth >= ex.depth_left() {
-        return Err(E::Limit("depth", ex.limits.max_depth));
-    }
-    ex.step(1)?;
+    ex.descend(depth)?;
     Ok(match j {
         Json::Null => Val::Nil,
         Json::Bool(b) => Val::Bool(b),
@@ -480,20 +477,17 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
             let cut: Vec<char> = s(&a[0]).chars().collect();
             new_str(ex, s(&a[1]).trim_matches(cut.as_slice()).to_string())
         }
-        "trimPrefix" => new_str(
-            ex,
-            s(&a[1])
-                .strip_prefix(s(&a[0]))
-                .unwrap_or(s(&a[1]))
-                .to_string(),
-        ),
-        "trimSuffix" => new_str(
-            ex,
-            s(&a[1])
-                .strip_suffix(s(&a[0]))
-                .unwrap_or(s(&a[1]))
-                .to_string(),
-        ),
+        "trimPrefix" | "trimSuffix" => {
+            let strip = if name == "trimPrefix" {
+                str::strip_prefix::<&str>
+            } else {
+                str::strip_suffix::<&str>
+            };
+            new_str(
+                ex,
+                strip(s(&a[1]), s(&a[0])).unwrap_or(s(&a[1])).to_string(),
+            )
+        }
         "hasPrefix" => b(s(&a[1]).starts_with(s(&a[0]))),
         "hasSuffix" => b(s(&a[1]).ends_with(s(&a[0]))),
         "replace" => {

@@ -231,22 +231,7 @@ impl<'s> Lexer<'s> {
                     self.advance(1);
                     self.push(Tok::RParen, line);
                 }
-                '"' => {
-                    let mut i = 1;
-                    loop {
-                        match b.get(i) {
-                            None | Some(b'\n') => {
-                                return Err((line, "unterminated quoted string".to_string()))
-                            }
-                            Some(b'\\') => i += 2,
-                            Some(b'"') => break,
-                            Some(_) => i += 1,
-                        }
-                    }
-                    let s = unquote(&rest[1..i]).map_err(|m| (line, m))?;
-                    self.advance(i + 1);
-                    self.push(Tok::Str(s), line);
-                }
+                '"' => self.quoted(line, b'"', "quoted string", |s| unquote(s).map(Tok::Str))?,
                 '`' => {
                     let Some(end) = rest[1..].find('`') else {
                         return Err((line, "unterminated raw quoted string".to_string()));
@@ -255,22 +240,9 @@ impl<'s> Lexer<'s> {
                     self.advance(end + 2);
                     self.push(Tok::Str(s), line);
                 }
-                '\'' => {
-                    let mut i = 1;
-                    loop {
-                        match b.get(i) {
-                            None | Some(b'\n') => {
-                                return Err((line, "unterminated character constant".to_string()))
-                            }
-                            Some(b'\\') => i += 2,
-                            Some(b'\'') => break,
-                            Some(_) => i += 1,
-                        }
-                    }
-                    let s = unquote_char(&rest[1..i]).map_err(|m| (line, m))?;
-                    self.advance(i + 1);
-                    self.push(Tok::Char(s), line);
-                }
+                '\'' => self.quoted(line, b'\'', "character constant", |s| {
+                    unquote_char(s).map(Tok::Char)
+                })?,
                 '$' => {
                     let n = 1 + rest[1..]
                         .find(|c: char| !is_alnum(c))
@@ -322,6 +294,32 @@ impl<'s> Lexer<'s> {
     }
 
     /// Go requires identifiers, fields and variables to be followed by a terminator.
+    /// A quoted string or character constant opened at the current position: the text up to the closing
+    /// `quote` (backslash escapes skipped, no newline), made a token by `token`.
+    fn quoted(
+        &mut self,
+        line: usize,
+        quote: u8,
+        what: &str,
+        token: impl Fn(&str) -> Result<Tok, String>,
+    ) -> Result<(), LexError> {
+        let rest = self.rest();
+        let b = rest.as_bytes();
+        let mut i = 1;
+        loop {
+            match b.get(i) {
+                None | Some(b'\n') => return Err((line, format!("unterminated {what}"))),
+                Some(b'\\') => i += 2,
+                Some(&c) if c == quote => break,
+                Some(_) => i += 1,
+            }
+        }
+        let tok = token(&rest[1..i]).map_err(|m| (line, m))?;
+        self.advance(i + 1);
+        self.push(tok, line);
+        Ok(())
+    }
+
     fn check_terminator(&self, line: usize) -> Result<(), LexError> {
         match self.rest().chars().next() {
             None => Ok(()),

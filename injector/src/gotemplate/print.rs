@@ -78,15 +78,21 @@ fn bad_verb<'a>(
     out.push_str("%!");
     out.push(spec.verb);
     out.push('(');
+    typed_operand(ex, v, out, depth + 1)?;
+    out.push(')');
+    Ok(())
+}
+
+/// An operand as Go's `fmt` shows a wrong or extra one: `<nil>`, or its type, `=` and its `%v`.
+fn typed_operand<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>, out: &mut String, depth: usize) -> R<()> {
     match v {
         Val::Nil | Val::NoValue => out.push_str("<nil>"),
         other => {
             out.push_str(&other.type_name());
             out.push('=');
-            fmt_value(ex, other, &Spec::plain('v'), out, depth + 1)?;
+            fmt_value(ex, other, &Spec::plain('v'), out, depth)?;
         }
     }
-    out.push(')');
     Ok(())
 }
 
@@ -98,10 +104,7 @@ pub(crate) fn fmt_value<'a>(
     out: &mut String,
     depth: usize,
 ) -> R<()> {
-    if depth >= ex.depth_left() {
-        return Err(E::Limit("depth", ex.limits.max_depth));
-    }
-    ex.step(1)?;
+    ex.descend(depth)?;
     if out.len() > ex.limits.max_output_bytes {
         return Err(E::Limit("output bytes", ex.limits.max_output_bytes));
     }
@@ -472,14 +475,7 @@ pub(crate) fn sprintf<'a>(ex: &mut Exec<'a, '_>, format: &str, args: &[Val<'a>])
             if i > 0 {
                 out.push_str(", ");
             }
-            match a {
-                Val::Nil | Val::NoValue => out.push_str("<nil>"),
-                a => {
-                    out.push_str(&a.type_name());
-                    out.push('=');
-                    fmt_value(ex, a, &Spec::plain('v'), &mut out, 0)?;
-                }
-            }
+            typed_operand(ex, a, &mut out, 0)?;
         }
         out.push(')');
     }
@@ -644,34 +640,44 @@ fn is_go_printable(c: char) -> bool {
             | 0xFFF9..=0xFFFB | 0xE000..=0xF8FF))
 }
 
-/// Go's `strconv.Quote`.
-pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
+/// Writes `s` in double quotes: `"`, `\`, newline, carriage return and tab escaped with a backslash,
+/// as every quoting here (Go's `strconv.Quote`, `encoding/json`, go-yaml) does; `other` writes the rest.
+fn quote_into(s: &str, out: &mut String, other: impl Fn(char, &mut String)) {
     out.push('"');
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if is_go_printable(c) => out.push(c),
-            c if (c as u32) < 0x80 => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if (c as u32) < 0x10000 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => {
-                let _ = write!(out, "\\U{:08x}", c as u32);
-            }
+            c => other(c, out),
         }
     }
     out.push('"');
+}
+
+fn u_escape(c: char, out: &mut String) {
+    let _ = write!(out, "\\u{:04x}", c as u32);
+}
+
+/// Go's `strconv.Quote`.
+pub(crate) fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    quote_into(s, &mut out, |c, out| match c {
+        '\u{7}' => out.push_str("\\a"),
+        '\u{8}' => out.push_str("\\b"),
+        '\u{c}' => out.push_str("\\f"),
+        '\u{b}' => out.push_str("\\v"),
+        c if is_go_printable(c) => out.push(c),
+        c if (c as u32) < 0x80 => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        c if (c as u32) < 0x10000 => u_escape(c, out),
+        c => {
+            let _ = write!(out, "\\U{:08x}", c as u32);
+        }
+    });
     out
 }
 
@@ -683,10 +689,7 @@ pub(crate) fn to_json<'a>(
     depth: usize,
     ordered: bool,
 ) -> R<Json> {
-    if depth >= ex.depth_left() {
-        return Err(E::Limit("depth", ex.limits.max_depth));
-    }
-    ex.step(1)?;
+    ex.descend(depth)?;
     Ok(match v {
         Val::NoValue | Val::Nil => Json::Null,
         Val::Bool(b) => Json::Bool(*b),
@@ -740,10 +743,7 @@ fn typed_json(
     depth: usize,
     ordered: bool,
 ) -> R<Json> {
-    if depth >= ex.depth_left() {
-        return Err(E::Limit("depth", ex.limits.max_depth));
-    }
-    ex.step(1)?;
+    ex.descend(depth)?;
     let proto = |n: &str| {
         unsupported(format!(
             "JSON of the proto message {n} (Go's encoding differs from proto JSON)"
@@ -849,10 +849,7 @@ fn sorted_json(j: &Json) -> Json {
 
 /// JSON-decoded data as Go holds it in `interface{}`: every number is a float64.
 fn any_json(ex: &mut Exec<'_, '_>, j: &Json, depth: usize) -> R<Json> {
-    if depth >= ex.depth_left() {
-        return Err(E::Limit("depth", ex.limits.max_depth));
-    }
-    ex.step(1)?;
+    ex.descend(depth)?;
     Ok(match j {
         Json::Number(n) => n
             .as_f64()
@@ -957,26 +954,13 @@ pub(crate) fn write_json(j: &Json, out: &mut String) {
 }
 
 fn json_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    quote_into(s, out, |c, out| match c {
+        '\u{8}' => out.push_str("\\b"),
+        '\u{c}' => out.push_str("\\f"),
+        '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => u_escape(c, out),
+        c if (c as u32) < 0x20 => u_escape(c, out),
+        c => out.push(c),
+    });
 }
 
 /// YAML as sigs.k8s.io/yaml `Marshal` writes it (go-yaml v2 block style, keys sorted, sequences not
@@ -1140,19 +1124,8 @@ fn yaml_str(s: &str, out: &mut String) {
         out.push_str(s);
         return;
     }
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() || !is_go_printable(c) => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    quote_into(s, out, |c, out| match c {
+        c if c.is_control() || !is_go_printable(c) => u_escape(c, out),
+        c => out.push(c),
+    });
 }

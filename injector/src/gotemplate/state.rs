@@ -97,6 +97,15 @@ impl<'a> Exec<'a, '_> {
     pub fn depth_left(&self) -> usize {
         self.limits.max_depth.saturating_sub(self.depth)
     }
+
+    /// Enters one level `depth` deep of a recursive walk over data: refused past the depth limit,
+    /// counted as one step.
+    pub fn descend(&mut self, depth: usize) -> R<()> {
+        if depth >= self.depth_left() {
+            return Err(E::Limit("depth", self.limits.max_depth));
+        }
+        self.step(1)
+    }
 }
 
 /// Converts an already evaluated value to a parameter's Go type (Go's `validateType`).

@@ -111,13 +111,8 @@ pub(super) fn default_rules(exclude: &[&str]) -> Vec<Rule> {
 /// The plan of Istio's injected arguments (`-p 15001 -z 15006 -u 1337 -m REDIRECT -i '*' -x "" -b '*'
 /// -d 15090,15021,15020`, IPv4): one nat table, what the exec path is for.
 pub(super) fn injected_plan() -> Plan {
-    use crate::config::{Config, InboundPorts, OutboundInclude};
-    crate::rules::build(&Config {
-        inbound_ports: InboundPorts::All,
-        inbound_exclude_ports: vec![15090, 15021, 15020],
-        outbound_include: OutboundInclude::All,
-        ..Config::default()
-    })
+    use crate::config::Config;
+    crate::rules::build(&Config::injected())
 }
 
 fn v6_rules() -> Vec<Rule> {

@@ -295,15 +295,17 @@ mod tests {
             // Other families and tables are separate.
             assert_eq!(p.table_exists(Family::V6, "nat"), Ok(false));
             assert_eq!(p.table_exists(Family::V4, "mangle"), Ok(false));
-            assert_eq!(
-                p.chain_exists(Family::V6, "nat", "ISTIO_INBOUND"),
-                Ok(false)
-            );
-            assert_eq!(
-                p.chain_exists(Family::V4, "mangle", "ISTIO_INBOUND"),
-                Ok(false)
-            );
-            assert_eq!(p.chain_exists(Family::V4, "nat", "ISTIO_NOPE"), Ok(false));
+            for (family, table, chain) in [
+                (Family::V6, "nat", "ISTIO_INBOUND"),
+                (Family::V4, "mangle", "ISTIO_INBOUND"),
+                (Family::V4, "nat", "ISTIO_NOPE"),
+            ] {
+                assert_eq!(
+                    p.chain_exists(family, table, chain),
+                    Ok(false),
+                    "{family:?} {table} {chain}"
+                );
+            }
         });
     }
 

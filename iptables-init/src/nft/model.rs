@@ -30,49 +30,44 @@ impl TableId {
     }
 
     /// The table's chains in Istio's spec-list order (`addIstio*TableRules` in `run.go`); only those
-    /// that get a rule are created.
-    fn chain_specs(self) -> &'static [Chain] {
-        const fn base(name: &'static str, kind: ChainType, hook: Hook, priority: i32) -> Chain {
-            Chain {
-                name,
-                base: Some(BaseChain {
-                    kind,
-                    hook,
-                    priority,
-                }),
-            }
-        }
-        const fn regular(name: &'static str) -> Chain {
-            Chain { name, base: None }
-        }
-        const NAT: &[Chain] = &[
-            base(PREROUTING, ChainType::Nat, Hook::Prerouting, -100),
-            base(OUTPUT, ChainType::Nat, Hook::Output, -100),
-            regular(INBOUND),
-            regular(REDIRECT),
-            regular(IN_REDIRECT),
-            regular(ISTIO_OUTPUT),
-            regular(OUTPUT_DNS),
-        ];
-        const MANGLE: &[Chain] = &[
-            base(PREROUTING, ChainType::Filter, Hook::Prerouting, -150),
-            base(OUTPUT, ChainType::Route, Hook::Output, -150),
-            regular(DIVERT),
-            regular(TPROXY),
-            regular(INBOUND),
-            regular(DROP),
-        ];
-        const RAW: &[Chain] = &[
-            base(PREROUTING, ChainType::Filter, Hook::Prerouting, -300),
-            base(OUTPUT, ChainType::Filter, Hook::Output, -300),
-            regular(INBOUND),
-            regular(OUTPUT_DNS),
-        ];
-        match self {
-            TableId::Nat => NAT,
-            TableId::Mangle => MANGLE,
-            TableId::Raw => RAW,
-        }
+    /// that get a rule are created. Every table has its `prerouting` and `output` base chains at one
+    /// priority, then its regular chains.
+    fn chain_specs(self) -> impl Iterator<Item = Chain> {
+        let (prerouting, output, priority, regular): (ChainType, ChainType, i32, &[&'static str]) =
+            match self {
+                TableId::Nat => (
+                    ChainType::Nat,
+                    ChainType::Nat,
+                    -100,
+                    &[INBOUND, REDIRECT, IN_REDIRECT, ISTIO_OUTPUT, OUTPUT_DNS],
+                ),
+                TableId::Mangle => (
+                    ChainType::Filter,
+                    ChainType::Route,
+                    -150,
+                    &[DIVERT, TPROXY, INBOUND, DROP],
+                ),
+                TableId::Raw => (
+                    ChainType::Filter,
+                    ChainType::Filter,
+                    -300,
+                    &[INBOUND, OUTPUT_DNS],
+                ),
+            };
+        let base = move |name, kind, hook| Chain {
+            name,
+            base: Some(BaseChain {
+                kind,
+                hook,
+                priority,
+            }),
+        };
+        [
+            base(PREROUTING, prerouting, Hook::Prerouting),
+            base(OUTPUT, output, Hook::Output),
+        ]
+        .into_iter()
+        .chain(regular.iter().map(|&name| Chain { name, base: None }))
     }
 }
 
@@ -355,9 +350,7 @@ impl Builder {
             }
             let chains = id
                 .chain_specs()
-                .iter()
                 .filter(|c| rules.iter().any(|(name, _, _)| *name == c.name))
-                .copied()
                 .collect();
             let mut counts: std::collections::HashMap<&str, usize> = Default::default();
             let mut entries = Vec::with_capacity(rules.len());
@@ -555,46 +548,11 @@ pub fn build(cfg: &Config) -> Ruleset {
                         vec![TCP, dport(Proto::Tcp, false, p), Stmt::Return],
                     );
                 }
-                if tproxy {
-                    b.append(
-                        Mangle,
-                        INBOUND,
-                        vec![
-                            TCP,
-                            Stmt::CtState(CtState::RelatedEstablished),
-                            Stmt::Jump(DIVERT),
-                        ],
-                    );
-                    b.append(Mangle, INBOUND, vec![TCP, Stmt::Jump(TPROXY)]);
-                } else {
-                    b.append(Nat, INBOUND, vec![TCP, Stmt::Jump(IN_REDIRECT)]);
-                }
+                capture_inbound(&mut b, tproxy, None);
             }
             InboundPorts::List(ports) => {
                 for &p in ports {
-                    if tproxy {
-                        b.append(
-                            Mangle,
-                            INBOUND,
-                            vec![
-                                TCP,
-                                Stmt::CtState(CtState::RelatedEstablished),
-                                dport(Proto::Tcp, false, p),
-                                Stmt::Jump(DIVERT),
-                            ],
-                        );
-                        b.append(
-                            Mangle,
-                            INBOUND,
-                            vec![TCP, dport(Proto::Tcp, false, p), Stmt::Jump(TPROXY)],
-                        );
-                    } else {
-                        b.append(
-                            Nat,
-                            INBOUND,
-                            vec![TCP, dport(Proto::Tcp, false, p), Stmt::Jump(IN_REDIRECT)],
-                        );
-                    }
+                    capture_inbound(&mut b, tproxy, Some(p));
                 }
             }
             InboundPorts::None => {}
@@ -827,6 +785,25 @@ pub fn build(cfg: &Config) -> Ruleset {
 
 /// A match of each proxy uid (`-u`), then of each proxy gid (`-g`); `meta` picks the `meta skuid`
 /// spelling.
+/// The rules that capture inbound TCP to `port` (to every port when `None`): with TPROXY, established
+/// connections diverted and the rest sent to the TPROXY chain; else the redirect.
+fn capture_inbound(b: &mut Builder, tproxy: bool, port: Option<u16>) {
+    use TableId::{Mangle, Nat};
+    let rule = |head: &[Stmt], jump| {
+        let mut stmts = head.to_vec();
+        stmts.extend(port.map(|p| dport(Proto::Tcp, false, p)));
+        stmts.push(Stmt::Jump(jump));
+        stmts
+    };
+    if tproxy {
+        let established = [TCP, Stmt::CtState(CtState::RelatedEstablished)];
+        b.append(Mangle, INBOUND, rule(&established, DIVERT));
+        b.append(Mangle, INBOUND, rule(&[TCP], TPROXY));
+    } else {
+        b.append(Nat, INBOUND, rule(&[TCP], IN_REDIRECT));
+    }
+}
+
 fn proxy_owners(cfg: &Config, meta: bool) -> impl Iterator<Item = Stmt> + '_ {
     let uids = cfg.proxy_uids.iter().map(move |&uid| Stmt::SkUid {
         neq: false,
@@ -939,12 +916,7 @@ mod tests {
     /// three exclusions and the wildcard redirect).
     #[test]
     fn the_injected_configuration_gives_istios_transaction() {
-        let cfg = Config {
-            inbound_ports: InboundPorts::All,
-            inbound_exclude_ports: vec![15090, 15021, 15020],
-            outbound_include: OutboundInclude::All,
-            ..Config::default()
-        };
+        let cfg = Config::injected();
         let expected = "\
 add table inet istio-proxy-nat
 flush table inet istio-proxy-nat

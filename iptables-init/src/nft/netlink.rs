@@ -925,23 +925,20 @@ mod tests {
 
     #[test]
     fn prefixes_load_whole_bytes_and_mask_partial_ones() {
-        let mut b = Buf(Vec::new());
-        addr_match(
-            &mut b,
-            Dir::Destination,
-            false,
-            &Cidr::parse("9.9.0.0/16").expect("cidr"),
-        );
-        let mut c = Buf(Vec::new());
-        addr_match(
-            &mut c,
-            Dir::Destination,
-            false,
-            &Cidr::parse("10.16.0.0/12").expect("cidr"),
-        );
-        assert!(c.0.len() > b.0.len(), "a /12 needs a bitwise mask");
-        assert!(!b.0.windows(7).any(|w| w == b"bitwise"));
-        assert!(c.0.windows(7).any(|w| w == b"bitwise"));
+        let encode = |cidr: &str| {
+            let mut b = Buf(Vec::new());
+            addr_match(
+                &mut b,
+                Dir::Destination,
+                false,
+                &Cidr::parse(cidr).expect("cidr"),
+            );
+            b.0
+        };
+        let (b, c) = (encode("9.9.0.0/16"), encode("10.16.0.0/12"));
+        assert!(c.len() > b.len(), "a /12 needs a bitwise mask");
+        assert!(!b.windows(7).any(|w| w == b"bitwise"));
+        assert!(c.windows(7).any(|w| w == b"bitwise"));
     }
 
     #[test]

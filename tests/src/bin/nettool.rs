@@ -90,17 +90,23 @@ fn listen_tcp(addr: SocketAddr, transparent: bool, timeout: Duration) -> Result<
     }
 }
 
+/// Waits for one datagram on `sock` and says it as `{what} peer=… data=…`; returns its sender.
+fn receive(sock: &UdpSocket, what: &str) -> std::io::Result<SocketAddr> {
+    let mut buf = [0u8; 512];
+    let (n, peer) = sock.recv_from(&mut buf)?;
+    say(&format!(
+        "{what} peer={peer} data={}",
+        String::from_utf8_lossy(&buf[..n])
+    ));
+    Ok(peer)
+}
+
 fn listen_udp(addr: SocketAddr, timeout: Duration) -> Result<i32> {
     let sock = UdpSocket::bind(addr).with_context(|| format!("bind {addr}"))?;
     sock.set_read_timeout(Some(timeout))?;
     say("READY");
-    let mut buf = [0u8; 512];
-    match sock.recv_from(&mut buf) {
-        Ok((n, peer)) => {
-            say(&format!(
-                "RECEIVED peer={peer} data={}",
-                String::from_utf8_lossy(&buf[..n])
-            ));
+    match receive(&sock, "RECEIVED") {
+        Ok(peer) => {
             let _ = sock.send_to(b"hello", peer);
             Ok(0)
         }
@@ -145,15 +151,8 @@ fn send_udp(addr: SocketAddr, timeout: Duration) -> Result<i32> {
     let sock = UdpSocket::bind(any)?;
     sock.set_read_timeout(Some(timeout))?;
     sock.send_to(b"query", addr)?;
-    let mut buf = [0u8; 512];
-    match sock.recv_from(&mut buf) {
-        Ok((n, peer)) => {
-            say(&format!(
-                "REPLY peer={peer} data={}",
-                String::from_utf8_lossy(&buf[..n])
-            ));
-            Ok(0)
-        }
+    match receive(&sock, "REPLY") {
+        Ok(_) => Ok(0),
         Err(e) => {
             say(&format!("FAILED {e}"));
             Ok(1)
