@@ -1,5 +1,5 @@
-//! Istio parity: every case of `testdata/istio/inject/cases.json`, in kube-inject mode and (for cases
-//! whose `modes` include `webhook`) through `admission::handle`, with the patch applied by the
+//! Istio parity: every case of `testdata/istio/inject/cases.json` and `cases-templates.json`, in
+//! kube-inject mode and (for cases whose `modes` include `webhook`) through `admission::handle`, with the patch applied by the
 //! independent `json-patch` crate. Compared by the semantic-equality rule of that folder's README.
 
 use std::path::Path;
@@ -10,7 +10,7 @@ use injector::{ClusterState, PlatformArgs, ProxyConfigArgs};
 use injector::{ConfigArgs, NativeSidecars, Settings};
 use serde_json::{json, Value};
 pub use test_support::corpus::{inject_dir, Case};
-use test_support::corpus::{load_cases, read_inject};
+use test_support::corpus::{load_cases, load_template_cases, read_inject};
 use test_support::pods::{self, as_typed_pod, injectable_documents, strip_status, to_pod};
 use test_support::semantic::{compare_documents, diff};
 pub use test_support::TempDir;
@@ -18,6 +18,22 @@ pub use test_support::TempDir;
 pub fn cases() -> Vec<Case> {
     load_cases().expect("cases.json")
 }
+
+pub fn template_cases() -> Vec<Case> {
+    load_template_cases().expect("cases-templates.json")
+}
+
+/// Cases of `cases-templates.json` that another part of issue 12 implements (user templates; OpenShift
+/// with `--namespaces`), expected to fail until that part is merged: `run_mode` asserts that they still
+/// fail, so this list is emptied (by whoever merges those parts) rather than left to go stale.
+pub const PENDING_TEMPLATE_CASES: &[(&str, &str)] = &[
+    ("custom-template", "user templates from the injector config"),
+    ("sidecar-spire", "user templates from the injector config"),
+    (
+        "hello-openshift",
+        "PLATFORM=openshift with the namespaces of --namespaces",
+    ),
+];
 
 /// The three merged documents of a case, written to files, and the flags that name them.
 pub fn case_args(case: &Case, dir: &Path) -> Result<ConfigArgs, String> {
@@ -191,9 +207,17 @@ pub fn run_webhook(case: &Case) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs every case of `mode` through `run`, prints a summary, and fails unless all `expected` cases pass.
-fn run_mode(mode: &str, expected: usize, run: fn(&Case) -> Result<(), String>) {
-    let results: Vec<_> = cases()
+/// Runs every case of `table` that runs in `mode` through `run`, prints a summary, and fails unless every
+/// case passes except those of `pending`, which must fail.
+fn run_mode(
+    table: &str,
+    cases: &[Case],
+    pending: &[(&str, &str)],
+    mode: &str,
+    expected: usize,
+    run: fn(&Case) -> Result<(), String>,
+) {
+    let results: Vec<_> = cases
         .iter()
         .filter(|c| c.runs_in(mode))
         .map(|c| (c.name.clone(), run(c)))
@@ -201,33 +225,80 @@ fn run_mode(mode: &str, expected: usize, run: fn(&Case) -> Result<(), String>) {
     assert_eq!(
         results.len(),
         expected,
-        "cases.json has {expected} {mode} cases"
+        "{table} has {expected} {mode} cases"
     );
-    let failed: Vec<_> = results.iter().filter(|(_, r)| r.is_err()).collect();
+    let is_pending = |name: &str| pending.iter().any(|(p, _)| *p == name);
+    let failed: Vec<_> = results
+        .iter()
+        .filter(|(n, r)| r.is_err() && !is_pending(n))
+        .collect();
+    let passed_pending: Vec<_> = results
+        .iter()
+        .filter(|(n, r)| r.is_ok() && is_pending(n))
+        .map(|(n, _)| n.as_str())
+        .collect();
     println!(
-        "== parity {mode}: {}/{} passed",
-        results.len() - failed.len(),
+        "== parity {table} {mode}: {}/{} passed",
+        results.iter().filter(|(_, r)| r.is_ok()).count(),
         results.len()
     );
     for (name, r) in &results {
-        match r {
-            Ok(()) => println!("  PASS {name}"),
-            Err(e) => println!("  FAIL {name}: {e}"),
+        match (r, pending.iter().find(|(p, _)| p == name)) {
+            (Ok(()), _) => println!("  PASS {name}"),
+            (Err(e), Some((_, why))) => println!("  PENDING {name} ({why}): {e}"),
+            (Err(e), None) => println!("  FAIL {name}: {e}"),
         }
     }
     assert!(
         failed.is_empty(),
-        "{} {mode} parity cases failed (see the summary above)",
+        "{} {table} {mode} parity cases failed (see the summary above)",
         failed.len()
+    );
+    assert!(
+        passed_pending.is_empty(),
+        "{table} {mode}: {passed_pending:?} now pass: remove them from the pending list"
     );
 }
 
 #[test]
 fn parity_kube_inject() {
-    run_mode("kube-inject", 74, run_kube_inject);
+    run_mode(
+        "cases.json",
+        &cases(),
+        &[],
+        "kube-inject",
+        74,
+        run_kube_inject,
+    );
 }
 
 #[test]
 fn parity_webhook() {
-    run_mode("webhook", 69, run_webhook);
+    run_mode("cases.json", &cases(), &[], "webhook", 69, run_webhook);
+}
+
+#[test]
+fn parity_templates_kube_inject() {
+    let cases = template_cases();
+    run_mode(
+        "cases-templates.json",
+        &cases,
+        PENDING_TEMPLATE_CASES,
+        "kube-inject",
+        4,
+        run_kube_inject,
+    );
+}
+
+#[test]
+fn parity_templates_webhook() {
+    let cases = template_cases();
+    run_mode(
+        "cases-templates.json",
+        &cases,
+        PENDING_TEMPLATE_CASES,
+        "webhook",
+        5,
+        run_webhook,
+    );
 }
