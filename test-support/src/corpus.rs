@@ -172,6 +172,25 @@ pub fn load_template_cases() -> Result<Vec<Case>, Error> {
     load_table("cases-templates.json")
 }
 
+/// Cases of `cases-templates.json` that another part of issue 12 implements (user templates from the
+/// injector configuration; OpenShift with the `namespaces` of a case), with why. They are expected to fail
+/// until that part is merged: the harnesses assert that they still fail, so this list is emptied when those
+/// parts land instead of going stale.
+pub const PENDING_TEMPLATE_CASES: &[(&str, &str)] = &[
+    (
+        "custom-template",
+        "user templates from the injector configuration",
+    ),
+    (
+        "sidecar-spire",
+        "user templates from the injector configuration",
+    ),
+    (
+        "hello-openshift",
+        "PLATFORM=openshift with the case's namespaces",
+    ),
+];
+
 /// Loads a case table of `inject/`.
 fn load_table(table: &str) -> Result<Vec<Case>, Error> {
     let raw = json(&read_inject(table)?, table)?;

@@ -10,7 +10,7 @@ use injector::{ClusterState, PlatformArgs, ProxyConfigArgs};
 use injector::{ConfigArgs, NativeSidecars, Settings};
 use serde_json::{json, Value};
 pub use test_support::corpus::{inject_dir, Case};
-use test_support::corpus::{load_cases, load_template_cases, read_inject};
+use test_support::corpus::{load_cases, load_template_cases, read_inject, PENDING_TEMPLATE_CASES};
 use test_support::pods::{self, as_typed_pod, injectable_documents, strip_status, to_pod};
 use test_support::semantic::{compare_documents, diff};
 pub use test_support::TempDir;
@@ -22,18 +22,6 @@ pub fn cases() -> Vec<Case> {
 pub fn template_cases() -> Vec<Case> {
     load_template_cases().expect("cases-templates.json")
 }
-
-/// Cases of `cases-templates.json` that another part of issue 12 implements (user templates; OpenShift
-/// with `--namespaces`), expected to fail until that part is merged: `run_mode` asserts that they still
-/// fail, so this list is emptied (by whoever merges those parts) rather than left to go stale.
-pub const PENDING_TEMPLATE_CASES: &[(&str, &str)] = &[
-    ("custom-template", "user templates from the injector config"),
-    ("sidecar-spire", "user templates from the injector config"),
-    (
-        "hello-openshift",
-        "PLATFORM=openshift with the namespaces of --namespaces",
-    ),
-];
 
 /// The three merged documents of a case, written to files, and the flags that name them.
 pub fn case_args(case: &Case, dir: &Path) -> Result<ConfigArgs, String> {
