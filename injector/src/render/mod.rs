@@ -1,16 +1,16 @@
-//! Rendering the injection templates (askama, compiled in from `templates/`) from a typed context.
+//! Rendering the injection templates (askama, compiled in from `templates/`) from typed contexts.
 //!
-//! `render("sidecar", data)` computes the typed context `context::Sidecar` from [`TemplateData`] (all of the
+//! `render(name, data)` computes the named template's typed context from [`TemplateData`] (all of the
 //! logic of Istio's Go template: annotation lookups with defaults, traffic arguments, images, ProxyConfig
-//! JSON, env, resources, security contexts, volumes, probes, lifecycle), renders `templates/sidecar.json`
+//! JSON, env, resources, security contexts, volumes, probes, lifecycle), renders its `templates/*.json`
 //! with it, and parses the result into the partial Pod that the engine strategically merges into the pod.
+//! The contexts are `context::Sidecar`, `gateway::Gateway`, `grpc_agent::GrpcAgent` and
+//! `grpc_simple::GrpcSimple`; what the proxy templates write alike is built once in `shared`.
 //!
-//! The template emits JSON rather than block YAML: JSON is YAML too, and with every value interpolated
-//! through `|json` it parses with `serde_json` about fifteen times faster than serde-saphyr parsed the same
-//! partial Pod as block YAML (~0.1 ms vs ~1.5 ms, measured on the loaded development machine; the render is
-//! on the hot path of a fail-closed webhook). It also
-//! removes a class of failures: YAML forbids some characters raw (DEL, C1 controls) that JSON strings may
-//! carry.
+//! The templates emit JSON rather than block YAML: JSON is YAML too, and with every value interpolated
+//! through `|json` it parses with `serde_json` much faster than a YAML parser reads the same partial Pod as
+//! block YAML (the render is on the hot path of a fail-closed webhook). It also removes a class of
+//! failures: YAML forbids some characters raw (DEL, C1 controls) that JSON strings may carry.
 
 mod context;
 mod gateway;
