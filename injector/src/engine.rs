@@ -797,7 +797,7 @@ mod tests {
                     err,
                     format!(
                         "failed to run injection template: requested template {name:?} not found; \
-                         have sidecar, gateway, grpc-agent, grpc-simple"
+                         have gateway, grpc-agent, grpc-simple, sidecar"
                     ),
                     "{annotation:?} {mode:?}"
                 );

@@ -105,6 +105,8 @@ pub struct Case {
     pub expected_error: Option<String>,
     /// Namespace objects the injector may look up (`--namespaces`), `None` when the case has none.
     pub namespaces: Option<Value>,
+    /// The feature group (`templates/gateway`, `templates/user`, …; may be empty).
+    pub feature: String,
 }
 
 impl Case {
@@ -172,24 +174,13 @@ pub fn load_template_cases() -> Result<Vec<Case>, Error> {
     load_table("cases-templates.json")
 }
 
-/// Cases of `cases-templates.json` that another part of issue 12 implements (user templates from the
-/// injector configuration; OpenShift with the `namespaces` of a case), with why. They are expected to fail
-/// until that part is merged: the harnesses assert that they still fail, so this list is emptied when those
-/// parts land instead of going stale.
-pub const PENDING_TEMPLATE_CASES: &[(&str, &str)] = &[
-    (
-        "custom-template",
-        "user templates from the injector configuration",
-    ),
-    (
-        "sidecar-spire",
-        "user templates from the injector configuration",
-    ),
-    (
-        "hello-openshift",
-        "PLATFORM=openshift with the case's namespaces",
-    ),
-];
+/// Cases of `cases-templates.json` that another part of issue 12 implements (OpenShift with the
+/// `namespaces` of a case), with why. They are expected to fail until that part is merged: the harnesses
+/// assert that they still fail, so this list is emptied when that part lands instead of going stale.
+pub const PENDING_TEMPLATE_CASES: &[(&str, &str)] = &[(
+    "hello-openshift",
+    "PLATFORM=openshift with the case's namespaces",
+)];
 
 /// Loads a case table of `inject/`.
 fn load_table(table: &str) -> Result<Vec<Case>, Error> {
@@ -237,6 +228,7 @@ fn load_table(table: &str) -> Result<Vec<Case>, Error> {
                     .unwrap_or_default(),
                 expected_error: s("expected_error"),
                 namespaces: c.get("namespaces").filter(|v| !v.is_null()).cloned(),
+                feature: s("feature").unwrap_or_default(),
             })
         })
         .collect()

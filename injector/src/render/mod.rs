@@ -125,16 +125,6 @@ pub fn render(name: &str, data: &TemplateData<'_>) -> Result<Value, RenderError>
     parse(name, &text)
 }
 
-/// The rendered text of template `name` (exposed for review and debugging).
-pub fn render_text(name: &str, data: &TemplateData<'_>) -> Result<String, RenderError> {
-    render_named(name, data).map(|(_, text)| text)
-}
-
-/// The rendered text of the `sidecar` template (exposed for review and debugging).
-pub fn render_text_sidecar(data: &TemplateData<'_>) -> Result<String, RenderError> {
-    render_text("sidecar", data)
-}
-
 /// Builds the named template's context and renders it; returns the template's static name with the text.
 fn render_named(
     name: &str,
