@@ -174,14 +174,6 @@ pub fn load_template_cases() -> Result<Vec<Case>, Error> {
     load_table("cases-templates.json")
 }
 
-/// Cases of `cases-templates.json` that another part of issue 12 implements (OpenShift with the
-/// `namespaces` of a case), with why. They are expected to fail until that part is merged: the harnesses
-/// assert that they still fail, so this list is emptied when that part lands instead of going stale.
-pub const PENDING_TEMPLATE_CASES: &[(&str, &str)] = &[(
-    "hello-openshift",
-    "PLATFORM=openshift with the case's namespaces",
-)];
-
 /// Loads a case table of `inject/`.
 fn load_table(table: &str) -> Result<Vec<Case>, Error> {
     let raw = json(&read_inject(table)?, table)?;

@@ -10,7 +10,7 @@ use injector::{ClusterState, PlatformArgs, ProxyConfigArgs};
 use injector::{ConfigArgs, NativeSidecars, Settings};
 use serde_json::{json, Value};
 pub use test_support::corpus::{inject_dir, Case};
-use test_support::corpus::{load_cases, load_template_cases, read_inject, PENDING_TEMPLATE_CASES};
+use test_support::corpus::{load_cases, load_template_cases, read_inject};
 use test_support::pods::{self, as_typed_pod, injectable_documents, strip_status, to_pod};
 use test_support::semantic::{compare_documents, diff};
 pub use test_support::TempDir;
@@ -195,12 +195,11 @@ pub fn run_webhook(case: &Case) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs every case of `table` that runs in `mode` through `run`, prints a summary, and fails unless every
-/// case passes except those of `pending`, which must fail.
+/// Runs every case of `table` that runs in `mode` through `run`, prints a summary, and fails unless all
+/// `expected` cases pass.
 fn run_mode(
     table: &str,
     cases: &[Case],
-    pending: &[(&str, &str)],
     mode: &str,
     expected: usize,
     run: fn(&Case) -> Result<(), String>,
@@ -215,26 +214,16 @@ fn run_mode(
         expected,
         "{table} has {expected} {mode} cases"
     );
-    let is_pending = |name: &str| pending.iter().any(|(p, _)| *p == name);
-    let failed: Vec<_> = results
-        .iter()
-        .filter(|(n, r)| r.is_err() && !is_pending(n))
-        .collect();
-    let passed_pending: Vec<_> = results
-        .iter()
-        .filter(|(n, r)| r.is_ok() && is_pending(n))
-        .map(|(n, _)| n.as_str())
-        .collect();
+    let failed: Vec<_> = results.iter().filter(|(_, r)| r.is_err()).collect();
     println!(
         "== parity {table} {mode}: {}/{} passed",
-        results.iter().filter(|(_, r)| r.is_ok()).count(),
+        results.len() - failed.len(),
         results.len()
     );
     for (name, r) in &results {
-        match (r, pending.iter().find(|(p, _)| p == name)) {
-            (Ok(()), _) => println!("  PASS {name}"),
-            (Err(e), Some((_, why))) => println!("  PENDING {name} ({why}): {e}"),
-            (Err(e), None) => println!("  FAIL {name}: {e}"),
+        match r {
+            Ok(()) => println!("  PASS {name}"),
+            Err(e) => println!("  FAIL {name}: {e}"),
         }
     }
     assert!(
@@ -242,27 +231,16 @@ fn run_mode(
         "{} {table} {mode} parity cases failed (see the summary above)",
         failed.len()
     );
-    assert!(
-        passed_pending.is_empty(),
-        "{table} {mode}: {passed_pending:?} now pass: remove them from the pending list"
-    );
 }
 
 #[test]
 fn parity_kube_inject() {
-    run_mode(
-        "cases.json",
-        &cases(),
-        &[],
-        "kube-inject",
-        74,
-        run_kube_inject,
-    );
+    run_mode("cases.json", &cases(), "kube-inject", 74, run_kube_inject);
 }
 
 #[test]
 fn parity_webhook() {
-    run_mode("cases.json", &cases(), &[], "webhook", 69, run_webhook);
+    run_mode("cases.json", &cases(), "webhook", 69, run_webhook);
 }
 
 #[test]
@@ -271,7 +249,6 @@ fn parity_templates_kube_inject() {
     run_mode(
         "cases-templates.json",
         &cases,
-        PENDING_TEMPLATE_CASES,
         "kube-inject",
         4,
         run_kube_inject,
@@ -281,12 +258,5 @@ fn parity_templates_kube_inject() {
 #[test]
 fn parity_templates_webhook() {
     let cases = template_cases();
-    run_mode(
-        "cases-templates.json",
-        &cases,
-        PENDING_TEMPLATE_CASES,
-        "webhook",
-        5,
-        run_webhook,
-    );
+    run_mode("cases-templates.json", &cases, "webhook", 5, run_webhook);
 }
