@@ -431,23 +431,7 @@ impl Engine {
                 Some(u) => u.render(data, native_move, req.mode == Mode::Webhook)?,
                 None => render::render(&name, data)?,
             };
-            let skeleton = template_skeleton(&rendered);
-            let current = match (&template_pod, skeleton.special) {
-                // Merging a skeleton without `$` directives into the empty template pod gives the
-                // skeleton itself (a missing merge key is reported by the merge into the pod below).
-                (None, false) => template_pod.insert(skeleton.pod),
-                _ => {
-                    let t = template_pod.get_or_insert_with(empty_template_pod);
-                    merge::strategic_merge_pod_owned(t, skeleton.pod)
-                        .map_err(EngineError::Merge)?;
-                    t
-                }
-            };
-            if native_move && has_container(current, "initContainers", "istio-proxy") {
-                move_proxy_to_init(&mut merged);
-            }
-            // In place, moving the rendered parts: no copy of the pod per template.
-            merge::strategic_merge_pod_owned(&mut merged, rendered).map_err(EngineError::Merge)?;
+            apply_template(&mut merged, &mut template_pod, rendered, native_move)?;
         }
         Ok((merged, template_pod.unwrap_or_else(empty_template_pod)))
     }
@@ -474,6 +458,33 @@ fn pod_namespace<'a>(req: &InjectRequest<'a>) -> &'a str {
     } else {
         ns
     }
+}
+
+/// One selected template's step of Istio's `inject.go` `RunTemplate` loop, the same for every template:
+/// its [`Skeleton`] strategic-merged into the template pod (`None` while still empty), the native move of a
+/// user `istio-proxy`, then the rendered partial pod strategic-merged into the pod, in list order.
+fn apply_template(
+    merged: &mut Value,
+    template_pod: &mut Option<Value>,
+    rendered: Value,
+    native_move: bool,
+) -> Result<(), EngineError> {
+    let skeleton = template_skeleton(&rendered);
+    let current = match (&*template_pod, skeleton.special) {
+        // Merging a skeleton without `$` directives into the empty template pod gives the
+        // skeleton itself (a missing merge key is reported by the merge into the pod below).
+        (None, false) => template_pod.insert(skeleton.pod),
+        _ => {
+            let t = template_pod.get_or_insert_with(empty_template_pod);
+            merge::strategic_merge_pod_owned(t, skeleton.pod).map_err(EngineError::Merge)?;
+            t
+        }
+    };
+    if native_move && has_container(current, "initContainers", "istio-proxy") {
+        move_proxy_to_init(merged);
+    }
+    // In place, moving the rendered parts: no copy of the pod per template.
+    merge::strategic_merge_pod_owned(merged, rendered).map_err(EngineError::Merge)
 }
 
 fn empty_template_pod() -> Value {
@@ -667,6 +678,147 @@ mod tests {
             pod["spec"]["initContainers"][1]["name"],
             json!("istio-proxy")
         );
+    }
+
+    /// Runs the selected names through `apply_template` with static overlays standing in for templates.
+    fn apply_static(
+        pod: &Value,
+        names: &[String],
+        overlays: &BTreeMap<&str, Value>,
+    ) -> (Value, Value) {
+        let mut merged = pod.clone();
+        let mut template_pod = None;
+        for name in names {
+            apply_template(
+                &mut merged,
+                &mut template_pod,
+                overlays[name.as_str()].clone(),
+                true,
+            )
+            .unwrap();
+        }
+        (merged, template_pod.unwrap_or_else(empty_template_pod))
+    }
+
+    #[test]
+    fn multiple_templates_combine_in_list_order_and_an_alias_gives_the_same_pod() {
+        // Istio's `TestMultipleInjectionTemplates`: `sidecar` and `init` as static templates, selected as
+        // `sidecar,init` and through the alias `both`.
+        let overlays: BTreeMap<&str, Value> = [
+            (
+                "sidecar",
+                json!({"spec": {"containers": [{"name": "istio-proxy", "image": "proxy"}]}}),
+            ),
+            (
+                "init",
+                json!({"spec": {"initContainers": [{"name": "istio-init"}]}}),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let mut s = Settings::default();
+        s.injector
+            .aliases
+            .insert("both".into(), vec!["sidecar".into(), "init".into()]);
+        let e = Engine::new(s);
+        let pod = json!({"metadata": {"name": "hello"},
+                         "spec": {"containers": [{"name": "hello", "image": "fake.docker.io/google-samples/hello-go-gke:1.0"}]}});
+        let listed = e.templates(
+            json!({pod::TEMPLATES_ANNOTATION: "sidecar,init"}).as_object(),
+            Mode::Webhook,
+        );
+        let aliased = e.templates(
+            json!({pod::TEMPLATES_ANNOTATION: "both"}).as_object(),
+            Mode::Webhook,
+        );
+        assert_eq!(listed, aliased);
+        let (merged, template_pod) = apply_static(&pod, &listed, &overlays);
+        assert_eq!(apply_static(&pod, &aliased, &overlays).0, merged);
+        assert_eq!(
+            merged["spec"]["containers"],
+            json!([{"name": "istio-proxy", "image": "proxy"},
+                   {"name": "hello", "image": "fake.docker.io/google-samples/hello-go-gke:1.0"}])
+        );
+        assert_eq!(
+            merged["spec"]["initContainers"],
+            json!([{"name": "istio-init"}])
+        );
+        let status = crate::status::build(&template_pod, "");
+        assert!(
+            status.contains(r#""initContainers":["istio-init"],"containers":["istio-proxy"]"#),
+            "{status}"
+        );
+    }
+
+    #[test]
+    fn a_patch_replace_directive_in_a_template_replaces_the_map() {
+        // Istio's `TestStrategicMerge`: `labels: {$patch: replace, foo: bar}` replaces every label, and the
+        // injected container comes before the pod's own.
+        let overlays: BTreeMap<&str, Value> = [(
+            "replace",
+            json!({"metadata": {"labels": {"$patch": "replace", "foo": "bar"}},
+                   "spec": {"containers": [{"name": "injected", "image": "fake.docker.io/google-samples/hello-go-gke:1.1"}]}}),
+        )]
+        .into_iter()
+        .collect();
+        let pod = json!({"metadata": {"name": "hello", "labels": {"app": "hello", "version": "v1"}},
+                         "spec": {"containers": [{"name": "hello", "image": "fake.docker.io/google-samples/hello-go-gke:1.0"}]}});
+        let (merged, template_pod) = apply_static(&pod, &["replace".to_string()], &overlays);
+        assert_eq!(merged["metadata"]["labels"], json!({"foo": "bar"}));
+        let names: Vec<&str> = merged["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["injected", "hello"]);
+        assert_eq!(
+            template_pod["spec"]["containers"],
+            json!([{"name": "injected"}])
+        );
+    }
+
+    #[test]
+    fn an_unknown_or_empty_template_name_fails_with_istios_text() {
+        let e = Engine::new(Settings::default());
+        let workload = Workload::default();
+        for (annotation, name) in [("sidecar,nope", "nope"), ("sidecar,", ""), ("", "")] {
+            let pod = json!({"metadata": {"name": "p", "annotations": {pod::TEMPLATES_ANNOTATION: annotation}},
+                             "spec": {"containers": [{"name": "app", "image": "app"}]}});
+            for mode in [Mode::Webhook, Mode::KubeInject] {
+                let req = InjectRequest {
+                    pod: &pod,
+                    workload: &workload,
+                    url_env: BTreeMap::new(),
+                    mode,
+                };
+                let err = e.inject(&req).unwrap_err().to_string();
+                assert_eq!(
+                    err,
+                    format!(
+                        "failed to run injection template: requested template {name:?} not found; \
+                         have gateway, grpc-agent, grpc-simple, sidecar"
+                    ),
+                    "{annotation:?} {mode:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn kube_inject_ignores_default_templates_and_the_annotation_replaces_them() {
+        let mut s = Settings::default();
+        s.injector.default_templates = vec!["sidecar".into(), "grpc-simple".into()];
+        let e = Engine::new(s);
+        assert_eq!(
+            e.templates(None, Mode::Webhook),
+            vec!["sidecar", "grpc-simple"]
+        );
+        assert_eq!(e.templates(None, Mode::KubeInject), vec!["sidecar"]);
+        let ann = json!({pod::TEMPLATES_ANNOTATION: "gateway"});
+        for mode in [Mode::Webhook, Mode::KubeInject] {
+            assert_eq!(e.templates(ann.as_object(), mode), vec!["gateway"]);
+        }
     }
 
     #[test]

@@ -105,6 +105,8 @@ pub struct Case {
     pub expected_error: Option<String>,
     /// Namespace objects the injector may look up (`--namespaces`), `None` when the case has none.
     pub namespaces: Option<Value>,
+    /// The feature group (`templates/gateway`, `templates/user`, …; may be empty).
+    pub feature: String,
 }
 
 impl Case {
@@ -161,9 +163,19 @@ impl Case {
     }
 }
 
-/// Loads every case of `inject/cases.json`.
+/// Loads every case of `inject/cases.json` (the `sidecar` template).
 pub fn load_cases() -> Result<Vec<Case>, Error> {
-    let table = "cases.json";
+    load_table("cases.json")
+}
+
+/// Loads every case of `inject/cases-templates.json` (the other built-in templates, user templates and
+/// platforms; same format).
+pub fn load_template_cases() -> Result<Vec<Case>, Error> {
+    load_table("cases-templates.json")
+}
+
+/// Loads a case table of `inject/`.
+fn load_table(table: &str) -> Result<Vec<Case>, Error> {
     let raw = json(&read_inject(table)?, table)?;
     let list = raw.as_array().ok_or_else(|| Error::Field {
         table: table.to_string(),
@@ -208,6 +220,7 @@ pub fn load_cases() -> Result<Vec<Case>, Error> {
                     .unwrap_or_default(),
                 expected_error: s("expected_error"),
                 namespaces: c.get("namespaces").filter(|v| !v.is_null()).cloned(),
+                feature: s("feature").unwrap_or_default(),
             })
         })
         .collect()
@@ -403,6 +416,13 @@ mod tests {
     fn the_case_table_loads_and_names_existing_files() {
         let cases = load_cases().expect("cases.json loads");
         assert_eq!(cases.len(), 74);
+        let templates = load_template_cases().expect("cases-templates.json loads");
+        assert_eq!(templates.len(), 5);
+        for c in &templates {
+            assert!(inject_dir().join(&c.input).is_file(), "{}", c.input);
+            let golden = c.golden.as_ref().expect("every template case has a golden");
+            assert!(inject_dir().join(golden).is_file(), "{golden}");
+        }
         for c in &cases {
             assert!(inject_dir().join(&c.input).is_file(), "{}: input", c.name);
             if let Some(g) = &c.golden {

@@ -8,17 +8,18 @@ use askama::Template;
 use serde_json::{Map, Value};
 
 use super::init_args::{self, exclude_inbound, optional_setting, setting};
-use super::{image, sprint, Inputs, RenderError};
+use super::shared::{
+    self, container_image, env, env_static, int_setting, named_objects, non_empty, pod_ports,
+    proxy_image, resource_env, resources, Env, EnvSource, IstioVolumes, PodMeta, Readiness,
+};
+use super::{sprint, Inputs, RenderError};
 use crate::goconv::{self, template_truthy};
 use crate::pod::{
-    self, BOOTSTRAP_OVERRIDE_ANNOTATION, CAP_NET_BIND_SERVICE_ANNOTATION,
-    COMPONENT_LOG_LEVEL_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION,
+    self, CAP_NET_BIND_SERVICE_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION,
     EXCLUDE_INTERFACES_ANNOTATION, EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
     EXCLUDE_OUTBOUND_PORTS_ANNOTATION, INCLUDE_INBOUND_PORTS_ANNOTATION,
     INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, INCLUDE_OUTBOUND_PORTS_ANNOTATION, INIT_CONTAINER,
-    INTERCEPTION_MODE_ANNOTATION, KUBEVIRT_INTERFACES_ANNOTATION, LOG_LEVEL_ANNOTATION,
-    PROXY_CONTAINER, PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_ANNOTATION,
-    PROXY_IMAGE_TYPE_ANNOTATION, PROXY_MEMORY_ANNOTATION, PROXY_MEMORY_LIMIT_ANNOTATION,
+    INTERCEPTION_MODE_ANNOTATION, KUBEVIRT_INTERFACES_ANNOTATION, PROXY_IMAGE_TYPE_ANNOTATION,
     READINESS_FAILURE_THRESHOLD_ANNOTATION, READINESS_INITIAL_DELAY_ANNOTATION,
     READINESS_PERIOD_ANNOTATION, REROUTE_VIRTUAL_INTERFACES_ANNOTATION, USER_VOLUME_ANNOTATION,
     USER_VOLUME_MOUNT_ANNOTATION, VALIDATION_CONTAINER,
@@ -31,12 +32,8 @@ pub(crate) struct Sidecar<'a> {
     // metadata.labels
     tls_mode: &'a str,
     tunnel: Option<&'a str>,
-    canonical_name: &'a str,
-    canonical_revision: &'a str,
-    // metadata.annotations
-    revision: &'a str,
-    default_container: Option<&'a str>,
-    default_logs_container: Option<&'a str>,
+    // metadata labels and annotations shared with the other templates (canonical name truncated here)
+    meta: PodMeta<'a>,
     cni_annotations: Vec<(&'static str, Cow<'a, str>)>,
     // spec
     init: Option<InitContainer<'a>>,
@@ -48,17 +45,10 @@ pub(crate) struct Sidecar<'a> {
     privileged: bool,
     seccomp_profile: Option<&'a Value>,
     // volumes and mounts
-    gke_workload_certificate: bool,
-    bootstrap_override: Option<&'a str>,
-    token_audience: Cow<'a, str>,
-    istiod_ca: bool,
-    cluster_trust_bundle: Option<String>,
-    ca_root_config_map: &'a str,
+    vol: IstioVolumes<'a>,
     crl_config_map: &'a str,
-    mtls_certs_secret: Option<String>,
     user_volumes: Vec<Value>,
     user_volume_mounts: Vec<Value>,
-    image_pull_secrets: Vec<&'a str>,
 }
 
 /// `istio-init` (or `istio-validation` with CNI).
@@ -94,57 +84,12 @@ pub(crate) enum Lifecycle<'a> {
     Drain(String),
 }
 
-pub(crate) struct Env<'a> {
-    name: Cow<'a, str>,
-    source: EnvSource<'a>,
-}
-
-pub(crate) enum EnvSource<'a> {
-    /// `value:` (omitted when empty, as Kubernetes serialises it).
-    Value(Cow<'a, str>),
-    Field(&'static str),
-    Resource(&'static str),
-}
-
-/// Readiness probe timings; `None` for 0, which Kubernetes omits.
-pub(crate) struct Readiness {
-    initial_delay_seconds: Option<i64>,
-    period_seconds: Option<i64>,
-    failure_threshold: Option<i64>,
-}
-
 pub(crate) struct ProxySecurity {
     privileged: bool,
     add: Vec<&'static str>,
     run_as_group: i64,
     run_as_non_root: bool,
     run_as_user: i64,
-}
-
-fn env<'a>(name: &'static str, value: impl Into<Cow<'a, str>>) -> Env<'a> {
-    Env {
-        name: Cow::Borrowed(name),
-        source: EnvSource::Value(value.into()),
-    }
-}
-
-fn field_env(name: &'static str, path: &'static str) -> Env<'static> {
-    Env {
-        name: Cow::Borrowed(name),
-        source: EnvSource::Field(path),
-    }
-}
-
-fn resource_env(name: &'static str, resource: &'static str) -> Env<'static> {
-    Env {
-        name: Cow::Borrowed(name),
-        source: EnvSource::Resource(resource),
-    }
-}
-
-/// Labels that are "empty" to sprig's `default` count as absent.
-fn non_empty(s: Option<&str>) -> Option<&str> {
-    s.filter(|s| !s.is_empty())
 }
 
 /// sprig `trunc 63` (bytes, kept on a character boundary) then `trimAll "-_."`.
@@ -159,88 +104,46 @@ fn canonical(name: &str) -> &str {
 impl<'a> Sidecar<'a> {
     pub(crate) fn build(inp: &Inputs<'a>) -> Result<Sidecar<'a>, RenderError> {
         let containers: &'a [Value] = pod::containers(inp.data.pod, "containers");
-        let app_containers: Vec<&'a str> = containers
-            .iter()
-            .filter_map(|c| c.get("name").and_then(Value::as_str))
-            .filter(|n| *n != PROXY_CONTAINER)
-            .collect();
-        let Labels {
-            tls_mode,
-            tunnel,
-            canonical_name,
-            canonical_revision,
-        } = metadata_labels(inp);
-        let Annotations {
-            revision,
-            default_container,
-            default_logs_container,
-            cni_annotations,
-        } = metadata_annotations(inp, &app_containers)?;
-        let Shared {
-            image_pull_policy,
-            resources,
-            privileged,
-            seccomp_profile,
-        } = shared_container_parts(inp);
+        let app_containers = shared::app_containers(containers);
+        let (tls_mode, tunnel) = metadata_labels(inp);
+        let mut meta = PodMeta::build(inp, &app_containers);
+        meta.canonical_name = canonical(meta.canonical_name);
+        let cni_annotations = if inp.cni {
+            cni_annotations(inp)?
+        } else {
+            Vec::new()
+        };
         let init = if inp.interception_mode == "NONE" {
             None
         } else {
             Some(init_container(inp)?)
         };
         let proxy = proxy(inp, containers, &app_containers)?;
-        let Volumes {
-            gke_workload_certificate,
-            bootstrap_override,
-            token_audience,
-            istiod_ca,
-            cluster_trust_bundle,
-            ca_root_config_map,
-            crl_config_map,
-            mtls_certs_secret,
-            user_volumes,
-            user_volume_mounts,
-            image_pull_secrets,
-        } = volumes(inp)?;
         Ok(Sidecar {
             tls_mode,
             tunnel,
-            canonical_name,
-            canonical_revision,
-            revision,
-            default_container,
-            default_logs_container,
+            meta,
             cni_annotations,
             init,
             native: inp.native,
             proxy,
-            image_pull_policy,
-            resources,
-            privileged,
-            seccomp_profile,
-            gke_workload_certificate,
-            bootstrap_override,
-            token_audience,
-            istiod_ca,
-            cluster_trust_bundle,
-            ca_root_config_map,
-            crl_config_map,
-            mtls_certs_secret,
-            user_volumes,
-            user_volume_mounts,
-            image_pull_secrets,
+            image_pull_policy: non_empty(Some(inp.values_str("global.imagePullPolicy"))),
+            resources: resources(inp),
+            privileged: template_truthy(inp.values_at("global.proxy.privileged")),
+            seccomp_profile: inp
+                .values_at("global.proxy.seccompProfile")
+                .filter(|v| template_truthy(Some(v))),
+            vol: IstioVolumes::build(inp),
+            crl_config_map: non_empty(Some(inp.values_str("pilot.crlConfigMapName")))
+                .unwrap_or("istio-ca-crl"),
+            user_volumes: named_objects(inp, USER_VOLUME_ANNOTATION)?,
+            user_volume_mounts: named_objects(inp, USER_VOLUME_MOUNT_ANNOTATION)?,
         })
     }
 }
 
-/// The template's `metadata.labels`.
-struct Labels<'a> {
-    tls_mode: &'a str,
-    tunnel: Option<&'a str>,
-    canonical_name: &'a str,
-    canonical_revision: &'a str,
-}
-
-fn metadata_labels<'a>(inp: &Inputs<'a>) -> Labels<'a> {
+/// The sidecar's own `metadata.labels`: `security.istio.io/tlsMode` and, with HBONE, the tunnel label.
+fn metadata_labels<'a>(inp: &Inputs<'a>) -> (&'a str, Option<&'a str>) {
     let tls_mode = non_empty(inp.label("security.istio.io/tlsMode")).unwrap_or("istio");
     let hbone = inp
         .proxy_config
@@ -250,146 +153,7 @@ fn metadata_labels<'a>(inp: &Inputs<'a>) -> Labels<'a> {
         == Some("true");
     let tunnel =
         hbone.then(|| non_empty(inp.label("networking.istio.io/tunnel")).unwrap_or("http"));
-    let canonical_name = canonical(
-        [
-            "service.istio.io/canonical-name",
-            "app.kubernetes.io/name",
-            "app",
-        ]
-        .iter()
-        .find_map(|k| non_empty(inp.label(k)))
-        .unwrap_or(inp.data.deploy_name),
-    );
-    let canonical_revision = [
-        "service.istio.io/canonical-revision",
-        "app.kubernetes.io/version",
-        "version",
-    ]
-    .iter()
-    .find_map(|k| non_empty(inp.label(k)))
-    .unwrap_or("latest");
-    Labels {
-        tls_mode,
-        tunnel,
-        canonical_name,
-        canonical_revision,
-    }
-}
-
-/// The template's `metadata.annotations`.
-struct Annotations<'a> {
-    revision: &'a str,
-    default_container: Option<&'a str>,
-    default_logs_container: Option<&'a str>,
-    cni_annotations: Vec<(&'static str, Cow<'a, str>)>,
-}
-
-fn metadata_annotations<'a>(
-    inp: &Inputs<'a>,
-    app_containers: &[&'a str],
-) -> Result<Annotations<'a>, RenderError> {
-    let revision = if inp.data.revision.is_empty() {
-        "default"
-    } else {
-        inp.data.revision
-    };
-    let first_app = app_containers.first().copied();
-    let default_container =
-        first_app.filter(|_| inp.ann("kubectl.kubernetes.io/default-container").is_none());
-    let default_logs_container = first_app.filter(|_| {
-        inp.ann("kubectl.kubernetes.io/default-logs-container")
-            .is_none()
-    });
-    let cni_annotations = if inp.cni {
-        cni_annotations(inp)?
-    } else {
-        Vec::new()
-    };
-    Ok(Annotations {
-        revision,
-        default_container,
-        default_logs_container,
-        cni_annotations,
-    })
-}
-
-/// The parts both containers share.
-struct Shared<'a> {
-    image_pull_policy: Option<&'a str>,
-    resources: Option<Cow<'a, Value>>,
-    privileged: bool,
-    seccomp_profile: Option<&'a Value>,
-}
-
-fn shared_container_parts<'a>(inp: &Inputs<'a>) -> Shared<'a> {
-    Shared {
-        image_pull_policy: non_empty(Some(inp.values_str("global.imagePullPolicy"))),
-        resources: resources(inp),
-        privileged: template_truthy(inp.values_at("global.proxy.privileged")),
-        seccomp_profile: inp
-            .values_at("global.proxy.seccompProfile")
-            .filter(|v| template_truthy(Some(v))),
-    }
-}
-
-/// The template's volumes and the settings of their mounts.
-struct Volumes<'a> {
-    gke_workload_certificate: bool,
-    bootstrap_override: Option<&'a str>,
-    token_audience: Cow<'a, str>,
-    istiod_ca: bool,
-    cluster_trust_bundle: Option<String>,
-    ca_root_config_map: &'a str,
-    crl_config_map: &'a str,
-    mtls_certs_secret: Option<String>,
-    user_volumes: Vec<Value>,
-    user_volume_mounts: Vec<Value>,
-    image_pull_secrets: Vec<&'a str>,
-}
-
-fn volumes<'a>(inp: &Inputs<'a>) -> Result<Volumes<'a>, RenderError> {
-    let trust_bundle_name = non_empty(Some(inp.values_str("global.trustBundleName")));
-    let ctb = inp.values_at("pilot.env.ENABLE_CLUSTER_TRUST_BUNDLE_API");
-    let cluster_trust_bundle = (ctb == Some(&Value::Bool(true))
-        || ctb.and_then(Value::as_str) == Some("true"))
-    .then(|| {
-        format!(
-            "istio.io:istiod-ca:{}",
-            trust_bundle_name.unwrap_or("root-cert")
-        )
-    });
-    let mtls_certs_secret = inp.values_true("global.mountMtlsCerts").then(|| {
-        let sa = inp
-            .data
-            .pod
-            .get("spec")
-            .and_then(|s| s.get("serviceAccountName"))
-            .and_then(Value::as_str);
-        format!("istio.{}", non_empty(sa).unwrap_or("default"))
-    });
-    let image_pull_secrets = inp
-        .values_at("global.imagePullSecrets")
-        .and_then(Value::as_array)
-        .map(|l| {
-            l.iter()
-                .filter_map(|s| s.as_str().or_else(|| s.get("name").and_then(Value::as_str)))
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok(Volumes {
-        gke_workload_certificate: inp.values_str("global.caName") == "GkeWorkloadCertificate",
-        bootstrap_override: inp.ann(BOOTSTRAP_OVERRIDE_ANNOTATION),
-        token_audience: sprint(inp.values_at("global.sds.token.aud")),
-        istiod_ca: inp.values_str("global.pilotCertProvider") == "istiod",
-        cluster_trust_bundle,
-        ca_root_config_map: trust_bundle_name.unwrap_or("istio-ca-root-cert"),
-        crl_config_map: non_empty(Some(inp.values_str("pilot.crlConfigMapName")))
-            .unwrap_or("istio-ca-crl"),
-        mtls_certs_secret,
-        user_volumes: named_objects(inp, USER_VOLUME_ANNOTATION)?,
-        user_volume_mounts: named_objects(inp, USER_VOLUME_MOUNT_ANNOTATION)?,
-        image_pull_secrets,
-    })
+    (tls_mode, tunnel)
 }
 
 /// The traffic annotations echoed onto the pod for the CNI plugin (CNI mode only).
@@ -498,108 +262,6 @@ pub(crate) fn append_multus_network<'a>(
     }
 }
 
-/// Resources of both containers: the four resource annotations replace the values block entirely.
-fn resources<'a>(inp: &Inputs<'a>) -> Option<Cow<'a, Value>> {
-    let cpu = inp.ann(PROXY_CPU_ANNOTATION);
-    let memory = inp.ann(PROXY_MEMORY_ANNOTATION);
-    let cpu_limit = inp.ann(PROXY_CPU_LIMIT_ANNOTATION);
-    let memory_limit = inp.ann(PROXY_MEMORY_LIMIT_ANNOTATION);
-    if cpu.is_some() || memory.is_some() || cpu_limit.is_some() || memory_limit.is_some() {
-        let block = |cpu: Option<&str>, memory: Option<&str>| {
-            let mut m = Map::new();
-            if let Some(c) = cpu {
-                m.insert("cpu".into(), Value::from(c));
-            }
-            if let Some(mem) = memory {
-                m.insert("memory".into(), Value::from(mem));
-            }
-            m
-        };
-        let mut out = Map::new();
-        let requests = block(cpu, memory);
-        if !requests.is_empty() {
-            out.insert("requests".into(), Value::Object(requests));
-        }
-        let limits = block(cpu_limit, memory_limit);
-        if !limits.is_empty() {
-            out.insert("limits".into(), Value::Object(limits));
-        }
-        return Some(Cow::Owned(Value::Object(out)));
-    }
-    let values = inp.values_at("global.proxy.resources")?;
-    // The values block rarely holds nulls: borrow it unless `omitNil` has something to drop.
-    if has_null(values) || !template_truthy(Some(values)) {
-        omit_nil(values).map(Cow::Owned)
-    } else {
-        Some(Cow::Borrowed(values))
-    }
-}
-
-/// Whether a null (or a map/list that `omitNil` would empty) occurs anywhere inside `v`.
-fn has_null(v: &Value) -> bool {
-    match v {
-        Value::Null => true,
-        Value::Object(m) => m.values().any(|v| has_null(v) || is_empty_container(v)),
-        Value::Array(a) => a.iter().any(|v| has_null(v) || is_empty_container(v)),
-        _ => false,
-    }
-}
-
-fn is_empty_container(v: &Value) -> bool {
-    v.as_object().is_some_and(|m| m.is_empty()) || v.as_array().is_some_and(|a| a.is_empty())
-}
-
-/// sprig/Istio `omitNil`: nulls dropped recursively; maps and lists left empty by that disappear too.
-fn omit_nil(v: &Value) -> Option<Value> {
-    match v {
-        Value::Null => None,
-        Value::Object(m) => {
-            let out: Map<String, Value> = m
-                .iter()
-                .filter_map(|(k, v)| omit_nil(v).map(|v| (k.clone(), v)))
-                .collect();
-            (!out.is_empty()).then_some(Value::Object(out))
-        }
-        Value::Array(a) => {
-            let out: Vec<Value> = a.iter().filter_map(omit_nil).collect();
-            (!out.is_empty()).then_some(Value::Array(out))
-        }
-        _ => Some(v.clone()),
-    }
-}
-
-/// `sidecar.istio.io/userVolume` / `userVolumeMount`: a JSON object of name → fields, one entry per key in
-/// sorted order, `name` first.
-fn named_objects(inp: &Inputs<'_>, key: &'static str) -> Result<Vec<Value>, RenderError> {
-    let Some(text) = inp.ann(key) else {
-        return Ok(Vec::new());
-    };
-    let bad = |reason: String| RenderError::InvalidAnnotation {
-        annotation: key,
-        value: text.to_string(),
-        reason,
-    };
-    let parsed: Map<String, Value> =
-        serde_json::from_str(text).map_err(|e| bad(format!("not a JSON object: {e}")))?;
-    let mut keys: Vec<&String> = parsed.keys().collect();
-    keys.sort();
-    keys.into_iter()
-        .map(|name| {
-            let Value::Object(fields) = &parsed[name.as_str()] else {
-                return Err(bad(format!("entry {name:?} is not an object")));
-            };
-            let mut out = Map::with_capacity(fields.len() + 1);
-            out.insert("name".into(), Value::from(name.as_str()));
-            for (k, v) in fields {
-                if k != "name" {
-                    out.insert(k.clone(), v.clone());
-                }
-            }
-            Ok(Value::Object(out))
-        })
-        .collect()
-}
-
 fn init_container<'a>(inp: &Inputs<'a>) -> Result<InitContainer<'a>, RenderError> {
     let image_type = inp
         .ann(PROXY_IMAGE_TYPE_ANNOTATION)
@@ -619,50 +281,6 @@ fn init_container<'a>(inp: &Inputs<'a>) -> Result<InitContainer<'a>, RenderError
         run_as_user: id(inp.proxy_uid),
         run_as_group: id(inp.proxy_gid),
     })
-}
-
-/// A container's image: the `sidecar.istio.io/proxyImage` annotation, else the values entry at
-/// `values_path`, either used as is when it is a full reference (see `image::choose`).
-fn container_image<'a>(inp: &Inputs<'a>, values_path: &str, image_type: &str) -> Cow<'a, str> {
-    let requested: Cow<'a, str> = match inp.ann(PROXY_IMAGE_ANNOTATION) {
-        Some(a) => Cow::Borrowed(a),
-        None => sprint(inp.values_at(values_path)),
-    };
-    match requested {
-        Cow::Borrowed(r) => image::choose(r, || proxy_image_url(inp, values_path, image_type)),
-        Cow::Owned(r) => Cow::Owned(
-            image::choose(&r, || proxy_image_url(inp, values_path, image_type)).into_owned(),
-        ),
-    }
-}
-
-/// `<hub>/<values image name or proxyv2>:<tag[-type]>`.
-fn proxy_image_url(inp: &Inputs<'_>, name_path: &str, image_type: &str) -> String {
-    let name = non_empty(Some(inp.values_str(name_path))).unwrap_or("proxyv2");
-    let tag = sprint(inp.values_at("global.tag"));
-    image::image_url(inp.values_str("global.hub"), name, &tag, image_type)
-}
-
-/// An integer setting (annotation, else values); 0 becomes `None` (omitted by Kubernetes).
-fn int_setting(
-    inp: &Inputs<'_>,
-    annotation: &'static str,
-    values_path: &'static str,
-) -> Result<Option<i64>, RenderError> {
-    let text = inp.ann_or_values(annotation, values_path);
-    let n: i64 = text.trim().parse().map_err(|_| match inp.ann(annotation) {
-        Some(v) => RenderError::InvalidAnnotation {
-            annotation,
-            value: v.to_string(),
-            reason: "not an integer".to_string(),
-        },
-        None => RenderError::InvalidSetting {
-            key: values_path,
-            value: text.to_string(),
-            reason: "not an integer",
-        },
-    })?;
-    Ok((n != 0).then_some(n))
 }
 
 fn proxy<'a>(
@@ -687,52 +305,9 @@ fn proxy<'a>(
     })
 }
 
-/// The proxy's image; its type also comes from the ProxyConfig, unlike the init container's.
-fn proxy_image<'a>(inp: &Inputs<'a>) -> Cow<'a, str> {
-    let pc_image_type = inp
-        .proxy_config
-        .get("image")
-        .and_then(|i| i.get("imageType"))
-        .and_then(Value::as_str);
-    let image_type = inp
-        .ann(PROXY_IMAGE_TYPE_ANNOTATION)
-        .or(non_empty(pc_image_type))
-        .unwrap_or_else(|| inp.values_str("global.variant"));
-    container_image(inp, "global.proxy.image", image_type)
-}
-
 /// The proxy's arguments.
 fn proxy_args<'a>(inp: &Inputs<'a>) -> Vec<Cow<'a, str>> {
-    let mut args: Vec<Cow<'a, str>> = vec![
-        Cow::Borrowed("proxy"),
-        Cow::Borrowed("sidecar"),
-        Cow::Borrowed("--domain"),
-        Cow::Owned(format!(
-            "$(POD_NAMESPACE).svc.{}",
-            sprint(inp.values_at("global.proxy.clusterDomain"))
-        )),
-        Cow::Owned(format!(
-            "--proxyLogLevel={}",
-            inp.ann_or_values(LOG_LEVEL_ANNOTATION, "global.proxy.logLevel")
-        )),
-        Cow::Owned(format!(
-            "--proxyComponentLogLevel={}",
-            inp.ann_or_values(
-                COMPONENT_LOG_LEVEL_ANNOTATION,
-                "global.proxy.componentLogLevel"
-            )
-        )),
-        Cow::Owned(format!("--log_output_level={}", inp.agent_log_level().0)),
-    ];
-    if inp.values_true("global.sts.servicePort") {
-        args.push(Cow::Owned(format!(
-            "--stsPort={}",
-            sprint(inp.values_at("global.sts.servicePort"))
-        )));
-    }
-    if inp.values_true("global.logAsJson") {
-        args.push(Cow::Borrowed("--log_as_json"));
-    }
+    let mut args = shared::proxy_args(inp, "sidecar");
     let outlier = inp.values_str("global.proxy.outlierLogPath");
     if !outlier.is_empty() {
         args.push(Cow::Owned(format!("--outlierLogPath={outlier}")));
@@ -745,8 +320,8 @@ fn proxy_lifecycle<'a>(inp: &Inputs<'a>) -> Lifecycle<'a> {
     let hold = (template_truthy(inp.proxy_config.get("holdApplicationUntilProxyStarts"))
         || inp.values_true("global.proxy.holdApplicationUntilProxyStarts"))
         && !inp.native;
-    match inp.values_at("global.proxy.lifecycle") {
-        Some(l) if template_truthy(Some(l)) => Lifecycle::Values(l),
+    match shared::values_lifecycle(inp) {
+        Some(l) => Lifecycle::Values(l),
         _ if hold => Lifecycle::WaitForProxy,
         _ if inp.native => Lifecycle::Drain(format!("--debug-port={}", inp.status_port())),
         _ => Lifecycle::None,
@@ -853,59 +428,6 @@ fn lightstep_certs_dir<'a>(inp: &Inputs<'a>) -> Option<&'a str> {
     }
 }
 
-/// `ISTIO_META_POD_PORTS`: every port of every (non-init) container, one per line, in Go's `ContainerPort`
-/// field order with zero values omitted (except `containerPort`).
-fn pod_ports(containers: &[Value]) -> String {
-    /// Go's `ContainerPort` JSON: field order and `omitempty` as in k8s.io/api.
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Port<'p> {
-        #[serde(skip_serializing_if = "Option::is_none")]
-        name: Option<&'p Value>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        host_port: Option<&'p Value>,
-        container_port: &'p Value,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        protocol: Option<&'p Value>,
-        #[serde(rename = "hostIP", skip_serializing_if = "Option::is_none")]
-        host_ip: Option<&'p Value>,
-    }
-    let zero = Value::from(0);
-    let mut out: Vec<u8> = Vec::with_capacity(64);
-    out.push(b'[');
-    let mut first = true;
-    for port in containers
-        .iter()
-        .filter_map(|c| c.get("ports").and_then(Value::as_array))
-        .flatten()
-    {
-        out.extend_from_slice(b"\n    ");
-        if !first {
-            out.push(b',');
-        }
-        first = false;
-        let text = |k: &str| {
-            port.get(k)
-                .filter(|v| !v.is_null() && v.as_str() != Some(""))
-        };
-        let p = Port {
-            name: text("name"),
-            host_port: port.get("hostPort").filter(|v| !is_zero(v)),
-            container_port: port.get("containerPort").unwrap_or(&zero),
-            protocol: text("protocol"),
-            host_ip: text("hostIP"),
-        };
-        // Serialising borrowed JSON values into memory cannot fail.
-        let _ = serde_json::to_writer(&mut out, &p);
-    }
-    out.extend_from_slice(b"\n]");
-    String::from_utf8(out).unwrap_or_default()
-}
-
-fn is_zero(v: &Value) -> bool {
-    v.is_null() || v.as_f64() == Some(0.0)
-}
-
 /// The proxy's env in the order of Istio's `injection-template.yaml`.
 fn proxy_env<'a>(
     inp: &Inputs<'a>,
@@ -914,100 +436,30 @@ fn proxy_env<'a>(
 ) -> Result<Vec<Env<'a>>, RenderError> {
     let data = inp.data;
     let mut out: Vec<Env<'a>> = Vec::with_capacity(32);
-    let inbound_mode = inp
-        .mesh
-        .get("inboundTrafficPolicy")
-        .and_then(|p| p.get("mode"))
-        .and_then(Value::as_str);
-    if inbound_mode == Some("LOCALHOST") {
+    if shared::localhost_inbound(inp) {
         out.push(env_static(
             "REWRITE_PROBE_LEGACY_LOCALHOST_DESTINATION",
             "true",
         ));
     }
-    out.push(env(
-        "PILOT_CERT_PROVIDER",
-        sprint(inp.values_at("global.pilotCertProvider")),
-    ));
-    let ca_addr = inp.values_str("global.caAddress");
-    let ca_addr: Cow<'a, str> = if ca_addr.is_empty() {
-        let rev = inp.values_str("revision");
-        let ns = sprint(inp.values_at("global.istioNamespace"));
-        Cow::Owned(if rev.is_empty() {
-            format!("istiod.{ns}.svc:15012")
-        } else {
-            format!("istiod-{rev}.{ns}.svc:15012")
-        })
-    } else {
-        Cow::Borrowed(ca_addr)
-    };
-    out.push(env("CA_ADDR", ca_addr));
-    out.push(field_env("POD_NAME", "metadata.name"));
-    out.push(field_env("POD_NAMESPACE", "metadata.namespace"));
-    out.push(field_env("INSTANCE_IP", "status.podIP"));
-    out.push(field_env("SERVICE_ACCOUNT", "spec.serviceAccountName"));
-    out.push(field_env("HOST_IP", "status.hostIP"));
+    shared::push_control_plane_env(inp, &mut out);
     out.push(resource_env("ISTIO_CPU_LIMIT", "limits.cpu"));
-    let proxy_config: Cow<'a, str> = match data.proxy_config_env {
-        Some(text) => Cow::Borrowed(text),
-        None => Cow::Owned(super::proxy_config_env(inp.proxy_config)?),
-    };
-    out.push(env("PROXY_CONFIG", proxy_config));
+    out.push(env("PROXY_CONFIG", shared::proxy_config_value(inp)?));
     out.push(env("ISTIO_META_POD_PORTS", pod_ports(containers)));
     out.push(env("ISTIO_META_APP_CONTAINERS", app_containers.join(",")));
     out.push(resource_env("GOMEMLIMIT", "limits.memory"));
-    if !data.compliance_policy.is_empty() {
-        out.push(env("COMPLIANCE_POLICY", data.compliance_policy));
-        if data.compliance_policy == "fips-140-3" {
-            out.push(env_static("GODEBUG", "fips140=only"));
-        }
-    }
-    let cluster = inp.values_str("global.multiCluster.clusterName");
-    out.push(env(
-        "ISTIO_META_CLUSTER_ID",
-        if cluster.is_empty() {
-            "Kubernetes"
-        } else {
-            cluster
-        },
-    ));
-    out.push(field_env("ISTIO_META_NODE_NAME", "spec.nodeName"));
+    shared::push_compliance_env(inp, &mut out);
+    shared::push_cluster_env(inp, &mut out);
     out.push(env("ISTIO_META_INTERCEPTION_MODE", inp.interception_mode));
-    let network = inp.values_str("global.network");
-    if !network.is_empty() {
-        out.push(env("ISTIO_META_NETWORK", network));
-    }
+    shared::push_network_env(inp, &mut out);
     let workload = non_empty(inp.label("service.istio.io/workload-name"))
         .or(non_empty(Some(data.deploy_name)));
     if let Some(w) = workload {
         out.push(env("ISTIO_META_WORKLOAD_NAME", w));
     }
-    if !data.api_version.is_empty() && !data.deploy_name.is_empty() {
-        let ns = non_empty(Some(data.deploy_namespace)).unwrap_or("default");
-        out.push(env(
-            "ISTIO_META_OWNER",
-            format!(
-                "kubernetes://apis/{}/namespaces/{ns}/{}s/{}",
-                data.api_version,
-                data.kind.to_lowercase(),
-                data.deploy_name
-            ),
-        ));
-    }
-    if inp.ann(BOOTSTRAP_OVERRIDE_ANNOTATION).is_some() {
-        out.push(env_static(
-            "ISTIO_BOOTSTRAP_OVERRIDE",
-            "/etc/istio/custom-bootstrap/custom_bootstrap.json",
-        ));
-    }
-    let trust_domain = non_empty(inp.mesh.get("trustDomain").and_then(Value::as_str))
-        .or(non_empty(Some(inp.values_str("global.trustDomain"))));
-    if let Some(mesh_id) = non_empty(Some(inp.values_str("global.meshID"))).or(trust_domain) {
-        out.push(env("ISTIO_META_MESH_ID", mesh_id));
-    }
-    if let Some(td) = trust_domain {
-        out.push(env("TRUST_DOMAIN", td));
-    }
+    shared::push_owner_env(inp, &mut out);
+    shared::push_bootstrap_env(inp, &mut out);
+    shared::push_mesh_identity_env(inp, &mut out);
     if inp.values_str("global.proxy.tracer") == "datadog" {
         const DD: &str = "apm.datadoghq.com/env";
         if let Some(text) = inp.ann(DD) {
@@ -1030,20 +482,8 @@ fn proxy_env<'a>(
     if let Some(attrs) = otel_resource_attributes(inp, containers) {
         out.push(env("OTEL_RESOURCE_ATTRIBUTES", attrs));
     }
-    for (k, v) in inp.proxy_metadata() {
-        out.push(Env {
-            name: Cow::Borrowed(k),
-            source: EnvSource::Value(v),
-        });
-    }
+    shared::push_proxy_metadata_env(inp, &mut out);
     Ok(out)
-}
-
-fn env_static(name: &'static str, value: &'static str) -> Env<'static> {
-    Env {
-        name: Cow::Borrowed(name),
-        source: EnvSource::Value(Cow::Borrowed(value)),
-    }
 }
 
 /// `otelResourceAttributes`: only when a mesh extension provider asks for OpenTelemetry semantic

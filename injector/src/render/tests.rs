@@ -68,6 +68,11 @@ impl Case {
 
     /// Renders the sidecar template for one workload document.
     fn render(&self, doc: &Value) -> Result<Value, RenderError> {
+        self.render_template("sidecar", doc)
+    }
+
+    /// Renders template `name` for one workload document.
+    fn render_template(&self, name: &str, doc: &Value) -> Result<Value, RenderError> {
         let pod = pod_of(doc);
         let mut proxy_config = self.mesh["defaultConfig"].clone();
         if let Some(text) = pod["metadata"]["annotations"]["proxy.istio.io/config"].as_str() {
@@ -93,7 +98,7 @@ impl Case {
             compliance_policy: &self.compliance,
             proxy_config_env: None,
         };
-        render("sidecar", &data)
+        render(name, &data)
     }
 }
 
@@ -942,8 +947,9 @@ fn labels_revision_and_hbone() {
         })
     );
     assert_eq!(r["metadata"]["annotations"]["istio.io/rev"], "canary");
+    // `gateway` is built in now; a gateway-controller template such as `waypoint` is not a pod template.
     assert!(matches!(
-        render("gateway", &data),
+        render("waypoint", &data),
         Err(RenderError::NotFound { .. })
     ));
 }
@@ -1072,4 +1078,249 @@ fn every_interpolation_goes_through_json() {
         }
     }
     assert!(checked > 40, "only {checked} interpolations found");
+}
+
+// ---- the other built-in templates -------------------------------------------------------------------
+
+fn template_doc(file: &str) -> Value {
+    workloads(yaml_docs(&read(file))).remove(0)
+}
+
+fn env_names(container: &Value) -> Vec<&str> {
+    container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn gateway_reads_what_istios_gateway_template_reads() {
+    let case = Case::default_env();
+    let doc = with_annotations(
+        &template_doc("gateway.yaml"),
+        json!({
+            "inject.istio.io/templates": "gateway",
+            // Not read by the gateway template: interception mode, readiness timings, native sidecars.
+            "sidecar.istio.io/interceptionMode": "TPROXY",
+            "readiness.status.sidecar.istio.io/periodSeconds": "99",
+            "sidecar.istio.io/nativeSidecar": "true",
+            "sidecar.istio.io/proxyImage": "my.registry/proxy:\"quoted\"",
+        }),
+    );
+    let mut doc = doc;
+    doc["spec"]["template"]["metadata"]["labels"]["app"] = json!("a".repeat(70));
+    doc["spec"]["template"]["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "httpbin", "image": "kennethreitz/httpbin",
+                     "ports": [{"containerPort": 8080, "protocol": "TCP"}]}));
+    let r = case.render_template("gateway", &doc).unwrap();
+    assert!(r["spec"].get("initContainers").is_none());
+    let proxy = container(&r["spec"]["containers"], "istio-proxy").unwrap();
+    assert!(proxy.get("restartPolicy").is_none());
+    // Every value is one JSON string, whatever it contains.
+    assert_eq!(proxy["image"], "my.registry/proxy:\"quoted\"");
+    assert_eq!(proxy["args"][1], "router");
+    assert!(!args_of(proxy)
+        .iter()
+        .any(|a| a.starts_with("--outlierLogPath")));
+    assert_eq!(
+        proxy["securityContext"],
+        json!({"runAsUser": 1337, "runAsGroup": 1337})
+    );
+    assert_eq!(proxy["readinessProbe"]["periodSeconds"], 15);
+    assert_eq!(proxy["readinessProbe"]["httpGet"]["port"], 15021);
+    assert!(proxy.get("resources").is_none());
+    assert_eq!(
+        env_value(proxy, "ISTIO_META_INTERCEPTION_MODE"),
+        Some(&json!("REDIRECT"))
+    );
+    assert_eq!(
+        env_value(proxy, "ISTIO_META_APP_CONTAINERS"),
+        Some(&json!("httpbin"))
+    );
+    assert_eq!(
+        env_value(proxy, "ISTIO_META_POD_PORTS"),
+        Some(&json!(
+            "[\n    {\"containerPort\":8080,\"protocol\":\"TCP\"}\n]"
+        ))
+    );
+    let names = env_names(proxy);
+    let at = |n: &str| names.iter().position(|x| *x == n).unwrap();
+    assert!(at("GOMEMLIMIT") < at("ISTIO_META_APP_CONTAINERS"));
+    for absent in [
+        "REWRITE_PROBE_LEGACY_LOCALHOST_DESTINATION",
+        "OTEL_RESOURCE_ATTRIBUTES",
+    ] {
+        assert!(!names.contains(&absent), "{absent}");
+    }
+    // Canonical name not truncated, unlike the sidecar's.
+    assert_eq!(
+        r["metadata"]["labels"]["service.istio.io/canonical-name"],
+        "a".repeat(70)
+    );
+    assert!(r["metadata"]["labels"]
+        .get("security.istio.io/tlsMode")
+        .is_none());
+    assert_eq!(
+        r["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"],
+        "httpbin"
+    );
+    assert_eq!(
+        r["spec"]["securityContext"],
+        json!({"sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]})
+    );
+    let volumes: Vec<&str> = r["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        volumes,
+        [
+            "workload-socket",
+            "credential-socket",
+            "workload-certs",
+            "istio-envoy",
+            "istio-data",
+            "istio-podinfo",
+            "istio-token",
+            "istiod-ca-cert"
+        ]
+    );
+
+    // values.gateways.securityContext and values.global.proxy.lifecycle are used verbatim.
+    let mut case = Case::default_env();
+    case.values["gateways"]["securityContext"] = json!({"runAsNonRoot": true, "fsGroup": 1337});
+    case.values["global"]["proxy"]["lifecycle"] =
+        json!({"preStop": {"exec": {"command": ["sleep", "5"]}}});
+    let r = case
+        .render_template("gateway", &template_doc("gateway.yaml"))
+        .unwrap();
+    assert_eq!(
+        r["spec"]["securityContext"],
+        json!({"runAsNonRoot": true, "fsGroup": 1337})
+    );
+    let proxy = container(&r["spec"]["containers"], "istio-proxy").unwrap();
+    assert_eq!(
+        proxy["lifecycle"],
+        json!({"preStop": {"exec": {"command": ["sleep", "5"]}}})
+    );
+}
+
+#[test]
+fn grpc_agent_patches_every_app_container_and_gates_on_the_status_port() {
+    let case = Case::default_env();
+    let doc = template_doc("grpc-agent.yaml");
+    let r = case.render_template("grpc-agent", &doc).unwrap();
+    let proxy = container(&r["spec"]["containers"], "istio-proxy").unwrap();
+    assert_eq!(proxy["readinessProbe"]["httpGet"]["port"], 15020);
+    assert!(proxy["resources"].is_object());
+    let names = env_names(proxy);
+    assert_eq!(names[..2], ["ISTIO_META_GENERATOR", "OUTPUT_CERTS"]);
+    assert_eq!(
+        names[names.len() - 2..],
+        ["ISTIO_META_DNS_CAPTURE", "DISABLE_ENVOY"]
+    );
+    assert!(!names.contains(&"ISTIO_META_INTERCEPTION_MODE"));
+    let app = container(&r["spec"]["containers"], "traffic").unwrap();
+    assert_eq!(
+        env_value(app, "GRPC_XDS_BOOTSTRAP"),
+        Some(&json!("/etc/istio/proxy/grpc-bootstrap.json"))
+    );
+    assert_eq!(
+        r["metadata"]["annotations"]["sidecar.istio.io/rewriteAppHTTPProbers"],
+        "false"
+    );
+
+    // Status port 15021 from the annotation: the probe stays on 15020.
+    let mut annotations = doc["spec"]["template"]["metadata"]["annotations"].clone();
+    annotations["status.sidecar.istio.io/port"] = json!("15021");
+    annotations["sidecar.istio.io/userVolumeMount"] =
+        json!(r#"{"extra": {"mountPath": "/extra"}}"#);
+    let r = case
+        .render_template("grpc-agent", &with_annotations(&doc, annotations.clone()))
+        .unwrap();
+    let proxy = container(&r["spec"]["containers"], "istio-proxy").unwrap();
+    assert_eq!(proxy["readinessProbe"]["httpGet"]["port"], 15020);
+    let mounts = proxy["volumeMounts"].as_array().unwrap();
+    assert_eq!(
+        mounts.last().unwrap(),
+        &json!({"name": "extra", "mountPath": "/extra"})
+    );
+
+    // Status port "0": no probe, no resources, no mounts, and the user mount becomes an env entry.
+    annotations["status.sidecar.istio.io/port"] = json!("0");
+    let r = case
+        .render_template("grpc-agent", &with_annotations(&doc, annotations))
+        .unwrap();
+    let proxy = container(&r["spec"]["containers"], "istio-proxy").unwrap();
+    for absent in ["readinessProbe", "resources", "volumeMounts"] {
+        assert!(proxy.get(absent).is_none(), "{absent}: {proxy}");
+    }
+    assert_eq!(
+        proxy["env"].as_array().unwrap().last().unwrap(),
+        &json!({"name": "extra"})
+    );
+}
+
+#[test]
+fn grpc_simple_is_istios_text_for_every_container() {
+    let case = Case::default_env();
+    let mut doc = template_doc("grpc-agent.yaml");
+    doc["spec"]["template"]["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "istio-proxy", "image": "auto"}));
+    let r = case.render_template("grpc-simple", &doc).unwrap();
+    let app = |name: &str| {
+        json!({"name": name,
+               "env": [{"name": "GRPC_XDS_BOOTSTRAP", "value": "/var/lib/grpc/data/bootstrap.json"},
+                       {"name": "GRPC_GO_LOG_VERBOSITY_LEVEL", "value": "99"},
+                       {"name": "GRPC_GO_LOG_SEVERITY_LEVEL", "value": "info"}],
+               "volumeMounts": [{"mountPath": "/var/lib/grpc/data/", "name": "grpc-io-proxyless-bootstrap"}]})
+    };
+    let script = r#"NODE_ID="sidecar~${INSTANCE_IP}~${POD_NAME}.${POD_NAMESPACE}~cluster.local"
+SERVER_URI="dns:///istiod.${ISTIO_NAMESPACE}.svc:15010"
+echo '
+{
+  "xds_servers": [
+    {
+      "server_uri": "'${SERVER_URI}'",
+      "channel_creds": [{"type": "insecure"}],
+      "server_features" : ["xds_v3"]
+    }
+  ],
+  "node": {
+    "id": "'${NODE_ID}'",
+    "metadata": {
+      "GENERATOR": "grpc"
+    }
+  }
+}' > /var/lib/grpc/data/bootstrap.json"#;
+    assert_eq!(
+        r,
+        json!({
+            "metadata": {"annotations": {"sidecar.istio.io/rewriteAppHTTPProbers": "false"}},
+            "spec": {
+                "initContainers": [{
+                    "name": "grpc-bootstrap-init",
+                    "image": "busybox:1.28",
+                    "volumeMounts": [{"mountPath": "/var/lib/grpc/data/", "name": "grpc-io-proxyless-bootstrap"}],
+                    "env": [
+                        {"name": "INSTANCE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                        {"name": "ISTIO_NAMESPACE", "value": "istio-system\n"}
+                    ],
+                    "command": ["sh", "-c", script]
+                }],
+                "containers": [app("traffic"), app("istio-proxy")],
+                "volumes": [{"name": "grpc-io-proxyless-bootstrap", "emptyDir": {}}]
+            }
+        })
+    );
 }

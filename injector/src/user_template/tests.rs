@@ -206,7 +206,10 @@ fn execution_errors_and_bad_output_fail_the_pod_with_istios_prefix() {
     assert!(e.contains("limit") && e.contains("exceeded"), "{e}");
     // The not-found message lists the user templates too.
     let e = run("zzz");
-    assert!(e.contains("have l, sidecar, t, y"), "{e}");
+    assert!(
+        e.contains("have gateway, grpc-agent, grpc-simple, l, sidecar, t, y"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -3,6 +3,8 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use serde_json::{json, Value};
+
 use crate::parity::{case_args, cases, compare_streams, inject_dir, TempDir};
 
 fn kube_inject_cmd(case_name: &str, dir: &TempDir) -> Command {
@@ -152,4 +154,79 @@ fn binary_reads_istiod_environment_and_config_dir() {
         compare_streams(&String::from_utf8_lossy(&out.stdout), &want)
             .unwrap_or_else(|e| panic!("{env}={value}: {e}"));
     }
+}
+
+/// The pod shape of the `istio/gateway` Helm chart (`examples/gateway.yaml`): `inject.istio.io/templates:
+/// gateway`, opted in by label, one `istio-proxy` with `image: auto`, becomes a router-mode gateway.
+#[test]
+fn binary_injects_the_gateway_charts_pod() {
+    let dir = TempDir::new("cli-gateway");
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gateway.yaml");
+    let out = kube_inject_cmd("hello", &dir)
+        .arg("-f")
+        .arg(&example)
+        .output()
+        .expect("run injector");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs = test_support::pods::documents(&String::from_utf8_lossy(&out.stdout)).expect("yaml");
+    assert_eq!(docs.len(), 1);
+    let pod = &docs[0]["spec"]["template"];
+    assert!(pod["spec"].get("initContainers").is_none(), "{pod}");
+    let containers = pod["spec"]["containers"].as_array().expect("containers");
+    assert_eq!(containers.len(), 1);
+    let proxy = &containers[0];
+    assert_eq!(proxy["name"], "istio-proxy");
+    assert_eq!(proxy["image"], "registry.istio.io/testing/proxyv2:latest");
+    assert_eq!(proxy["args"][0], "proxy");
+    assert_eq!(proxy["args"][1], "router");
+    // The chart's resources win over the template (which sets none); quantities print canonically.
+    assert_eq!(proxy["resources"]["limits"]["cpu"], "2");
+    assert_eq!(proxy["resources"]["limits"]["memory"], "1Gi");
+    assert_eq!(proxy["readinessProbe"]["httpGet"]["port"], 15021);
+    let env = |name: &str| {
+        proxy["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(
+        env("ISTIO_META_OWNER"),
+        Some(json!(
+            "kubernetes://apis/apps/v1/namespaces/istio-ingress/deployments/istio-ingressgateway"
+        ))
+    );
+    assert_eq!(
+        env("ISTIO_META_WORKLOAD_NAME"),
+        Some(json!("istio-ingressgateway"))
+    );
+    assert_eq!(
+        pod["spec"]["securityContext"]["sysctls"][0]["name"],
+        "net.ipv4.ip_unprivileged_port_start"
+    );
+    let annotations = &pod["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/port"], "15020");
+    assert_eq!(annotations["istio.io/rev"], "default");
+    let status: Value = serde_json::from_str(
+        annotations["sidecar.istio.io/status"]
+            .as_str()
+            .expect("status"),
+    )
+    .expect("status JSON");
+    assert_eq!(status["initContainers"], Value::Null);
+    assert_eq!(status["containers"], json!(["istio-proxy"]));
+    assert_eq!(status["volumes"].as_array().map(Vec::len), Some(8));
+    let overrides = annotations["proxy.istio.io/overrides"]
+        .as_str()
+        .expect("overrides");
+    assert!(!overrides.contains("auto"), "{overrides}");
+    assert_eq!(
+        pod["metadata"]["labels"]["service.istio.io/canonical-name"],
+        "istio-ingressgateway"
+    );
 }

@@ -11,9 +11,9 @@ use injector::{deploy_meta_from_pod, Engine, InjectRequest, Mode};
 use injector::{ClusterState, PlatformArgs, ProxyConfigArgs};
 use injector::{ConfigArgs, NativeSidecars, Settings};
 use serde_json::{json, Value};
-use test_support::corpus::{inject_dir, read_inject, Case, Config};
+use test_support::corpus::{inject_dir, Case, Config};
 
-use crate::parity::{run_webhook, TempDir};
+use crate::parity::{run_webhook, template_cases, TempDir};
 
 /// An engine on the test environment's documents with `mesh` merged into the mesh, and `cluster`.
 fn engine(mesh: Value, cluster: ClusterState, dir: &Path) -> Engine {
@@ -394,29 +394,16 @@ fn openshift(namespaces: &str, dir: &Path) -> ClusterState {
 /// `hello-openshift` of `cases-templates.json`, webhook mode, with its `namespaces` as `--namespaces`.
 #[test]
 fn hello_openshift_case() {
-    let table: Value = serde_json::from_str(&read_inject("cases-templates.json").unwrap()).unwrap();
-    let c = table
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == json!("hello-openshift"))
+    let case = template_cases()
+        .into_iter()
+        .find(|c| c.name == "hello-openshift")
         .expect("case hello-openshift");
-    assert_eq!(c["env"], json!({"PLATFORM": "openshift"}));
-    assert_eq!(c["modes"], json!(["webhook"]));
-    let s = |k: &str| c[k].as_str().map(str::to_string);
-    let case = Case {
-        name: s("name").unwrap(),
-        input: s("input").unwrap(),
-        golden: s("golden"),
-        values: c["values"].clone(),
-        mesh: c["mesh"].clone(),
-        injector_config: c["injector_config"].clone(),
-        env: BTreeMap::from([("PLATFORM".to_string(), "openshift".to_string())]),
-        native_sidecars: s("native_sidecars").unwrap(),
-        modes: vec!["webhook".into()],
-        expected_error: None,
-        namespaces: Some(c["namespaces"].clone()),
-    };
+    assert_eq!(
+        case.env,
+        BTreeMap::from([("PLATFORM".to_string(), "openshift".to_string())])
+    );
+    assert_eq!(case.modes, ["webhook"]);
+    assert!(case.namespaces.is_some());
     run_webhook(&case).unwrap();
     // Without the platform, or without the namespaces, the proxy runs as 1337 and differs from the golden.
     let off = Case {

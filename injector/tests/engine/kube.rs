@@ -168,3 +168,57 @@ fn output_reads_back_identically() {
     let again = injector::yaml::to_string(&first[0]).expect("emit");
     assert_eq!(injector::yaml::parse(&again).expect("parse"), first[0]);
 }
+
+/// `grpc-simple` after post-processing (Istio's `grpc-simple.yaml.injected`): no `istio-proxy`, yet the app
+/// container is recorded as overridden, the Prometheus annotations are set, probes are left alone, and a
+/// user init container stays after the template's.
+#[test]
+fn grpc_simple_is_post_processed_as_istio_does() {
+    let input = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: grpc\nspec:\n  template:\n    metadata:\n      annotations:\n        inject.istio.io/templates: grpc-simple\n      labels:\n        app: grpc\n    spec:\n      initContainers:\n      - name: setup\n        image: busybox\n      containers:\n      - name: traffic\n        image: fake.docker.io/google-samples/traffic-go-gke:1.0\n        readinessProbe:\n          httpGet:\n            port: 80\n";
+    let out = inject_stream(&engine(), input).expect("inject");
+    let doc = &docs(&out.text)[0];
+    let pod = &doc["spec"]["template"];
+    let annotations = &pod["metadata"]["annotations"];
+    let status: Value = serde_json::from_str(
+        annotations["sidecar.istio.io/status"]
+            .as_str()
+            .expect("status"),
+    )
+    .expect("status JSON");
+    assert_eq!(
+        status,
+        json!({"initContainers": ["grpc-bootstrap-init"], "containers": ["traffic"],
+               "volumes": ["grpc-io-proxyless-bootstrap"], "imagePullSecrets": null,
+               "revision": "default"})
+    );
+    let overrides: Value = serde_json::from_str(
+        annotations["proxy.istio.io/overrides"]
+            .as_str()
+            .expect("overrides"),
+    )
+    .expect("overrides JSON");
+    assert_eq!(overrides["containers"][0]["name"], "traffic");
+    assert_eq!(annotations["prometheus.io/port"], "15020");
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(
+        annotations["sidecar.istio.io/rewriteAppHTTPProbers"],
+        "false"
+    );
+    assert!(annotations.get("istio.io/rev").is_none());
+    let inits: Vec<&str> = pod["spec"]["initContainers"]
+        .as_array()
+        .expect("inits")
+        .iter()
+        .map(|c| c["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(inits, ["grpc-bootstrap-init", "setup"]);
+    let traffic = &pod["spec"]["containers"][0];
+    assert_eq!(traffic["name"], "traffic");
+    assert_eq!(traffic["readinessProbe"], json!({"httpGet": {"port": 80}}));
+    assert_eq!(traffic["env"][0]["name"], "GRPC_XDS_BOOTSTRAP");
+    assert!(traffic["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .all(|e| e["name"] != "ISTIO_KUBE_APP_PROBERS"));
+}

@@ -1,5 +1,5 @@
-//! Istio parity: every case of `testdata/istio/inject/cases.json`, in kube-inject mode and (for cases
-//! whose `modes` include `webhook`) through `admission::handle`, with the patch applied by the
+//! Istio parity: every case of `testdata/istio/inject/cases.json` and `cases-templates.json`, in
+//! kube-inject mode and (for cases whose `modes` include `webhook`) through `admission::handle`, with the patch applied by the
 //! independent `json-patch` crate. Compared by the semantic-equality rule of that folder's README.
 
 use std::path::Path;
@@ -10,13 +10,17 @@ use injector::{ClusterState, PlatformArgs, ProxyConfigArgs};
 use injector::{ConfigArgs, NativeSidecars, Settings};
 use serde_json::{json, Value};
 pub use test_support::corpus::{inject_dir, Case};
-use test_support::corpus::{load_cases, read_inject};
+use test_support::corpus::{load_cases, load_template_cases, read_inject};
 use test_support::pods::{self, as_typed_pod, injectable_documents, strip_status, to_pod};
 use test_support::semantic::{compare_documents, diff};
 pub use test_support::TempDir;
 
 pub fn cases() -> Vec<Case> {
     load_cases().expect("cases.json")
+}
+
+pub fn template_cases() -> Vec<Case> {
+    load_template_cases().expect("cases-templates.json")
 }
 
 /// The three merged documents of a case, written to files, and the flags that name them.
@@ -191,9 +195,16 @@ pub fn run_webhook(case: &Case) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs every case of `mode` through `run`, prints a summary, and fails unless all `expected` cases pass.
-fn run_mode(mode: &str, expected: usize, run: fn(&Case) -> Result<(), String>) {
-    let results: Vec<_> = cases()
+/// Runs every case of `table` that runs in `mode` through `run`, prints a summary, and fails unless all
+/// `expected` cases pass.
+fn run_mode(
+    table: &str,
+    cases: &[Case],
+    mode: &str,
+    expected: usize,
+    run: fn(&Case) -> Result<(), String>,
+) {
+    let results: Vec<_> = cases
         .iter()
         .filter(|c| c.runs_in(mode))
         .map(|c| (c.name.clone(), run(c)))
@@ -201,11 +212,11 @@ fn run_mode(mode: &str, expected: usize, run: fn(&Case) -> Result<(), String>) {
     assert_eq!(
         results.len(),
         expected,
-        "cases.json has {expected} {mode} cases"
+        "{table} has {expected} {mode} cases"
     );
     let failed: Vec<_> = results.iter().filter(|(_, r)| r.is_err()).collect();
     println!(
-        "== parity {mode}: {}/{} passed",
+        "== parity {table} {mode}: {}/{} passed",
         results.len() - failed.len(),
         results.len()
     );
@@ -217,17 +228,35 @@ fn run_mode(mode: &str, expected: usize, run: fn(&Case) -> Result<(), String>) {
     }
     assert!(
         failed.is_empty(),
-        "{} {mode} parity cases failed (see the summary above)",
+        "{} {table} {mode} parity cases failed (see the summary above)",
         failed.len()
     );
 }
 
 #[test]
 fn parity_kube_inject() {
-    run_mode("kube-inject", 74, run_kube_inject);
+    run_mode("cases.json", &cases(), "kube-inject", 74, run_kube_inject);
 }
 
 #[test]
 fn parity_webhook() {
-    run_mode("webhook", 69, run_webhook);
+    run_mode("cases.json", &cases(), "webhook", 69, run_webhook);
+}
+
+#[test]
+fn parity_templates_kube_inject() {
+    let cases = template_cases();
+    run_mode(
+        "cases-templates.json",
+        &cases,
+        "kube-inject",
+        4,
+        run_kube_inject,
+    );
+}
+
+#[test]
+fn parity_templates_webhook() {
+    let cases = template_cases();
+    run_mode("cases-templates.json", &cases, "webhook", 5, run_webhook);
 }

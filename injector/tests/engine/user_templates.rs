@@ -5,42 +5,15 @@
 use std::process::Command;
 
 use serde_json::Value;
-use test_support::corpus::{json, read_inject, Case};
+use test_support::corpus::Case;
 
-use crate::parity::{case_args, run_kube_inject, run_webhook, TempDir};
+use crate::parity::{case_args, run_kube_inject, run_webhook, template_cases, TempDir};
 
 /// The cases of `cases-templates.json` that exercise user templates.
 fn user_template_cases() -> Vec<Case> {
-    let table = json(
-        &read_inject("cases-templates.json").expect("cases-templates.json"),
-        "cases-templates.json",
-    )
-    .expect("JSON");
-    let s = |c: &Value, k: &str| c.get(k).and_then(Value::as_str).map(str::to_string);
-    let cases: Vec<Case> = table
-        .as_array()
-        .expect("a list")
-        .iter()
-        .filter(|c| s(c, "feature").as_deref() == Some("templates/user"))
-        .map(|c| Case {
-            name: s(c, "name").expect("name"),
-            input: s(c, "input").expect("input"),
-            golden: s(c, "golden"),
-            values: c["values"].clone(),
-            mesh: c["mesh"].clone(),
-            injector_config: c["injector_config"].clone(),
-            env: Default::default(),
-            native_sidecars: s(c, "native_sidecars").expect("native_sidecars"),
-            modes: c["modes"]
-                .as_array()
-                .expect("modes")
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect(),
-            expected_error: s(c, "expected_error"),
-            namespaces: c.get("namespaces").filter(|v| !v.is_null()).cloned(),
-        })
+    let cases: Vec<Case> = template_cases()
+        .into_iter()
+        .filter(|c| c.feature == "templates/user")
         .collect();
     let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["custom-template", "sidecar-spire"]);

@@ -105,11 +105,13 @@ where
     panic!("timed out waiting for: {what}");
 }
 
-/// Every public case whose modes include `webhook`: the patched request object equals the golden pod.
-/// v1 reviews over HTTP/1.1 and v1beta1 reviews over HTTP/2, one server per distinct configuration.
+/// Every public case (`cases.json` and `cases-templates.json`) whose modes include `webhook`: the patched
+/// request object equals the golden pod. v1 reviews over HTTP/1.1 and v1beta1 reviews over HTTP/2, one
+/// server per distinct configuration.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn golden_cases_through_the_webhook() {
-    let all = corpus::load_cases().expect("cases.json");
+    let mut all = corpus::load_cases().expect("cases.json");
+    all.extend(corpus::load_template_cases().expect("cases-templates.json"));
     let webhook_cases: Vec<Case> = all.into_iter().filter(|c| c.runs_in("webhook")).collect();
     assert!(webhook_cases.len() >= 60, "corpus has the webhook cases");
     let mut groups: BTreeMap<String, Vec<Case>> = BTreeMap::new();
@@ -1197,6 +1199,58 @@ async fn path_parameters() {
 
 fn repo_dir() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// The `istio/gateway` Helm chart's pod (`examples/gateway.yaml`: `inject.istio.io/templates: gateway`,
+/// label `sidecar.istio.io/inject: "true"`, one `istio-proxy` with `image: auto`) through `injector serve`
+/// with the default configuration: allowed, and the placeholder becomes a router-mode gateway proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_chart_pod_through_serve() {
+    let f = fixture(Value::Null, Value::Null, &[]);
+    let text = std::fs::read_to_string(repo_dir().join("examples/gateway.yaml")).expect("example");
+    let docs = pods::injectable_documents(&text).expect("example YAML");
+    let pod = pods::as_typed_pod(pods::to_pod(&docs[0]).expect("pod"));
+    let mut conn = f.api.connect(Http::H1).await.expect("connect");
+    let id = uid(9001);
+    let answer = f
+        .api
+        .review(&mut conn, &pods::review("v1", &id, "istio-ingress", &pod))
+        .await
+        .expect("review");
+    let resp = &answer["response"];
+    assert_eq!(resp["uid"], json!(id));
+    assert_eq!(resp["allowed"], json!(true), "{answer}");
+    let patched = apply_patch(resp, &pod).expect("patch applies");
+    assert!(
+        patched.pointer("/spec/initContainers").is_none(),
+        "{patched}"
+    );
+    let containers = patched["spec"]["containers"]
+        .as_array()
+        .expect("containers");
+    assert_eq!(containers.len(), 1, "{patched}");
+    let proxy = &containers[0];
+    assert_eq!(proxy["name"], "istio-proxy");
+    assert_ne!(proxy["image"], "auto");
+    assert!(
+        proxy["image"]
+            .as_str()
+            .is_some_and(|i| i.contains("/proxyv2:")),
+        "{}",
+        proxy["image"]
+    );
+    assert_eq!(proxy["args"][1], "router");
+    assert!(proxy.get("restartPolicy").is_none());
+    assert_eq!(
+        patched["spec"]["securityContext"]["sysctls"][0]["name"],
+        "net.ipv4.ip_unprivileged_port_start"
+    );
+    let status = patched["metadata"]["annotations"]["sidecar.istio.io/status"]
+        .as_str()
+        .expect("status annotation");
+    let status: Value = serde_json::from_str(status).expect("status JSON");
+    assert_eq!(status["containers"], json!(["istio-proxy"]));
+    assert_eq!(status["initContainers"], Value::Null);
 }
 
 /// `kubectl kustomize deploy/` renders, every object parses with k8s-openapi types, and the manifests
