@@ -18,6 +18,7 @@
 
 // The subcommands' front ends and the YAML stream they read and write.
 pub mod certs;
+pub mod doctor;
 pub mod kube_inject;
 pub mod server;
 pub mod webhook_config;
