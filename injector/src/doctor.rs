@@ -587,6 +587,13 @@ fn check_chain(
                          signed by unknown authority (the certificate's issuer is {}, not a CA of the caBundle)",
                         info.issuer
                     ),
+                    // Go's x509 says the same when a CA of the issuer's name but another key is found.
+                    rustls::Error::InvalidCertificate(CertificateError::BadSignature) => format!(
+                        "the caBundle does not verify the serving certificate {source}: x509: certificate \
+                         signed by unknown authority (a CA named {} is in the caBundle, but it did not sign \
+                         this certificate: another key)",
+                        info.issuer
+                    ),
                     other => format!(
                         "the caBundle does not verify the serving certificate {source}: {other}"
                     ),
