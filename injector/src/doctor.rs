@@ -142,15 +142,23 @@ pub struct Finding {
 /// Everything doctor found, in check order.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// How many entries each configuration has (the text form names a whole configuration once).
+    #[serde(skip)]
+    pub sizes: BTreeMap<String, usize>,
     pub errors: usize,
     pub warnings: usize,
     pub findings: Vec<Finding>,
 }
 
 impl Report {
-    fn new(findings: Vec<Finding>) -> Report {
+    fn new(hooks: &[Hook], findings: Vec<Finding>) -> Report {
         let findings = merge(findings);
+        let mut sizes = BTreeMap::new();
+        for h in hooks {
+            *sizes.entry(h.config.clone()).or_insert(0) += 1;
+        }
         Report {
+            sizes,
             errors: findings.iter().filter(|f| f.level == Level::Error).count(),
             warnings: findings
                 .iter()
@@ -158,6 +166,23 @@ impl Report {
                 .count(),
             findings,
         }
+    }
+
+    /// `entries` with every configuration whose entries are all listed named once.
+    fn entries_text(&self, entries: &[String]) -> String {
+        let mut out: Vec<String> = Vec::new();
+        for (config, size) in &self.sizes {
+            let mine: Vec<&String> = entries
+                .iter()
+                .filter(|e| e.split_once('/').is_some_and(|(c, _)| c == config))
+                .collect();
+            if mine.len() == *size && *size > 1 {
+                out.push(format!("{config} (all {size} entries)"));
+            } else {
+                out.extend(mine.into_iter().cloned());
+            }
+        }
+        out.join(", ")
     }
 
     /// The human-readable form.
@@ -168,7 +193,7 @@ impl Report {
                 "{:<7} {}: {}\n",
                 f.level.as_str().to_uppercase(),
                 f.check,
-                f.entries.join(", ")
+                self.entries_text(&f.entries)
             ));
             out.push_str(&format!("  found: {}\n", f.found));
             if f.level != Level::Ok {
@@ -274,10 +299,12 @@ impl Hook {
         match self.service() {
             Some((name, ns, _)) => format!(
                 "injector certs --out-dir DIR --service {name} --namespace {ns} \
-                 (reuses DIR/ca.crt and ca.key) && kubectl -n {ns} apply -f DIR/secret.yaml"
+                 && kubectl -n {ns} apply -f DIR/secret.yaml  # reuses the CA in DIR (ca.crt, ca.key)"
             ),
-            None => "re-issue the serving certificate for the clientConfig.url host with the CA of the caBundle"
-                .to_string(),
+            None => format!(
+                "injector certs --out-dir DIR --san {}  # a certificate for the clientConfig.url host",
+                self.tls_name().unwrap_or_else(|| "HOST".to_string())
+            ),
         }
     }
 }
@@ -383,13 +410,13 @@ fn ca_bundle_fix(hooks: &[&Hook]) -> String {
                 .iter()
                 .map(|i| {
                     format!(
-                        "{{\"op\":\"replace\",\"path\":\"/webhooks/{i}/clientConfig/caBundle\",\"value\":\"'\"$(base64 -w0 < ca.crt)\"'\"}}"
+                        "{{\"op\":\"replace\",\"path\":\"/webhooks/{i}/clientConfig/caBundle\",\"value\":\"'\"$CA\"'\"}}"
                     )
                 })
                 .collect();
             format!(
-                "kubectl patch mutatingwebhookconfiguration {config} --type=json -p '[{}]' \
-                 (ca.crt: the CA that signed the serving certificate)",
+                "CA=$(base64 -w0 < ca.crt) && kubectl patch mutatingwebhookconfiguration {config} \
+                 --type=json -p '[{}]'  # ca.crt: the CA that signed the serving certificate",
                 ops.join(",")
             )
         })
@@ -1215,7 +1242,7 @@ fn endpoint_fix(h: &Hook, url: &Url, path: &str) -> String {
     match h.service() {
         Some((name, ns, _)) => format!(
             "kubectl -n {ns} get endpoints {name} && kubectl -n {ns} get pods -o wide && \
-             kubectl -n {ns} logs deploy/{name} --tail=50 (and from where doctor runs: {probe})"
+             kubectl -n {ns} logs deploy/{name} --tail=50; {probe}"
         ),
         None => probe,
     }
@@ -1248,7 +1275,11 @@ timeoutSeconds; with failurePolicy Fail those pods are rejected, with Ignore the
             hooks,
             format!("the server refused TLS 1.2 and 1.3: {e}"),
             WHY_TLS,
-            Some("serve TLS 1.2 or 1.3 (injector serve offers exactly these)".to_string()),
+            Some(format!(
+                "openssl s_client -connect {}:{} -tls1_2 </dev/null  # then configure TLS 1.2 or 1.3 \
+                 on the server (injector serve offers exactly these)",
+                url.host, url.port
+            )),
         ));
     }
     if !live.chain.is_empty() {
@@ -1280,10 +1311,11 @@ timeoutSeconds; with failurePolicy Fail those pods are rejected, with Ignore the
                      updated with a delay), or the server mounts another Secret",
                     Some(match h.service() {
                         Some((name, ns, _)) => format!(
-                            "kubectl -n {ns} get deploy {name} -o jsonpath='{{.spec.template.spec.volumes}}' \
-                             and compare the Secret it mounts"
+                            "kubectl -n {ns} get deploy {name} -o jsonpath='{{.spec.template.spec.volumes}}'  \
+                             # compare the Secret it mounts with --tls-cert"
                         ),
-                        None => "compare the Secret the server mounts with --tls-cert".to_string(),
+                        None => "diff <(openssl x509 -in TLS_CERT) <(openssl s_client -connect HOST:PORT </dev/null | openssl x509)"
+                            .to_string(),
                     }),
                 )
             });
@@ -1320,7 +1352,7 @@ timeoutSeconds; with failurePolicy Fail those pods are rejected, with Ignore the
                 "the API server rejects an answer that is not an AdmissionReview response for its \
                  request; a pod that must not be injected must be allowed unchanged",
                 Some(format!(
-                    "{} — look for uid {uid} in the log",
+                    "{}  # look for uid {uid} in the log",
                     endpoint_fix(h, url, path)
                 )),
             ),
@@ -1492,7 +1524,7 @@ pub fn diagnose(
         findings.push(check_lockout(h));
         findings.push(check_timeout(h));
     }
-    Ok(Report::new(findings))
+    Ok(Report::new(hooks, findings))
 }
 
 fn read(flag: &'static str, path: &Path) -> Result<String, DoctorError> {

@@ -227,6 +227,105 @@ fn a_ca_bundle_of_another_ca_is_an_error_naming_the_ca_bundle() {
     // The rest of the setup is fine: the name, the dates, the review.
     assert!(findings(&run, "error", "certificate-name").is_empty());
     assert!(!findings(&run, "ok", "review").is_empty());
+    // The fix, run where the served CA's ca.crt is, makes the configuration verify.
+    let fixed = apply_fix(
+        errs[0]["fix"].as_str().unwrap(),
+        &mwc,
+        &c.dir,
+        &dir.path().join("fixed.yaml"),
+    );
+    let run = doctor(&args(&fixed, Some(&c.cert), Some(server.https)));
+    assert_eq!(run.code, 0, "{:#}", run.report);
+}
+
+/// Runs a `kubectl patch mutatingwebhookconfiguration NAME ...` fix offline on `mwc` (`--local`) in
+/// `cwd`, writing the patched configuration to `out`.
+fn apply_fix(fix: &str, mwc: &Path, cwd: &Path, out: &Path) -> PathBuf {
+    let (prefix, rest) = fix
+        .split_once("kubectl patch mutatingwebhookconfiguration ")
+        .unwrap_or_else(|| panic!("not a kubectl patch: {fix}"));
+    let (_name, rest) = rest.split_once(' ').unwrap();
+    let command = format!(
+        "{prefix}{} patch --local -o json -f {} {rest}",
+        e2e::apiserver::kubectl().display(),
+        mwc.display()
+    );
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(&command)
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::write(out, &o.stdout).unwrap();
+    out.to_path_buf()
+}
+
+#[test]
+fn lock_out_and_timeout_findings_are_fixed_by_their_commands() {
+    let dir = TempDir::new("doctor-lockout");
+    let c = certs(&dir.path().join("certs"), &[]);
+    let generated = webhook_config(
+        &c.dir.join("ca.crt"),
+        &dir.path().join("mwc.yaml"),
+        &["--timeout-seconds", "20"],
+    );
+    // Istio's own selectors: without this project's exclusion of kube-system and its own namespace.
+    let mut mwc: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&generated).unwrap()).unwrap();
+    for w in mwc["webhooks"].as_array_mut().unwrap() {
+        w["namespaceSelector"]["matchExpressions"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|r| r["key"] != json!("kubernetes.io/metadata.name"));
+    }
+    mwc["webhooks"][1]["objectSelector"] = Value::Null;
+    let mut current = dir.path().join("step0.json");
+    std::fs::write(&current, mwc.to_string()).unwrap();
+    let run = doctor(&args(&current, None, None));
+    assert_eq!(run.code, 1, "{:#}", run.report);
+    // rev.object. without an objectSelector takes every pod of kube-system: an error; object. only the
+    // labelled ones: a warning; the namespace-label entries exclude them.
+    let errs = findings(&run, "error", "lock-out");
+    assert_eq!(errs.len(), 1, "{:#}", run.report);
+    assert_eq!(
+        errs[0]["entries"],
+        json!(["sidecar-injector/rev.object.sidecar-injector.istio.io"])
+    );
+    assert!(errs[0]["found"]
+        .as_str()
+        .unwrap()
+        .contains("every pod in kube-system and sidecar-injector"));
+    assert_eq!(
+        findings(&run, "warning", "lock-out").len(),
+        1,
+        "{:#}",
+        run.report
+    );
+    assert_eq!(
+        findings(&run, "warning", "timeout").len(),
+        4,
+        "{:#}",
+        run.report
+    );
+    let fixes: Vec<String> = run.report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["level"] != json!("ok"))
+        .map(|f| f["fix"].as_str().unwrap().to_string())
+        .collect();
+    for (i, fix) in fixes.iter().enumerate() {
+        let next = dir.path().join(format!("step{}.json", i + 1));
+        current = apply_fix(fix, &current, &c.dir, &next);
+    }
+    let run = doctor(&args(&current, None, None));
+    assert_eq!(run.code, 0, "{:#}", run.report);
+    assert_eq!(run.report["warnings"], json!(0), "{:#}", run.report);
 }
 
 #[test]
