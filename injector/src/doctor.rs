@@ -538,15 +538,23 @@ const WHY_EXPIRY: &str =
     "an expired serving certificate fails every TLS handshake from the API server; renew it \
 before it expires";
 
+/// What a serving chain is checked against: the caBundle's roots, the TLS name, for which entries.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    roots: Option<&'a RootCertStore>,
+    name: Option<&'a str>,
+    hooks: &'a [&'a Hook],
+    provider: &'a CryptoProvider,
+}
+
 /// The caBundle, name and validity checks of a serving chain (`source` says where it came from).
-fn check_chain(
-    source: &str,
-    roots: Option<&RootCertStore>,
-    chain: &[CertificateDer<'static>],
-    name: Option<&str>,
-    hooks: &[&Hook],
-    provider: &CryptoProvider,
-) -> Vec<Finding> {
+fn check_chain(source: &str, chain: &[CertificateDer<'static>], t: &Target<'_>) -> Vec<Finding> {
+    let Target {
+        roots,
+        name,
+        hooks,
+        provider,
+    } = *t;
     let mut out = Vec::new();
     let fix = hooks[0].reissue_fix();
     let Some(leaf) = chain.first() else {
@@ -1254,12 +1262,10 @@ fn check_live(
     url: &Url,
     path: &str,
     uid: &str,
-    roots: Option<&RootCertStore>,
-    name: Option<&str>,
     secret_chain: Option<&[CertificateDer<'static>]>,
-    hooks: &[&Hook],
-    provider: &CryptoProvider,
+    t: &Target<'_>,
 ) -> Vec<Finding> {
+    let hooks = t.hooks;
     const WHY_TLS: &str =
         "the API server speaks TLS 1.2 and 1.3 only; a server offering less cannot be \
 called at all";
@@ -1283,14 +1289,7 @@ timeoutSeconds; with failurePolicy Fail those pods are rejected, with Ignore the
         ));
     }
     if !live.chain.is_empty() {
-        out.extend(check_chain(
-            &source,
-            roots,
-            &live.chain,
-            name,
-            hooks,
-            provider,
-        ));
+        out.extend(check_chain(&source, &live.chain, t));
         if let Some(secret) = secret_chain {
             out.push(if secret.first() == live.chain.first() {
                 finding(
@@ -1469,16 +1468,15 @@ pub fn diagnose(
                 None
             }
         };
+        let target = Target {
+            roots: roots.as_ref(),
+            name: name.as_deref(),
+            hooks: &group,
+            provider: &provider,
+        };
         if let Some((path, chain)) = tls_cert {
             let source = format!("from --tls-cert {}", path.display());
-            findings.extend(check_chain(
-                &source,
-                roots.as_ref(),
-                chain,
-                name.as_deref(),
-                &group,
-                &provider,
-            ));
+            findings.extend(check_chain(&source, chain, &target));
         }
         if let (Some(url), Some(rt)) = (url, runtime.as_ref()) {
             let path = url
@@ -1512,11 +1510,8 @@ pub fn diagnose(
                 url,
                 &path,
                 &uid,
-                roots.as_ref(),
-                name.as_deref(),
                 tls_cert.map(|(_, c)| c),
-                &group,
-                &provider,
+                &target,
             ));
         }
     }
