@@ -12,7 +12,7 @@
 
 //! The public API is what the front ends and the tests need: the engine ([`Engine`], [`InjectRequest`],
 //! [`Mode`]), its configuration ([`Settings`], [`ConfigArgs`]), the admission entry points ([`Webhook`],
-//! [`handle`]), the workload of a pod, and one module per subcommand (`server`, `kube_inject`, `certs`,
+//! [`handle`]), the workload of a pod, and one module per subcommand (`server`, `kube_inject`, `certs`, `doctor`,
 //! `webhook_config`) plus `yaml`, the YAML stream reader and writer they share. Everything else is
 //! crate-private.
 
