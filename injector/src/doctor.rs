@@ -1515,6 +1515,10 @@ pub fn diagnose(
             ));
         }
     }
+    if let Some(rt) = runtime {
+        // A name lookup still running on the blocking pool after a timeout must not delay the exit.
+        rt.shutdown_background();
+    }
     for h in hooks {
         findings.push(check_lockout(h));
         findings.push(check_timeout(h));

@@ -456,3 +456,33 @@ fn a_stopped_or_silent_server_is_an_error_within_the_timeout() {
     assert!(run.elapsed < Duration::from_secs(6), "{:?}", run.elapsed);
     drop(silent);
 }
+
+#[test]
+fn a_server_below_tls_1_2_is_a_tls_version_error() {
+    let dir = TempDir::new("doctor-tls10");
+    let c = certs(&dir.path().join("certs"), &[]);
+    // Answers every ClientHello as a TLS 1.0-only server does: a fatal protocol_version alert.
+    let old = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = old.local_addr().unwrap();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut conn in old.incoming().flatten() {
+            let mut buf = [0u8; 512];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(&[0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x46]);
+        }
+    });
+    let run = doctor(&args(
+        &c.dir.join("mutatingwebhookconfiguration.yaml"),
+        None,
+        Some(addr),
+    ));
+    assert_eq!(run.code, 1);
+    let errs = findings(&run, "error", "tls-version");
+    assert_eq!(errs.len(), 1, "{:#}", run.report);
+    assert!(errs[0]["found"]
+        .as_str()
+        .unwrap()
+        .contains("refused TLS 1.2 and 1.3"));
+    assert!(findings(&run, "ok", "review").is_empty());
+}
