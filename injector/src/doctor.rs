@@ -1714,6 +1714,95 @@ mod tests {
             .contains("/webhooks/0/clientConfig/caBundle"));
     }
 
+    /// A CA and a leaf for `names` valid from `from` to `until` days from now, as (roots, chain).
+    fn chain(
+        names: &[&str],
+        from: i64,
+        until: i64,
+    ) -> (RootCertStore, Vec<CertificateDer<'static>>) {
+        let now = time::OffsetDateTime::now_utc();
+        let ca_key = rcgen::KeyPair::generate().expect("key");
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.not_before = now - time::Duration::days(400);
+        ca.not_after = now + time::Duration::days(400);
+        let ca_cert = ca.self_signed(&ca_key).expect("ca");
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut leaf =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .expect("params");
+        leaf.not_before = now + time::Duration::days(from);
+        leaf.not_after = now + time::Duration::days(until);
+        let cert = leaf.signed_by(&key, &issuer).expect("leaf");
+        let mut roots = RootCertStore::empty();
+        roots.add(ca_cert.der().clone()).expect("root");
+        (roots, vec![cert.der().clone()])
+    }
+
+    fn chain_findings(names: &[&str], from: i64, until: i64) -> Vec<Finding> {
+        let (roots, chain) = chain(names, from, until);
+        let h = hook(json!({"clientConfig": svc()}));
+        let provider = tls::crypto_provider();
+        let hooks = [&h];
+        let t = Target {
+            roots: Some(&roots),
+            name: Some("sidecar-injector.istio-system.svc"),
+            hooks: &hooks,
+            provider: &provider,
+        };
+        check_chain("from test", &chain, &t)
+    }
+
+    fn level_of(findings: &[Finding], check: &str) -> Level {
+        findings
+            .iter()
+            .find(|f| f.check == check)
+            .unwrap_or_else(|| panic!("no {check} in {findings:?}"))
+            .level
+    }
+
+    #[test]
+    fn expiry_is_ok_a_warning_within_30_days_and_an_error_once_past() {
+        let name = ["sidecar-injector.istio-system.svc"];
+        let f = chain_findings(&name, -1, 365);
+        assert_eq!(level_of(&f, "certificate-expiry"), Level::Ok);
+        assert_eq!(level_of(&f, "certificate-authority"), Level::Ok);
+        assert_eq!(level_of(&f, "certificate-name"), Level::Ok);
+        let f = chain_findings(&name, -1, 10);
+        assert_eq!(level_of(&f, "certificate-expiry"), Level::Warning);
+        assert!(f
+            .iter()
+            .any(|f| f.found.contains("expires in 9 day(s)")
+                || f.found.contains("expires in 10 day(s)")));
+        let f = chain_findings(&name, -60, -1);
+        assert_eq!(level_of(&f, "certificate-expiry"), Level::Error);
+        // The chain is still the caBundle's: only the dates are wrong.
+        assert_eq!(level_of(&f, "certificate-authority"), Level::Ok);
+        let f = chain_findings(&name, 2, 30);
+        assert_eq!(level_of(&f, "certificate-expiry"), Level::Error);
+    }
+
+    #[test]
+    fn a_certificate_for_other_names_is_a_name_error_and_wildcards_count() {
+        let f = chain_findings(&["other.istio-system.svc"], -1, 365);
+        let n = f
+            .iter()
+            .find(|f| f.check == "certificate-name")
+            .expect("name");
+        assert_eq!(n.level, Level::Error);
+        assert!(n
+            .found
+            .contains("[other.istio-system.svc], not for sidecar-injector.istio-system.svc"));
+        assert!(n
+            .fix
+            .as_deref()
+            .expect("fix")
+            .contains("--service sidecar-injector --namespace istio-system"));
+        let f = chain_findings(&["*.istio-system.svc"], -1, 365);
+        assert_eq!(level_of(&f, "certificate-name"), Level::Ok);
+    }
+
     #[test]
     fn urls_parse_and_bad_ones_are_refused() {
         assert_eq!(
