@@ -13,12 +13,13 @@
 //! The public API is what the front ends and the tests need: the engine ([`Engine`], [`InjectRequest`],
 //! [`Mode`]), its configuration ([`Settings`], [`ConfigArgs`]) and cluster state ([`ClusterState`]: ProxyConfig
 //! resources and OpenShift Namespaces), the admission entry points ([`Webhook`],
-//! [`handle`]), the workload of a pod, and one module per subcommand (`server`, `kube_inject`, `certs`,
+//! [`handle`]), the workload of a pod, and one module per subcommand (`server`, `kube_inject`, `certs`, `doctor`,
 //! `webhook_config`) plus `yaml`, the YAML stream reader and writer they share. Everything else is
 //! crate-private.
 
 // The subcommands' front ends and the YAML stream they read and write.
 pub mod certs;
+pub mod doctor;
 pub mod kube_inject;
 pub mod server;
 pub mod webhook_config;

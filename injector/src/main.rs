@@ -31,6 +31,8 @@ enum Command {
     Certs(injector::certs::Args),
     /// Print the MutatingWebhookConfigurations Istio's charts would register for this injector.
     WebhookConfig(injector::webhook_config::CommandArgs),
+    /// Check a deployed webhook: caBundle, serving certificate, TLS, a sample review, lock-out risks.
+    Doctor(injector::doctor::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,5 +42,6 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => injector::server::run(args),
         Command::Certs(args) => injector::certs::run(args),
         Command::WebhookConfig(args) => injector::webhook_config::run(args),
+        Command::Doctor(args) => std::process::exit(i32::from(!injector::doctor::run(args)?)),
     }
 }

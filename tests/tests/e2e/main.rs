@@ -1,5 +1,6 @@
 //! One integration-test binary for the whole end-to-end suite (short link times).
 
+mod doctor;
 mod iptables;
 mod iptables_parity;
 mod modules;
