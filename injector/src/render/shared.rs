@@ -13,6 +13,8 @@ use crate::pod::{
     BOOTSTRAP_OVERRIDE_ANNOTATION, COMPONENT_LOG_LEVEL_ANNOTATION, LOG_LEVEL_ANNOTATION,
     PROXY_CONTAINER, PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_ANNOTATION,
     PROXY_IMAGE_TYPE_ANNOTATION, PROXY_MEMORY_ANNOTATION, PROXY_MEMORY_LIMIT_ANNOTATION,
+    READINESS_FAILURE_THRESHOLD_ANNOTATION, READINESS_INITIAL_DELAY_ANNOTATION,
+    READINESS_PERIOD_ANNOTATION,
 };
 
 /// One env entry of a template's container.
@@ -210,6 +212,27 @@ pub(crate) fn int_setting(
         },
     })?;
     Ok((n != 0).then_some(n))
+}
+
+/// The proxy's readiness probe timings, from the pod's annotations, else the values.
+pub(crate) fn readiness(inp: &Inputs<'_>) -> Result<Readiness, RenderError> {
+    Ok(Readiness {
+        initial_delay_seconds: int_setting(
+            inp,
+            READINESS_INITIAL_DELAY_ANNOTATION,
+            "global.proxy.readinessInitialDelaySeconds",
+        )?,
+        period_seconds: int_setting(
+            inp,
+            READINESS_PERIOD_ANNOTATION,
+            "global.proxy.readinessPeriodSeconds",
+        )?,
+        failure_threshold: int_setting(
+            inp,
+            READINESS_FAILURE_THRESHOLD_ANNOTATION,
+            "global.proxy.readinessFailureThreshold",
+        )?,
+    })
 }
 /// The proxy's image; its type also comes from the ProxyConfig, unlike the init container's.
 pub(crate) fn proxy_image<'a>(inp: &Inputs<'a>) -> Cow<'a, str> {
