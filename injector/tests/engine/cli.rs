@@ -29,6 +29,16 @@ fn kube_inject_cmd(case_name: &str, dir: &TempDir) -> Command {
     cmd
 }
 
+/// Runs the injector expecting it to fail; its stderr as text and its stdout.
+fn failure(cmd: &mut Command) -> (String, Vec<u8>) {
+    let out = cmd.output().expect("run injector");
+    assert!(!out.status.success(), "{cmd:?} should fail");
+    (
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.stdout,
+    )
+}
+
 #[test]
 fn binary_injects_from_file_and_stdin() {
     let dir = TempDir::new("cli");
@@ -70,19 +80,17 @@ fn binary_injects_from_file_and_stdin() {
 fn binary_fails_on_bad_annotation_naming_the_document() {
     let dir = TempDir::new("cli-err");
     let input = inject_dir().join("traffic-annotations-bad-excludeipranges.yaml");
-    let out = kube_inject_cmd("traffic-annotations-bad-excludeipranges", &dir)
-        .arg("-f")
-        .arg(&input)
-        .output()
-        .expect("run injector");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (stderr, stdout) = failure(
+        kube_inject_cmd("traffic-annotations-bad-excludeipranges", &dir)
+            .arg("-f")
+            .arg(&input),
+    );
     assert!(
         stderr.to_lowercase().contains("excludeipranges"),
         "{stderr}"
     );
     assert!(stderr.contains("document 0"), "{stderr}");
-    assert!(out.stdout.is_empty(), "nothing is half-written");
+    assert!(stdout.is_empty(), "nothing is half-written");
 }
 
 #[test]
@@ -90,15 +98,13 @@ fn binary_rejects_invalid_config_naming_file_and_key() {
     let dir = TempDir::new("cli-cfg");
     let values = dir.path().join("values.yaml");
     std::fs::write(&values, "global:\n  proxy:\n    statusPort: notaport\n").expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_injector"))
-        .args(["kube-inject", "-f"])
-        .arg(inject_dir().join("hello.yaml"))
-        .arg("--values")
-        .arg(&values)
-        .output()
-        .expect("run injector");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (stderr, _) = failure(
+        Command::new(env!("CARGO_BIN_EXE_injector"))
+            .args(["kube-inject", "-f"])
+            .arg(inject_dir().join("hello.yaml"))
+            .arg("--values")
+            .arg(&values),
+    );
     assert!(
         stderr.contains("values.yaml")
             && stderr.contains("global.proxy.statusPort")
