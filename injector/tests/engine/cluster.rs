@@ -477,15 +477,20 @@ fn openshift_clears_a_proxy_uid_equal_to_the_apps() {
         "resource": {"group": "", "version": "v1", "resource": "pods"},
         "namespace": "test-ns", "operation": "CREATE", "object": pod}});
     let body = serde_json::to_vec(&review).unwrap();
-    let outcome = injector::Webhook::new(Default::default()).handle(&e, 0, &body, "/inject");
-    let resp: Value = serde_json::from_slice(&outcome.response).unwrap();
+    // The webhook's answer for `pod` and the pod its patch makes.
+    let admit = |e: &Engine| {
+        let outcome = injector::Webhook::new(Default::default()).handle(e, 0, &body, "/inject");
+        let resp: Value = serde_json::from_slice(&outcome.response).unwrap();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(resp["response"]["patch"].as_str().unwrap())
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        let mut got = pod.clone();
+        json_patch::patch(&mut got, &patch).unwrap();
+        (resp, got)
+    };
+    let (resp, got) = admit(&e);
     assert_eq!(resp["response"]["allowed"], json!(true), "{resp}");
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(resp["response"]["patch"].as_str().unwrap())
-        .unwrap();
-    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
-    let mut got = pod.clone();
-    json_patch::patch(&mut got, &patch).unwrap();
     let proxy = container(&got, "istio-proxy");
     assert_eq!(
         proxy["securityContext"]["runAsUser"],
@@ -503,14 +508,7 @@ fn openshift_clears_a_proxy_uid_equal_to_the_apps() {
         ClusterState::default(),
         &dir.path().join("cfg"),
     );
-    let outcome = injector::Webhook::new(Default::default()).handle(&plain, 0, &body, "/inject");
-    let resp: Value = serde_json::from_slice(&outcome.response).unwrap();
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(resp["response"]["patch"].as_str().unwrap())
-        .unwrap();
-    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
-    let mut got = pod.clone();
-    json_patch::patch(&mut got, &patch).unwrap();
+    let (_, got) = admit(&plain);
     assert_eq!(
         container(&got, "istio-proxy")["securityContext"]["runAsUser"],
         json!(1000620000)
