@@ -329,21 +329,19 @@ pub(crate) struct PodMeta<'a> {
 
 impl<'a> PodMeta<'a> {
     pub(crate) fn build(inp: &Inputs<'a>, app_containers: &[&'a str]) -> PodMeta<'a> {
-        let canonical_name = [
+        // The first non-empty of the labels, in Istio's order of precedence.
+        let first_label = |keys: [&str; 3]| keys.iter().find_map(|k| non_empty(inp.label(k)));
+        let canonical_name = first_label([
             "service.istio.io/canonical-name",
             "app.kubernetes.io/name",
             "app",
-        ]
-        .iter()
-        .find_map(|k| non_empty(inp.label(k)))
+        ])
         .unwrap_or(inp.data.deploy_name);
-        let canonical_revision = [
+        let canonical_revision = first_label([
             "service.istio.io/canonical-revision",
             "app.kubernetes.io/version",
             "version",
-        ]
-        .iter()
-        .find_map(|k| non_empty(inp.label(k)))
+        ])
         .unwrap_or("latest");
         let revision = non_empty(Some(inp.data.revision)).unwrap_or("default");
         let first_app = app_containers.first().copied();
