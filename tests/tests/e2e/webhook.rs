@@ -105,6 +105,14 @@ where
     panic!("timed out waiting for: {what}");
 }
 
+/// Waits (up to 10 s) until the injector's metric `sample` reaches `at_least`; `what` names the wait.
+async fn wait_for_metric(server: &Injector, what: &str, sample: &str, at_least: f64) {
+    wait_until(what, Duration::from_secs(10), || async {
+        server.metric(sample).await.unwrap_or(0.0) >= at_least
+    })
+    .await;
+}
+
 /// Every public case (`cases.json` and `cases-templates.json`) whose modes include `webhook`: the patched
 /// request object equals the golden pod. v1 reviews over HTTP/1.1 and v1beta1 reviews over HTTP/2, one
 /// server per distinct configuration.
@@ -614,26 +622,20 @@ async fn certificate_hot_reload() {
     // Broken: a key that is not the certificate's, then garbage. The old pair stays.
     let ca_key = std::fs::read(f.certs.dir.join("ca.key")).unwrap();
     std::fs::write(&f.certs.key, &ca_key).unwrap();
-    wait_until(
+    wait_for_metric(
+        &f.server,
         "mismatched key counted",
-        Duration::from_secs(10),
-        || async {
-            f.server
-                .metric("injector_cert_reloads_total{result=\"failure\"}")
-                .await
-                .unwrap_or(0.0)
-                >= 1.0
-        },
+        "injector_cert_reloads_total{result=\"failure\"}",
+        1.0,
     )
     .await;
     std::fs::write(&f.certs.cert, b"-----BEGIN CERTIFICATE-----\ngarbage\n").unwrap();
-    wait_until("garbage counted", Duration::from_secs(10), || async {
-        f.server
-            .metric("injector_cert_reloads_total{result=\"failure\"}")
-            .await
-            .unwrap_or(0.0)
-            >= 2.0
-    })
+    wait_for_metric(
+        &f.server,
+        "garbage counted",
+        "injector_cert_reloads_total{result=\"failure\"}",
+        2.0,
+    )
     .await;
     assert_eq!(
         f.api.peer_certificates().await.unwrap()[0].as_ref(),
@@ -736,16 +738,11 @@ async fn config_hot_reload() {
 
     // Broken values: refused and counted; injection goes on with the last good configuration.
     std::fs::write(&f.cfg.values, b"{\"global\": {\"tag\": ").unwrap();
-    wait_until(
+    wait_for_metric(
+        &f.server,
         "invalid config counted",
-        Duration::from_secs(10),
-        || async {
-            f.server
-                .metric("injector_config_reloads_total{result=\"failure\"}")
-                .await
-                .unwrap_or(0.0)
-                >= 1.0
-        },
+        "injector_config_reloads_total{result=\"failure\"}",
+        1.0,
     )
     .await;
     let after = injected_images(&f.api, "after").await;
@@ -784,16 +781,11 @@ async fn user_template_refused_at_reload_keeps_the_old_configuration() {
     Config::with(&Value::Null, &Value::Null, &config(bad))
         .and_then(|c| c.write(&f.dir.path().join("cfg")))
         .unwrap();
-    wait_until(
+    wait_for_metric(
+        &f.server,
         "refused user template counted",
-        Duration::from_secs(10),
-        || async {
-            f.server
-                .metric("injector_config_reloads_total{result=\"failure\"}")
-                .await
-                .unwrap_or(0.0)
-                >= 1.0
-        },
+        "injector_config_reloads_total{result=\"failure\"}",
+        1.0,
     )
     .await;
     let log = f.server.log();
@@ -1627,16 +1619,11 @@ async fn webhook_proxy_configs_reload() {
         proxy_config_resource("apps", 4).replace("concurrency: 4", "concurrency: many"),
     )
     .unwrap();
-    wait_until(
+    wait_for_metric(
+        &f.server,
         "invalid resources counted",
-        Duration::from_secs(10),
-        || async {
-            f.server
-                .metric("injector_config_reloads_total{result=\"failure\"}")
-                .await
-                .unwrap_or(0.0)
-                >= 1.0
-        },
+        "injector_config_reloads_total{result=\"failure\"}",
+        1.0,
     )
     .await;
     assert_eq!(
