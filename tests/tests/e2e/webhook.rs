@@ -273,14 +273,17 @@ async fn raw_tls(
         .unwrap()
 }
 
+/// The answer to a v1 review of `pod` over a new HTTP/1.1 connection.
+async fn review_v1(api: &ApiServer, uid: &str, namespace: &str, pod: &Value) -> Value {
+    let mut conn = api.connect(Http::H1).await.expect("connect");
+    api.review(&mut conn, &pods::review("v1", uid, namespace, pod))
+        .await
+        .unwrap_or_else(|e| panic!("review {uid}: {e:#}"))
+}
+
 async fn assert_still_injects(f: &Fixture, tag: &str) {
     let pod = hello_pod();
-    let mut conn = f.api.connect(Http::H1).await.expect("connect");
-    let answer = f
-        .api
-        .review(&mut conn, &pods::review("v1", tag, "default", &pod))
-        .await
-        .unwrap_or_else(|e| panic!("after {tag}: {e:#}"));
+    let answer = review_v1(&f.api, tag, "default", &pod).await;
     assert_eq!(answer["response"]["uid"], json!(tag), "after {tag}");
     assert_eq!(
         answer["response"]["allowed"],
@@ -656,11 +659,7 @@ fn images(pod: &Value) -> Vec<String> {
 
 async fn injected_images(api: &ApiServer, tag: &str) -> Vec<String> {
     let pod = hello_pod();
-    let mut conn = api.connect(Http::H1).await.unwrap();
-    let a = api
-        .review(&mut conn, &pods::review("v1", tag, "default", &pod))
-        .await
-        .unwrap();
+    let a = review_v1(api, tag, "default", &pod).await;
     images(&apply_patch(&a["response"], &pod).unwrap())
 }
 
@@ -753,11 +752,7 @@ async fn config_hot_reload() {
 /// The labels of the hello pod as the webhook injects it.
 async fn injected_labels(api: &ApiServer, tag: &str) -> Value {
     let pod = hello_pod();
-    let mut conn = api.connect(Http::H1).await.unwrap();
-    let a = api
-        .review(&mut conn, &pods::review("v1", tag, "default", &pod))
-        .await
-        .unwrap();
+    let a = review_v1(api, tag, "default", &pod).await;
     apply_patch(&a["response"], &pod).unwrap()["metadata"]["labels"].clone()
 }
 
@@ -1562,11 +1557,7 @@ fn proxy_container(pod: &Value) -> Value {
 async fn served_proxy_config(api: &ApiServer, tag: &str, namespace: &str) -> Value {
     let mut pod = hello_pod();
     pod["metadata"]["namespace"] = json!(namespace);
-    let mut conn = api.connect(Http::H1).await.unwrap();
-    let a = api
-        .review(&mut conn, &pods::review("v1", tag, namespace, &pod))
-        .await
-        .unwrap();
+    let a = review_v1(api, tag, namespace, &pod).await;
     assert_eq!(a["response"]["allowed"], json!(true), "{a}");
     let proxy = proxy_container(&apply_patch(&a["response"], &pod).unwrap());
     let env = proxy["env"].as_array().unwrap();
@@ -1658,23 +1649,15 @@ async fn webhook_openshift_proxy_ids() {
     for (namespace, want) in [("apps", 1_000_629_999), ("broken", 1337), ("missing", 1337)] {
         let mut pod = hello_pod();
         pod["metadata"]["namespace"] = json!(namespace);
-        let mut conn = f.api.connect(Http::H1).await.unwrap();
-        let a = f
-            .api
-            .review(&mut conn, &pods::review("v1", namespace, namespace, &pod))
-            .await
-            .unwrap();
+        let a = review_v1(&f.api, namespace, namespace, &pod).await;
         assert_eq!(a["response"]["allowed"], json!(true), "{namespace}: {a}");
         let proxy = proxy_container(&apply_patch(&a["response"], &pod).unwrap());
-        assert_eq!(
-            proxy["securityContext"]["runAsUser"],
-            json!(want),
-            "{namespace}"
-        );
-        assert_eq!(
-            proxy["securityContext"]["runAsGroup"],
-            json!(want),
-            "{namespace}"
-        );
+        for id in ["runAsUser", "runAsGroup"] {
+            assert_eq!(
+                proxy["securityContext"][id],
+                json!(want),
+                "{namespace} {id}"
+            );
+        }
     }
 }
