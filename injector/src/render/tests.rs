@@ -172,6 +172,16 @@ fn normalize(v: &Value, under_resources: bool) -> Value {
     }
 }
 
+/// The rendered pod's `istio-proxy` as a native sidecar (in `initContainers`).
+fn native_proxy(r: &Value) -> &Value {
+    container(&r["spec"]["initContainers"], "istio-proxy").expect("istio-proxy in initContainers")
+}
+
+/// The rendered pod's `istio-init`.
+fn init_container(r: &Value) -> &Value {
+    container(&r["spec"]["initContainers"], "istio-init").expect("istio-init in initContainers")
+}
+
 fn container<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
     list.as_array()?.iter().find(|c| c["name"] == name)
 }
@@ -419,9 +429,9 @@ fn modes_of_spec_3_9() {
 
     // TPROXY: proxy runs as root with NET_ADMIN, `-m TPROXY -u 1337`.
     let (r, _) = render_case("hello-tproxy");
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     assert_eq!(init["args"][8], "TPROXY");
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(proxy["securityContext"]["runAsUser"], 0);
     assert_eq!(
         proxy["securityContext"]["capabilities"]["add"],
@@ -482,7 +492,7 @@ fn hold_application_non_native_gets_post_start_wait() {
     // Native ignores hold: the drain hook stays.
     case.native = true;
     let r = case.render(&hello_doc()).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(
         proxy["lifecycle"]["preStop"]["exec"]["command"][2],
         "--debug-port=15020"
@@ -522,7 +532,7 @@ fn traffic_annotations_build_iptables_args() {
         "sidecar.istio.io/agentLogLevel": "default:debug",
     }));
     let r = case.render(&doc).unwrap();
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     // Istio's default list with status port 0 dropped from the inbound excludes, then the annotations' flags.
     assert_eq!(
         init["args"],
@@ -542,7 +552,7 @@ fn traffic_annotations_build_iptables_args() {
         ))
     );
     // Status port 0: no proxy probes, drain on port 0.
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert!(proxy.get("readinessProbe").is_none() && proxy.get("startupProbe").is_none());
     assert_eq!(
         proxy["lifecycle"]["preStop"]["exec"]["command"][2],
@@ -577,7 +587,7 @@ fn hostile_annotation_text_stays_inside_its_value() {
         "sidecar.istio.io/proxyImage": format!("a/{nasty}"),
     }));
     let r = case.render(&doc).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(proxy["args"][4], format!("--proxyLogLevel={nasty}"));
     assert_eq!(proxy["image"], format!("a/{nasty}"));
     let vol = r["spec"]["volumes"]
@@ -587,7 +597,7 @@ fn hostile_annotation_text_stays_inside_its_value() {
         .find(|v| v["name"] == "custom-bootstrap-volume")
         .unwrap();
     assert_eq!(vol["configMap"]["name"], nasty);
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     assert_eq!(init["image"], format!("a/{nasty}"));
     assert_eq!(r["spec"]["initContainers"].as_array().unwrap().len(), 2);
 }
@@ -597,7 +607,7 @@ fn resources_from_annotations_replace_values() {
     let case = Case::default_env();
     let doc = hello_with(json!({"sidecar.istio.io/proxyCPU": "4000m"}));
     let r = case.render(&doc).unwrap();
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     assert_eq!(init["resources"], json!({"requests": {"cpu": "4000m"}}));
 }
 
@@ -610,7 +620,7 @@ fn image_type_and_user_volumes() {
         "sidecar.istio.io/userVolumeMount": "{\"a\":{\"mountPath\":\"/a\"}}",
     }));
     let r = case.render(&doc).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(
         proxy["image"],
         "registry.istio.io/testing/proxyv2:latest-distroless"
@@ -684,7 +694,7 @@ fn security_contexts_for_cap_net_bind_and_iptables_trace() {
     let case = Case::default_env();
     let doc = hello_with(json!({"sidecar.istio.io/capNetBindService": "true"}));
     let r = case.render(&doc).unwrap();
-    let sc = &container(&r["spec"]["initContainers"], "istio-proxy").unwrap()["securityContext"];
+    let sc = &native_proxy(&r)["securityContext"];
     assert_eq!(
         sc["capabilities"],
         json!({"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]})
@@ -697,12 +707,12 @@ fn security_contexts_for_cap_net_bind_and_iptables_trace() {
     let mut case = Case::default_env();
     case.mesh["defaultConfig"]["proxyMetadata"] = json!({"IPTABLES_TRACE_LOGGING": "true"});
     let r = case.render(&hello_doc()).unwrap();
-    let sc = &container(&r["spec"]["initContainers"], "istio-proxy").unwrap()["securityContext"];
+    let sc = &native_proxy(&r)["securityContext"];
     assert_eq!(sc["privileged"], true);
     assert_eq!(sc["allowPrivilegeEscalation"], true);
     assert_eq!(sc["capabilities"]["add"], json!(["NET_ADMIN"]));
     assert_eq!(sc["runAsUser"], 0);
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     assert_eq!(
         init["env"],
         json!([{"name": "IPTABLES_TRACE_LOGGING", "value": "true"}])
@@ -745,7 +755,7 @@ fn values_switches_for_volumes_and_certificates() {
         vols[9]["secret"],
         json!({"optional": true, "secretName": "istio.sa1"})
     );
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     let mounts = &proxy["volumeMounts"];
     assert_eq!(
         mounts[2],
@@ -761,7 +771,7 @@ fn values_switches_for_volumes_and_certificates() {
     case.values["global"]["pilotCertProvider"] = json!("kubernetes");
     let r = case.render(&hello_doc()).unwrap();
     assert!(!names(&r["spec"]["volumes"]).contains(&"istiod-ca-cert"));
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert!(!names(&proxy["volumeMounts"]).contains(&"istio-ca-crl"));
     assert_eq!(
         env_value(proxy, "PILOT_CERT_PROVIDER"),
@@ -780,7 +790,7 @@ fn bootstrap_override_lightstep_and_datadog() {
     let vols = names(&r["spec"]["volumes"]);
     assert_eq!(vols[3], "custom-bootstrap-volume");
     assert_eq!(vols.last(), Some(&"lightstep-certs"));
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(
         env_value(proxy, "ISTIO_BOOTSTRAP_OVERRIDE"),
         Some(&json!("/etc/istio/custom-bootstrap/custom_bootstrap.json"))
@@ -800,7 +810,7 @@ fn bootstrap_override_lightstep_and_datadog() {
         json!({"apm.datadoghq.com/env": "{\"DD_SERVICE\":\"svc\",\"DD_ENV\":\"prod\"}"}),
     );
     let r = case.render(&doc).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     let env = names(&proxy["env"]);
     let i = env.iter().position(|n| *n == "DD_ENV").unwrap();
     assert_eq!(env[i + 1], "DD_SERVICE");
@@ -823,7 +833,7 @@ fn env_from_mesh_values_and_process() {
     doc["metadata"]["namespace"] = json!("ns1");
     doc["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/version"] = json!("v2");
     let r = case.render(&doc).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     let env = names(&proxy["env"]);
     assert_eq!(env[0], "REWRITE_PROBE_LEGACY_LOCALHOST_DESTINATION");
     assert_env(
@@ -862,7 +872,7 @@ fn values_lifecycle_and_optional_args() {
     case.values["global"]["imagePullPolicy"] = json!("IfNotPresent");
     case.values["global"]["proxy"]["includeOutboundPorts"] = json!("5000");
     let r = case.render(&hello_doc()).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(
         proxy["lifecycle"]["preStop"]["exec"]["command"],
         json!(["sleep", "5"])
@@ -874,7 +884,7 @@ fn values_lifecycle_and_optional_args() {
         "--outlierLogPath=/dev/stdout"
     ]));
     assert_eq!(proxy["imagePullPolicy"], "IfNotPresent");
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     let args = args_of(init);
     assert!(args.ends_with(&[
         "-q",
@@ -956,13 +966,13 @@ fn init_image_name_from_values_and_zero_status_port() {
     case.values["global"]["variant"] = json!("distroless");
     let doc = hello_with(json!({"status.sidecar.istio.io/port": "0"}));
     let r = case.render(&doc).unwrap();
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     assert_eq!(
         init["image"],
         "registry.istio.io/testing/proxyInitTest:latest-distroless"
     );
     assert_eq!(init["args"][16], "15090,15021");
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(
         proxy["image"],
         "registry.istio.io/testing/proxyv2:latest-distroless"
@@ -999,15 +1009,15 @@ fn values_resources_omit_nil() {
         "requests": {"cpu": null, "memory": null},
     });
     let r = case.render(&hello_doc()).unwrap();
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     assert_eq!(init["resources"], json!({"limits": {"memory": "500Mi"}}));
     case.values["global"]["proxy"]["resources"] = json!({"requests": {"cpu": "0"}});
     let r = case.render(&hello_doc()).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(proxy["resources"], json!({"requests": {"cpu": "0"}}));
     case.values["global"]["proxy"]["resources"] = json!({"requests": {}});
     let r = case.render(&hello_doc()).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert!(proxy.get("resources").is_none());
 }
 
@@ -1020,7 +1030,7 @@ fn pod_ports_in_go_field_order() {
         {"containerPort": 90, "hostPort": 9090, "hostIP": "1.2.3.4"}
     ]);
     let r = case.render(&doc).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(
         env_value(proxy, "ISTIO_META_POD_PORTS"),
         Some(&json!("[\n    {\"name\":\"dns\",\"containerPort\":53,\"protocol\":\"UDP\"}\n    ,{\"hostPort\":9090,\"containerPort\":90,\"hostIP\":\"1.2.3.4\"}\n]"))
