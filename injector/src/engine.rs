@@ -372,12 +372,7 @@ impl Engine {
             .filter(|c| !c.is_empty())
             .or_else(|| self.values_cluster.clone())
             .unwrap_or_default();
-        let network = req
-            .pod
-            .field("metadata")
-            .and_then(|m| m.field("labels"))
-            .and_then(|l| l.field("topology.istio.io/network"))
-            .and_then(Value::as_str)
+        let network = pod::label(req.pod, pod::NETWORK_LABEL)
             .map(str::to_string)
             .filter(|n| !n.is_empty())
             .or_else(|| {
@@ -480,7 +475,13 @@ fn apply_template(
             t
         }
     };
-    if native_move && has_container(current, "initContainers", "istio-proxy") {
+    if native_move
+        && pod::find_named(
+            pod::containers(current, "initContainers"),
+            pod::PROXY_CONTAINER,
+        )
+        .is_some()
+    {
         move_proxy_to_init(merged);
     }
     // In place, moving the rendered parts: no copy of the pod per template.
@@ -588,16 +589,6 @@ fn template_skeleton(rendered: &Value) -> Skeleton {
     }
 }
 
-fn has_container(pod: &Value, list: &str, name: &str) -> bool {
-    pod.field("spec")
-        .and_then(|s| s.field(list))
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.field("name").and_then(Value::as_str) == Some(name))
-        })
-}
-
 /// Native move (Istio's `inject.go` `RunTemplate`): a user `istio-proxy` in `containers` follows the proxy into
 /// `initContainers` (appended at the end) before the template is merged.
 fn move_proxy_to_init(pod: &mut Value) {
@@ -609,7 +600,7 @@ fn move_proxy_to_init(pod: &mut Value) {
     };
     let Some(idx) = containers
         .iter()
-        .position(|c| c.field("name").and_then(Value::as_str) == Some("istio-proxy"))
+        .position(|c| pod::name_of(c) == pod::PROXY_CONTAINER)
     else {
         return;
     };

@@ -216,21 +216,11 @@ impl Metrics {
     }
 
     pub fn config_reload(&self, result: ReloadResult) {
-        self.config_reloads
-            .get_or_create(&vec![("result", result.label())])
-            .inc();
-        if result == ReloadResult::Success {
-            self.config_last_success.set(unix_now());
-        }
+        count_reload(&self.config_reloads, &self.config_last_success, result);
     }
 
     pub fn cert_reload(&self, result: ReloadResult) {
-        self.cert_reloads
-            .get_or_create(&vec![("result", result.label())])
-            .inc();
-        if result == ReloadResult::Success {
-            self.cert_last_success.set(unix_now());
-        }
+        count_reload(&self.cert_reloads, &self.cert_last_success, result);
     }
 
     /// The OpenMetrics text exposition.
@@ -242,6 +232,20 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+/// Counts one reload by result; a success also stamps its time.
+fn count_reload(
+    reloads: &Family<Labels, Counter>,
+    last_success: &Gauge<f64, AtomicU64>,
+    result: ReloadResult,
+) {
+    reloads
+        .get_or_create(&vec![("result", result.label())])
+        .inc();
+    if result == ReloadResult::Success {
+        last_success.set(unix_now());
     }
 }
 

@@ -494,6 +494,10 @@ mod tests {
             .args
     }
 
+    /// A revision with two tags, one of them `default`: three configurations.
+    const CANARY_PROD_DEFAULT: [&str; 6] =
+        ["--revision", "canary", "--tag", "prod", "--tag", "default"];
+
     fn configs(flags: &[&str]) -> Vec<MutatingWebhookConfiguration> {
         args(flags)
             .configurations(None)
@@ -638,26 +642,26 @@ mod tests {
 
     #[test]
     fn one_configuration_per_tag_labelled_and_calling_this_injector() {
-        let c = configs(&[
-            "--revision",
-            "canary",
-            "--tag",
-            "prod",
-            "--tag",
-            "default",
-            "--service",
-            "inj",
-            "--namespace",
-            "mesh",
-            "--path",
-            "/inject/cluster/c1/net/n1",
-            "--port",
-            "8443",
-            "--reinvocation-policy",
-            "if-needed",
-            "--timeout-seconds",
-            "5",
-        ]);
+        let c = configs(
+            &[
+                &CANARY_PROD_DEFAULT[..],
+                &[
+                    "--service",
+                    "inj",
+                    "--namespace",
+                    "mesh",
+                    "--path",
+                    "/inject/cluster/c1/net/n1",
+                    "--port",
+                    "8443",
+                    "--reinvocation-policy",
+                    "if-needed",
+                    "--timeout-seconds",
+                    "5",
+                ],
+            ]
+            .concat(),
+        );
         let got: Vec<_> = c
             .iter()
             .map(|c| {
@@ -728,16 +732,7 @@ mod tests {
     fn kube_system_and_the_own_namespace_are_never_selected() {
         let all = [
             configs(&["--enable-namespaces-by-default", "--namespace", "mesh"]),
-            configs(&[
-                "--revision",
-                "canary",
-                "--tag",
-                "prod",
-                "--tag",
-                "default",
-                "--namespace",
-                "mesh",
-            ]),
+            configs(&[&CANARY_PROD_DEFAULT[..], &["--namespace", "mesh"]].concat()),
         ];
         let ns_labels = [
             vec![],

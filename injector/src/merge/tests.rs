@@ -73,20 +73,19 @@ fn env_interleave_keeps_leading_server_item() {
         "env": [{"name": "PILOT_CERT_PROVIDER", "value": "new"}, {"name": "CA_ADDR", "value": "new"},
                 {"name": "ISTIO_CPU_LIMIT", "value": "new"}, {"name": "PROXY_CONFIG", "value": "new"},
                 {"name": "TRUST_DOMAIN", "value": "new"}]}]}});
+    // both ways the server-only ISTIO_CPU_LIMIT lands after CA_ADDR, its neighbour in the template
+    let merged = [
+        "JWT_POLICY",
+        "PILOT_CERT_PROVIDER",
+        "CA_ADDR",
+        "ISTIO_CPU_LIMIT",
+        "PROXY_CONFIG",
+        "TRUST_DOMAIN",
+        "ISTIO_KUBE_APP_PROBERS",
+    ];
     let out = strategic_merge_pod(&pod, &patch).unwrap();
     let got = &out["spec"]["containers"][0]["env"];
-    assert_eq!(
-        names(got),
-        [
-            "JWT_POLICY",
-            "PILOT_CERT_PROVIDER",
-            "CA_ADDR",
-            "ISTIO_CPU_LIMIT",
-            "PROXY_CONFIG",
-            "TRUST_DOMAIN",
-            "ISTIO_KUBE_APP_PROBERS"
-        ]
-    );
+    assert_eq!(names(got), merged);
     assert_eq!(got[1]["value"], "new");
     assert_eq!(got[0]["value"], "old");
 
@@ -94,18 +93,7 @@ fn env_interleave_keeps_leading_server_item() {
     let overlay = json!({"spec": {"containers": [{"name": "istio-proxy",
         "env": env(&["JWT_POLICY", "PILOT_CERT_PROVIDER", "CA_ADDR", "PROXY_CONFIG", "TRUST_DOMAIN", "ISTIO_KUBE_APP_PROBERS"])}]}});
     let again = strategic_merge_pod(&out, &overlay).unwrap();
-    assert_eq!(
-        names(&again["spec"]["containers"][0]["env"]),
-        [
-            "JWT_POLICY",
-            "PILOT_CERT_PROVIDER",
-            "CA_ADDR",
-            "ISTIO_CPU_LIMIT",
-            "PROXY_CONFIG",
-            "TRUST_DOMAIN",
-            "ISTIO_KUBE_APP_PROBERS"
-        ]
-    );
+    assert_eq!(names(&again["spec"]["containers"][0]["env"]), merged);
     assert_eq!(again["spec"]["containers"][0]["env"][1]["value"], "old");
 }
 

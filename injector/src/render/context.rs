@@ -9,8 +9,8 @@ use serde_json::{Map, Value};
 
 use super::init_args::{self, exclude_inbound, optional_setting, setting};
 use super::shared::{
-    self, container_image, env, env_static, int_setting, named_objects, non_empty, pod_ports,
-    proxy_image, resource_env, resources, Env, EnvSource, IstioVolumes, PodMeta, Readiness,
+    self, container_image, env, env_static, named_objects, non_empty, pod_ports, proxy_image,
+    resource_env, resources, Env, EnvSource, IstioVolumes, PodMeta, Readiness,
 };
 use super::{sprint, Inputs, RenderError};
 use crate::goconv::{self, template_truthy};
@@ -20,9 +20,8 @@ use crate::pod::{
     EXCLUDE_OUTBOUND_PORTS_ANNOTATION, INCLUDE_INBOUND_PORTS_ANNOTATION,
     INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, INCLUDE_OUTBOUND_PORTS_ANNOTATION, INIT_CONTAINER,
     INTERCEPTION_MODE_ANNOTATION, KUBEVIRT_INTERFACES_ANNOTATION, PROXY_IMAGE_TYPE_ANNOTATION,
-    READINESS_FAILURE_THRESHOLD_ANNOTATION, READINESS_INITIAL_DELAY_ANNOTATION,
-    READINESS_PERIOD_ANNOTATION, REROUTE_VIRTUAL_INTERFACES_ANNOTATION, USER_VOLUME_ANNOTATION,
-    USER_VOLUME_MOUNT_ANNOTATION, VALIDATION_CONTAINER,
+    REROUTE_VIRTUAL_INTERFACES_ANNOTATION, USER_VOLUME_ANNOTATION, USER_VOLUME_MOUNT_ANNOTATION,
+    VALIDATION_CONTAINER,
 };
 
 /// The default `sidecar` template with its context.
@@ -349,23 +348,7 @@ fn proxy_probes(inp: &Inputs<'_>) -> Result<(Option<i64>, Option<Readiness>), Re
     } else {
         None
     };
-    let readiness = Readiness {
-        initial_delay_seconds: int_setting(
-            inp,
-            READINESS_INITIAL_DELAY_ANNOTATION,
-            "global.proxy.readinessInitialDelaySeconds",
-        )?,
-        period_seconds: int_setting(
-            inp,
-            READINESS_PERIOD_ANNOTATION,
-            "global.proxy.readinessPeriodSeconds",
-        )?,
-        failure_threshold: int_setting(
-            inp,
-            READINESS_FAILURE_THRESHOLD_ANNOTATION,
-            "global.proxy.readinessFailureThreshold",
-        )?,
-    };
+    let readiness = shared::readiness(inp)?;
     Ok((startup.filter(|n| *n != 0), Some(readiness)))
 }
 

@@ -8,14 +8,11 @@ use askama::Template;
 use serde_json::Value;
 
 use super::shared::{
-    self, env, env_static, int_setting, named_objects, non_empty, pod_ports, proxy_image,
-    resources, Env, EnvSource, IstioVolumes, PodMeta, Readiness,
+    self, env, env_static, named_objects, non_empty, pod_ports, proxy_image, resources, Env,
+    EnvSource, IstioVolumes, PodMeta, Readiness,
 };
 use super::{Inputs, RenderError};
-use crate::pod::{
-    self, READINESS_FAILURE_THRESHOLD_ANNOTATION, READINESS_INITIAL_DELAY_ANNOTATION,
-    READINESS_PERIOD_ANNOTATION, USER_VOLUME_ANNOTATION, USER_VOLUME_MOUNT_ANNOTATION,
-};
+use crate::pod::{self, USER_VOLUME_ANNOTATION, USER_VOLUME_MOUNT_ANNOTATION};
 
 #[derive(Template)]
 #[template(path = "grpc-agent.json", escape = "none")]
@@ -65,23 +62,7 @@ impl<'a> GrpcAgent<'a> {
             }));
         }
         let readiness = if status_port {
-            Some(Readiness {
-                initial_delay_seconds: int_setting(
-                    inp,
-                    READINESS_INITIAL_DELAY_ANNOTATION,
-                    "global.proxy.readinessInitialDelaySeconds",
-                )?,
-                period_seconds: int_setting(
-                    inp,
-                    READINESS_PERIOD_ANNOTATION,
-                    "global.proxy.readinessPeriodSeconds",
-                )?,
-                failure_threshold: int_setting(
-                    inp,
-                    READINESS_FAILURE_THRESHOLD_ANNOTATION,
-                    "global.proxy.readinessFailureThreshold",
-                )?,
-            })
+            Some(shared::readiness(inp)?)
         } else {
             None
         };

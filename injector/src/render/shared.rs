@@ -13,6 +13,8 @@ use crate::pod::{
     BOOTSTRAP_OVERRIDE_ANNOTATION, COMPONENT_LOG_LEVEL_ANNOTATION, LOG_LEVEL_ANNOTATION,
     PROXY_CONTAINER, PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_ANNOTATION,
     PROXY_IMAGE_TYPE_ANNOTATION, PROXY_MEMORY_ANNOTATION, PROXY_MEMORY_LIMIT_ANNOTATION,
+    READINESS_FAILURE_THRESHOLD_ANNOTATION, READINESS_INITIAL_DELAY_ANNOTATION,
+    READINESS_PERIOD_ANNOTATION,
 };
 
 /// One env entry of a template's container.
@@ -211,6 +213,27 @@ pub(crate) fn int_setting(
     })?;
     Ok((n != 0).then_some(n))
 }
+
+/// The proxy's readiness probe timings, from the pod's annotations, else the values.
+pub(crate) fn readiness(inp: &Inputs<'_>) -> Result<Readiness, RenderError> {
+    Ok(Readiness {
+        initial_delay_seconds: int_setting(
+            inp,
+            READINESS_INITIAL_DELAY_ANNOTATION,
+            "global.proxy.readinessInitialDelaySeconds",
+        )?,
+        period_seconds: int_setting(
+            inp,
+            READINESS_PERIOD_ANNOTATION,
+            "global.proxy.readinessPeriodSeconds",
+        )?,
+        failure_threshold: int_setting(
+            inp,
+            READINESS_FAILURE_THRESHOLD_ANNOTATION,
+            "global.proxy.readinessFailureThreshold",
+        )?,
+    })
+}
 /// The proxy's image; its type also comes from the ProxyConfig, unlike the init container's.
 pub(crate) fn proxy_image<'a>(inp: &Inputs<'a>) -> Cow<'a, str> {
     let pc_image_type = inp
@@ -306,21 +329,19 @@ pub(crate) struct PodMeta<'a> {
 
 impl<'a> PodMeta<'a> {
     pub(crate) fn build(inp: &Inputs<'a>, app_containers: &[&'a str]) -> PodMeta<'a> {
-        let canonical_name = [
+        // The first non-empty of the labels, in Istio's order of precedence.
+        let first_label = |keys: [&str; 3]| keys.iter().find_map(|k| non_empty(inp.label(k)));
+        let canonical_name = first_label([
             "service.istio.io/canonical-name",
             "app.kubernetes.io/name",
             "app",
-        ]
-        .iter()
-        .find_map(|k| non_empty(inp.label(k)))
+        ])
         .unwrap_or(inp.data.deploy_name);
-        let canonical_revision = [
+        let canonical_revision = first_label([
             "service.istio.io/canonical-revision",
             "app.kubernetes.io/version",
             "version",
-        ]
-        .iter()
-        .find_map(|k| non_empty(inp.label(k)))
+        ])
         .unwrap_or("latest");
         let revision = non_empty(Some(inp.data.revision)).unwrap_or("default");
         let first_app = app_containers.first().copied();

@@ -172,6 +172,16 @@ fn normalize(v: &Value, under_resources: bool) -> Value {
     }
 }
 
+/// The rendered pod's `istio-proxy` as a native sidecar (in `initContainers`).
+fn native_proxy(r: &Value) -> &Value {
+    container(&r["spec"]["initContainers"], "istio-proxy").expect("istio-proxy in initContainers")
+}
+
+/// The rendered pod's `istio-init`.
+fn init_container(r: &Value) -> &Value {
+    container(&r["spec"]["initContainers"], "istio-init").expect("istio-init in initContainers")
+}
+
 fn container<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
     list.as_array()?.iter().find(|c| c["name"] == name)
 }
@@ -419,9 +429,9 @@ fn modes_of_spec_3_9() {
 
     // TPROXY: proxy runs as root with NET_ADMIN, `-m TPROXY -u 1337`.
     let (r, _) = render_case("hello-tproxy");
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     assert_eq!(init["args"][8], "TPROXY");
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(proxy["securityContext"]["runAsUser"], 0);
     assert_eq!(
         proxy["securityContext"]["capabilities"]["add"],
@@ -449,14 +459,16 @@ fn with_annotations(doc: &Value, annotations: Value) -> Value {
     d
 }
 
+/// `hello.yaml`'s Deployment with `annotations` on its pod template.
+fn hello_with(annotations: Value) -> Value {
+    with_annotations(&hello_doc(), annotations)
+}
+
 #[test]
 fn interception_none_non_native_has_no_init_container() {
     let mut case = Case::default_env();
     case.native = false;
-    let doc = with_annotations(
-        &hello_doc(),
-        json!({"sidecar.istio.io/interceptionMode": "NONE"}),
-    );
+    let doc = hello_with(json!({"sidecar.istio.io/interceptionMode": "NONE"}));
     let r = case.render(&doc).unwrap();
     assert!(r["spec"]["initContainers"].is_null(), "{}", r["spec"]);
     let proxy = container(&r["spec"]["containers"], "istio-proxy").unwrap();
@@ -480,7 +492,7 @@ fn hold_application_non_native_gets_post_start_wait() {
     // Native ignores hold: the drain hook stays.
     case.native = true;
     let r = case.render(&hello_doc()).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(
         proxy["lifecycle"]["preStop"]["exec"]["command"][2],
         "--debug-port=15020"
@@ -497,10 +509,7 @@ fn native_sidecar_annotation_follows_the_template_rule() {
         ("False", true),
         ("", false),
     ] {
-        let doc = with_annotations(
-            &hello_doc(),
-            json!({"sidecar.istio.io/nativeSidecar": value}),
-        );
+        let doc = hello_with(json!({"sidecar.istio.io/nativeSidecar": value}));
         let r = case.render(&doc).unwrap();
         assert_eq!(
             container(&r["spec"]["initContainers"], "istio-proxy").is_some(),
@@ -513,20 +522,17 @@ fn native_sidecar_annotation_follows_the_template_rule() {
 #[test]
 fn traffic_annotations_build_iptables_args() {
     let case = Case::default_env();
-    let doc = with_annotations(
-        &hello_doc(),
-        json!({
-            "traffic.sidecar.istio.io/includeOutboundPorts": "80,443",
-            "traffic.sidecar.istio.io/excludeOutboundPorts": "9000",
-            "traffic.sidecar.istio.io/kubevirtInterfaces": "net9",
-            "istio.io/reroute-virtual-interfaces": "net1,net2",
-            "traffic.sidecar.istio.io/excludeInterfaces": "eth1",
-            "status.sidecar.istio.io/port": "0",
-            "sidecar.istio.io/agentLogLevel": "default:debug",
-        }),
-    );
+    let doc = hello_with(json!({
+        "traffic.sidecar.istio.io/includeOutboundPorts": "80,443",
+        "traffic.sidecar.istio.io/excludeOutboundPorts": "9000",
+        "traffic.sidecar.istio.io/kubevirtInterfaces": "net9",
+        "istio.io/reroute-virtual-interfaces": "net1,net2",
+        "traffic.sidecar.istio.io/excludeInterfaces": "eth1",
+        "status.sidecar.istio.io/port": "0",
+        "sidecar.istio.io/agentLogLevel": "default:debug",
+    }));
     let r = case.render(&doc).unwrap();
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     // Istio's default list with status port 0 dropped from the inbound excludes, then the annotations' flags.
     assert_eq!(
         init["args"],
@@ -546,7 +552,7 @@ fn traffic_annotations_build_iptables_args() {
         ))
     );
     // Status port 0: no proxy probes, drain on port 0.
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert!(proxy.get("readinessProbe").is_none() && proxy.get("startupProbe").is_none());
     assert_eq!(
         proxy["lifecycle"]["preStop"]["exec"]["command"][2],
@@ -558,10 +564,8 @@ fn traffic_annotations_build_iptables_args() {
 fn unvalidated_or_hostile_argument_values_are_rejected() {
     let case = Case::default_env();
     // includeOutboundPorts is not validated by Istio; here it must still be a port list.
-    let doc = with_annotations(
-        &hello_doc(),
-        json!({"traffic.sidecar.istio.io/includeOutboundPorts": "80 --run-validation"}),
-    );
+    let doc =
+        hello_with(json!({"traffic.sidecar.istio.io/includeOutboundPorts": "80 --run-validation"}));
     let err = case.render(&doc).unwrap_err().to_string();
     assert!(
         err.contains("traffic.sidecar.istio.io/includeOutboundPorts"),
@@ -577,16 +581,13 @@ fn unvalidated_or_hostile_argument_values_are_rejected() {
 fn hostile_annotation_text_stays_inside_its_value() {
     let case = Case::default_env();
     let nasty = "x\"\n  injected: true\n- name: evil\u{7f}\u{85}\u{2028}'{{";
-    let doc = with_annotations(
-        &hello_doc(),
-        json!({
-            "sidecar.istio.io/logLevel": nasty,
-            "sidecar.istio.io/bootstrapOverride": nasty,
-            "sidecar.istio.io/proxyImage": format!("a/{nasty}"),
-        }),
-    );
+    let doc = hello_with(json!({
+        "sidecar.istio.io/logLevel": nasty,
+        "sidecar.istio.io/bootstrapOverride": nasty,
+        "sidecar.istio.io/proxyImage": format!("a/{nasty}"),
+    }));
     let r = case.render(&doc).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(proxy["args"][4], format!("--proxyLogLevel={nasty}"));
     assert_eq!(proxy["image"], format!("a/{nasty}"));
     let vol = r["spec"]["volumes"]
@@ -596,7 +597,7 @@ fn hostile_annotation_text_stays_inside_its_value() {
         .find(|v| v["name"] == "custom-bootstrap-volume")
         .unwrap();
     assert_eq!(vol["configMap"]["name"], nasty);
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     assert_eq!(init["image"], format!("a/{nasty}"));
     assert_eq!(r["spec"]["initContainers"].as_array().unwrap().len(), 2);
 }
@@ -604,25 +605,22 @@ fn hostile_annotation_text_stays_inside_its_value() {
 #[test]
 fn resources_from_annotations_replace_values() {
     let case = Case::default_env();
-    let doc = with_annotations(&hello_doc(), json!({"sidecar.istio.io/proxyCPU": "4000m"}));
+    let doc = hello_with(json!({"sidecar.istio.io/proxyCPU": "4000m"}));
     let r = case.render(&doc).unwrap();
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     assert_eq!(init["resources"], json!({"requests": {"cpu": "4000m"}}));
 }
 
 #[test]
 fn image_type_and_user_volumes() {
     let case = Case::default_env();
-    let doc = with_annotations(
-        &hello_doc(),
-        json!({
-            "sidecar.istio.io/proxyImageType": "distroless",
-            "sidecar.istio.io/userVolume": "{\"b\":{\"emptyDir\":{}},\"a\":{\"secret\":{\"secretName\":\"s\"}}}",
-            "sidecar.istio.io/userVolumeMount": "{\"a\":{\"mountPath\":\"/a\"}}",
-        }),
-    );
+    let doc = hello_with(json!({
+        "sidecar.istio.io/proxyImageType": "distroless",
+        "sidecar.istio.io/userVolume": "{\"b\":{\"emptyDir\":{}},\"a\":{\"secret\":{\"secretName\":\"s\"}}}",
+        "sidecar.istio.io/userVolumeMount": "{\"a\":{\"mountPath\":\"/a\"}}",
+    }));
     let r = case.render(&doc).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(
         proxy["image"],
         "registry.istio.io/testing/proxyv2:latest-distroless"
@@ -638,10 +636,7 @@ fn image_type_and_user_volumes() {
         proxy["volumeMounts"].as_array().unwrap().last().unwrap(),
         &json!({"name": "a", "mountPath": "/a"})
     );
-    let bad = with_annotations(
-        &hello_doc(),
-        json!({"sidecar.istio.io/userVolume": "{oops"}),
-    );
+    let bad = hello_with(json!({"sidecar.istio.io/userVolume": "{oops"}));
     let err = case.render(&bad).unwrap_err().to_string();
     assert!(err.contains("sidecar.istio.io/userVolume"), "{err}");
 }
@@ -681,6 +676,13 @@ fn env_value<'a>(c: &'a Value, name: &str) -> Option<&'a Value> {
         .map(|e| e.get("value").unwrap_or(&Value::Null))
 }
 
+/// Asserts the literal value of each named env entry of container `c`.
+fn assert_env(c: &Value, want: &[(&str, &str)]) {
+    for (name, value) in want {
+        assert_eq!(env_value(c, name), Some(&json!(value)), "{name}");
+    }
+}
+
 fn names(list: &Value) -> Vec<&str> {
     list.as_array()
         .map(|a| a.iter().filter_map(|v| v["name"].as_str()).collect())
@@ -690,12 +692,9 @@ fn names(list: &Value) -> Vec<&str> {
 #[test]
 fn security_contexts_for_cap_net_bind_and_iptables_trace() {
     let case = Case::default_env();
-    let doc = with_annotations(
-        &hello_doc(),
-        json!({"sidecar.istio.io/capNetBindService": "true"}),
-    );
+    let doc = hello_with(json!({"sidecar.istio.io/capNetBindService": "true"}));
     let r = case.render(&doc).unwrap();
-    let sc = &container(&r["spec"]["initContainers"], "istio-proxy").unwrap()["securityContext"];
+    let sc = &native_proxy(&r)["securityContext"];
     assert_eq!(
         sc["capabilities"],
         json!({"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]})
@@ -708,12 +707,12 @@ fn security_contexts_for_cap_net_bind_and_iptables_trace() {
     let mut case = Case::default_env();
     case.mesh["defaultConfig"]["proxyMetadata"] = json!({"IPTABLES_TRACE_LOGGING": "true"});
     let r = case.render(&hello_doc()).unwrap();
-    let sc = &container(&r["spec"]["initContainers"], "istio-proxy").unwrap()["securityContext"];
+    let sc = &native_proxy(&r)["securityContext"];
     assert_eq!(sc["privileged"], true);
     assert_eq!(sc["allowPrivilegeEscalation"], true);
     assert_eq!(sc["capabilities"]["add"], json!(["NET_ADMIN"]));
     assert_eq!(sc["runAsUser"], 0);
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     assert_eq!(
         init["env"],
         json!([{"name": "IPTABLES_TRACE_LOGGING", "value": "true"}])
@@ -756,7 +755,7 @@ fn values_switches_for_volumes_and_certificates() {
         vols[9]["secret"],
         json!({"optional": true, "secretName": "istio.sa1"})
     );
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     let mounts = &proxy["volumeMounts"];
     assert_eq!(
         mounts[2],
@@ -772,7 +771,7 @@ fn values_switches_for_volumes_and_certificates() {
     case.values["global"]["pilotCertProvider"] = json!("kubernetes");
     let r = case.render(&hello_doc()).unwrap();
     assert!(!names(&r["spec"]["volumes"]).contains(&"istiod-ca-cert"));
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert!(!names(&proxy["volumeMounts"]).contains(&"istio-ca-crl"));
     assert_eq!(
         env_value(proxy, "PILOT_CERT_PROVIDER"),
@@ -786,15 +785,12 @@ fn bootstrap_override_lightstep_and_datadog() {
     case.values["global"]["proxy"]["tracer"] = json!("lightstep");
     case.mesh["defaultConfig"]["tracing"] =
         json!({"tlsSettings": {"caCertificates": "/etc/lightstep/cacert.pem"}});
-    let doc = with_annotations(
-        &hello_doc(),
-        json!({"sidecar.istio.io/bootstrapOverride": "my-bootstrap"}),
-    );
+    let doc = hello_with(json!({"sidecar.istio.io/bootstrapOverride": "my-bootstrap"}));
     let r = case.render(&doc).unwrap();
     let vols = names(&r["spec"]["volumes"]);
     assert_eq!(vols[3], "custom-bootstrap-volume");
     assert_eq!(vols.last(), Some(&"lightstep-certs"));
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(
         env_value(proxy, "ISTIO_BOOTSTRAP_OVERRIDE"),
         Some(&json!("/etc/istio/custom-bootstrap/custom_bootstrap.json"))
@@ -810,12 +806,11 @@ fn bootstrap_override_lightstep_and_datadog() {
 
     let mut case = Case::default_env();
     case.values["global"]["proxy"]["tracer"] = json!("datadog");
-    let doc = with_annotations(
-        &hello_doc(),
+    let doc = hello_with(
         json!({"apm.datadoghq.com/env": "{\"DD_SERVICE\":\"svc\",\"DD_ENV\":\"prod\"}"}),
     );
     let r = case.render(&doc).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     let env = names(&proxy["env"]);
     let i = env.iter().position(|n| *n == "DD_ENV").unwrap();
     assert_eq!(env[i + 1], "DD_SERVICE");
@@ -838,33 +833,25 @@ fn env_from_mesh_values_and_process() {
     doc["metadata"]["namespace"] = json!("ns1");
     doc["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/version"] = json!("v2");
     let r = case.render(&doc).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     let env = names(&proxy["env"]);
     assert_eq!(env[0], "REWRITE_PROBE_LEGACY_LOCALHOST_DESTINATION");
-    assert_eq!(
-        env_value(proxy, "CA_ADDR"),
-        Some(&json!("istiod-canary.istio-system.svc:15012"))
-    );
-    assert_eq!(
-        env_value(proxy, "ISTIO_META_CLUSTER_ID"),
-        Some(&json!("c1"))
-    );
-    assert_eq!(
-        env_value(proxy, "ISTIO_META_MESH_ID"),
-        Some(&json!("mesh1"))
-    );
-    assert_eq!(env_value(proxy, "GODEBUG"), Some(&json!("fips140=only")));
-    assert_eq!(
-        env_value(proxy, "ISTIO_META_OWNER"),
-        Some(&json!(
-            "kubernetes://apis/apps/v1/namespaces/ns1/deployments/hello"
-        ))
-    );
-    assert_eq!(
-        env_value(proxy, "OTEL_RESOURCE_ATTRIBUTES"),
-        Some(&json!(
-            "service.namespace=ns1,service.version=v2,service.instance.id=ns1.$(POD_NAME).hello"
-        ))
+    assert_env(
+        proxy,
+        &[
+            ("CA_ADDR", "istiod-canary.istio-system.svc:15012"),
+            ("ISTIO_META_CLUSTER_ID", "c1"),
+            ("ISTIO_META_MESH_ID", "mesh1"),
+            ("GODEBUG", "fips140=only"),
+            (
+                "ISTIO_META_OWNER",
+                "kubernetes://apis/apps/v1/namespaces/ns1/deployments/hello",
+            ),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "service.namespace=ns1,service.version=v2,service.instance.id=ns1.$(POD_NAME).hello",
+            ),
+        ],
     );
     assert_eq!(
         r["metadata"]["labels"]["service.istio.io/canonical-revision"],
@@ -885,7 +872,7 @@ fn values_lifecycle_and_optional_args() {
     case.values["global"]["imagePullPolicy"] = json!("IfNotPresent");
     case.values["global"]["proxy"]["includeOutboundPorts"] = json!("5000");
     let r = case.render(&hello_doc()).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(
         proxy["lifecycle"]["preStop"]["exec"]["command"],
         json!(["sleep", "5"])
@@ -897,7 +884,7 @@ fn values_lifecycle_and_optional_args() {
         "--outlierLogPath=/dev/stdout"
     ]));
     assert_eq!(proxy["imagePullPolicy"], "IfNotPresent");
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     let args = args_of(init);
     assert!(args.ends_with(&[
         "-q",
@@ -957,10 +944,7 @@ fn labels_revision_and_hbone() {
 #[test]
 fn invalid_interception_mode_names_its_source() {
     let case = Case::default_env();
-    let doc = with_annotations(
-        &hello_doc(),
-        json!({"sidecar.istio.io/interceptionMode": "redirect"}),
-    );
+    let doc = hello_with(json!({"sidecar.istio.io/interceptionMode": "redirect"}));
     let err = case.render(&doc).unwrap_err().to_string();
     assert!(
         err.contains("sidecar.istio.io/interceptionMode") && err.contains("redirect"),
@@ -980,15 +964,15 @@ fn init_image_name_from_values_and_zero_status_port() {
     let mut case = Case::default_env();
     case.values["global"]["proxy_init"]["image"] = json!("proxyInitTest");
     case.values["global"]["variant"] = json!("distroless");
-    let doc = with_annotations(&hello_doc(), json!({"status.sidecar.istio.io/port": "0"}));
+    let doc = hello_with(json!({"status.sidecar.istio.io/port": "0"}));
     let r = case.render(&doc).unwrap();
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     assert_eq!(
         init["image"],
         "registry.istio.io/testing/proxyInitTest:latest-distroless"
     );
     assert_eq!(init["args"][16], "15090,15021");
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(
         proxy["image"],
         "registry.istio.io/testing/proxyv2:latest-distroless"
@@ -1025,15 +1009,15 @@ fn values_resources_omit_nil() {
         "requests": {"cpu": null, "memory": null},
     });
     let r = case.render(&hello_doc()).unwrap();
-    let init = container(&r["spec"]["initContainers"], "istio-init").unwrap();
+    let init = init_container(&r);
     assert_eq!(init["resources"], json!({"limits": {"memory": "500Mi"}}));
     case.values["global"]["proxy"]["resources"] = json!({"requests": {"cpu": "0"}});
     let r = case.render(&hello_doc()).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(proxy["resources"], json!({"requests": {"cpu": "0"}}));
     case.values["global"]["proxy"]["resources"] = json!({"requests": {}});
     let r = case.render(&hello_doc()).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert!(proxy.get("resources").is_none());
 }
 
@@ -1046,7 +1030,7 @@ fn pod_ports_in_go_field_order() {
         {"containerPort": 90, "hostPort": 9090, "hostIP": "1.2.3.4"}
     ]);
     let r = case.render(&doc).unwrap();
-    let proxy = container(&r["spec"]["initContainers"], "istio-proxy").unwrap();
+    let proxy = native_proxy(&r);
     assert_eq!(
         env_value(proxy, "ISTIO_META_POD_PORTS"),
         Some(&json!("[\n    {\"name\":\"dns\",\"containerPort\":53,\"protocol\":\"UDP\"}\n    ,{\"hostPort\":9090,\"containerPort\":90,\"hostIP\":\"1.2.3.4\"}\n]"))
@@ -1133,19 +1117,16 @@ fn gateway_reads_what_istios_gateway_template_reads() {
     assert_eq!(proxy["readinessProbe"]["periodSeconds"], 15);
     assert_eq!(proxy["readinessProbe"]["httpGet"]["port"], 15021);
     assert!(proxy.get("resources").is_none());
-    assert_eq!(
-        env_value(proxy, "ISTIO_META_INTERCEPTION_MODE"),
-        Some(&json!("REDIRECT"))
-    );
-    assert_eq!(
-        env_value(proxy, "ISTIO_META_APP_CONTAINERS"),
-        Some(&json!("httpbin"))
-    );
-    assert_eq!(
-        env_value(proxy, "ISTIO_META_POD_PORTS"),
-        Some(&json!(
-            "[\n    {\"containerPort\":8080,\"protocol\":\"TCP\"}\n]"
-        ))
+    assert_env(
+        proxy,
+        &[
+            ("ISTIO_META_INTERCEPTION_MODE", "REDIRECT"),
+            ("ISTIO_META_APP_CONTAINERS", "httpbin"),
+            (
+                "ISTIO_META_POD_PORTS",
+                "[\n    {\"containerPort\":8080,\"protocol\":\"TCP\"}\n]",
+            ),
+        ],
     );
     let names = env_names(proxy);
     let at = |n: &str| names.iter().position(|x| *x == n).unwrap();

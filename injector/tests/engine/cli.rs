@@ -29,21 +29,35 @@ fn kube_inject_cmd(case_name: &str, dir: &TempDir) -> Command {
     cmd
 }
 
+/// Runs the injector expecting it to fail; its stderr as text and its stdout.
+fn failure(cmd: &mut Command) -> (String, Vec<u8>) {
+    let out = cmd.output().expect("run injector");
+    assert!(!out.status.success(), "{cmd:?} should fail");
+    (
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.stdout,
+    )
+}
+
+/// Runs the injector expecting it to succeed (else shows its stderr); its stdout as text.
+fn success(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run injector");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn binary_injects_from_file_and_stdin() {
     let dir = TempDir::new("cli");
     let input = inject_dir().join("hello.yaml");
     let golden = std::fs::read_to_string(inject_dir().join("hello.yaml.injected")).expect("golden");
 
-    let out = kube_inject_cmd("hello", &dir)
-        .arg("-f")
-        .arg(&input)
-        .output()
-        .expect("run injector");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "kube-inject failed: {stderr}");
-    compare_streams(&String::from_utf8_lossy(&out.stdout), &golden)
-        .expect("file → stdout matches the golden");
+    let stdout = success(kube_inject_cmd("hello", &dir).arg("-f").arg(&input));
+    compare_streams(&stdout, &golden).expect("file → stdout matches the golden");
 
     let out_file = dir.path().join("out.yaml");
     let mut child = kube_inject_cmd("hello", &dir)
@@ -70,19 +84,17 @@ fn binary_injects_from_file_and_stdin() {
 fn binary_fails_on_bad_annotation_naming_the_document() {
     let dir = TempDir::new("cli-err");
     let input = inject_dir().join("traffic-annotations-bad-excludeipranges.yaml");
-    let out = kube_inject_cmd("traffic-annotations-bad-excludeipranges", &dir)
-        .arg("-f")
-        .arg(&input)
-        .output()
-        .expect("run injector");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (stderr, stdout) = failure(
+        kube_inject_cmd("traffic-annotations-bad-excludeipranges", &dir)
+            .arg("-f")
+            .arg(&input),
+    );
     assert!(
         stderr.to_lowercase().contains("excludeipranges"),
         "{stderr}"
     );
     assert!(stderr.contains("document 0"), "{stderr}");
-    assert!(out.stdout.is_empty(), "nothing is half-written");
+    assert!(stdout.is_empty(), "nothing is half-written");
 }
 
 #[test]
@@ -90,15 +102,13 @@ fn binary_rejects_invalid_config_naming_file_and_key() {
     let dir = TempDir::new("cli-cfg");
     let values = dir.path().join("values.yaml");
     std::fs::write(&values, "global:\n  proxy:\n    statusPort: notaport\n").expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_injector"))
-        .args(["kube-inject", "-f"])
-        .arg(inject_dir().join("hello.yaml"))
-        .arg("--values")
-        .arg(&values)
-        .output()
-        .expect("run injector");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (stderr, _) = failure(
+        Command::new(env!("CARGO_BIN_EXE_injector"))
+            .args(["kube-inject", "-f"])
+            .arg(inject_dir().join("hello.yaml"))
+            .arg("--values")
+            .arg(&values),
+    );
     assert!(
         stderr.contains("values.yaml")
             && stderr.contains("global.proxy.statusPort")
@@ -134,25 +144,19 @@ fn binary_reads_istiod_environment_and_config_dir() {
             "hello-fips-140-3.yaml.injected",
         ),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_injector"))
-            .args(["kube-inject", "-f"])
-            .arg(inject_dir().join("hello.yaml"))
-            .arg("--config-dir")
-            .arg(&cm)
-            .env_remove("ENABLE_NATIVE_SIDECARS")
-            .env_remove("COMPLIANCE_POLICY")
-            .env_remove("REVISION")
-            .env(env, value)
-            .output()
-            .expect("run injector");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let stdout = success(
+            Command::new(env!("CARGO_BIN_EXE_injector"))
+                .args(["kube-inject", "-f"])
+                .arg(inject_dir().join("hello.yaml"))
+                .arg("--config-dir")
+                .arg(&cm)
+                .env_remove("ENABLE_NATIVE_SIDECARS")
+                .env_remove("COMPLIANCE_POLICY")
+                .env_remove("REVISION")
+                .env(env, value),
         );
         let want = std::fs::read_to_string(inject_dir().join(golden)).expect("golden");
-        compare_streams(&String::from_utf8_lossy(&out.stdout), &want)
-            .unwrap_or_else(|e| panic!("{env}={value}: {e}"));
+        compare_streams(&stdout, &want).unwrap_or_else(|e| panic!("{env}={value}: {e}"));
     }
 }
 
@@ -162,17 +166,8 @@ fn binary_reads_istiod_environment_and_config_dir() {
 fn binary_injects_the_gateway_charts_pod() {
     let dir = TempDir::new("cli-gateway");
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gateway.yaml");
-    let out = kube_inject_cmd("hello", &dir)
-        .arg("-f")
-        .arg(&example)
-        .output()
-        .expect("run injector");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs = test_support::pods::documents(&String::from_utf8_lossy(&out.stdout)).expect("yaml");
+    let stdout = success(kube_inject_cmd("hello", &dir).arg("-f").arg(&example));
+    let docs = test_support::pods::documents(&stdout).expect("yaml");
     assert_eq!(docs.len(), 1);
     let pod = &docs[0]["spec"]["template"];
     assert!(pod["spec"].get("initContainers").is_none(), "{pod}");

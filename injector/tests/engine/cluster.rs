@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use injector::{deploy_meta_from_pod, Engine, InjectRequest, Mode};
 use injector::{ClusterState, PlatformArgs, ProxyConfigArgs};
@@ -35,10 +35,15 @@ fn resources(yaml: &str) -> ClusterState {
     let dir = TempDir::new("proxy-configs-file");
     let file = dir.path().join("proxyconfigs.yaml");
     std::fs::write(&file, yaml).expect("resources file");
+    load(file).expect("valid resources")
+}
+
+/// The cluster state of `serve --proxy-configs FILE`, or the load error as text.
+fn load(file: PathBuf) -> Result<ClusterState, String> {
     let args = ProxyConfigArgs {
         proxy_configs: Some(file),
     };
-    ClusterState::load(&args, None).expect("valid resources")
+    ClusterState::load(&args, None).map_err(|e| e.to_string())
 }
 
 /// A ProxyConfig resource document.
@@ -320,20 +325,10 @@ fn proxy_metadata_merges_across_levels_and_zero_values_do_not_override() {
 #[test]
 fn kube_inject_reads_the_resources_of_the_manifests_namespace() {
     let dir = TempDir::new("proxy-configs");
-    let file = dir.path().join("pc.yaml");
     // As `kubectl get proxyconfigs -A -o yaml` prints them: a List.
-    std::fs::write(
-        &file,
+    let cluster = resources(
         "apiVersion: v1\nkind: List\nitems:\n- apiVersion: networking.istio.io/v1beta1\n  kind: ProxyConfig\n  metadata: {name: shop, namespace: shop}\n  spec: {concurrency: 2}\n- apiVersion: networking.istio.io/v1beta1\n  kind: ProxyConfig\n  metadata: {name: d, namespace: default}\n  spec: {concurrency: 5}\n",
-    )
-    .unwrap();
-    let cluster = ClusterState::load(
-        &ProxyConfigArgs {
-            proxy_configs: Some(file),
-        },
-        None,
-    )
-    .unwrap();
+    );
     let e = engine(Value::Null, cluster, &dir.path().join("cfg"));
     let deploy = |ns: &str| {
         format!("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n{ns}spec:\n  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n      - name: web\n        image: nginx\n")
@@ -355,26 +350,12 @@ fn a_bad_resource_file_is_refused_at_load_naming_the_object_and_field() {
         cr("ok", "a", T0, "{concurrency: 1}") + &cr("bad", "a", T0, "{concurrency: lots}"),
     )
     .unwrap();
-    let e = ClusterState::load(
-        &ProxyConfigArgs {
-            proxy_configs: Some(file.clone()),
-        },
-        None,
-    )
-    .unwrap_err()
-    .to_string();
+    let e = load(file).unwrap_err();
     assert!(
         e.contains("pc.yaml: ProxyConfig a/bad: field spec.concurrency"),
         "{e}"
     );
-    let e = ClusterState::load(
-        &ProxyConfigArgs {
-            proxy_configs: Some(dir.path().join("missing")),
-        },
-        None,
-    )
-    .unwrap_err()
-    .to_string();
+    let e = load(dir.path().join("missing")).unwrap_err();
     assert!(e.contains("cannot read") && e.contains("missing"), "{e}");
 }
 
@@ -496,15 +477,20 @@ fn openshift_clears_a_proxy_uid_equal_to_the_apps() {
         "resource": {"group": "", "version": "v1", "resource": "pods"},
         "namespace": "test-ns", "operation": "CREATE", "object": pod}});
     let body = serde_json::to_vec(&review).unwrap();
-    let outcome = injector::Webhook::new(Default::default()).handle(&e, 0, &body, "/inject");
-    let resp: Value = serde_json::from_slice(&outcome.response).unwrap();
+    // The webhook's answer for `pod` and the pod its patch makes.
+    let admit = |e: &Engine| {
+        let outcome = injector::Webhook::new(Default::default()).handle(e, 0, &body, "/inject");
+        let resp: Value = serde_json::from_slice(&outcome.response).unwrap();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(resp["response"]["patch"].as_str().unwrap())
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        let mut got = pod.clone();
+        json_patch::patch(&mut got, &patch).unwrap();
+        (resp, got)
+    };
+    let (resp, got) = admit(&e);
     assert_eq!(resp["response"]["allowed"], json!(true), "{resp}");
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(resp["response"]["patch"].as_str().unwrap())
-        .unwrap();
-    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
-    let mut got = pod.clone();
-    json_patch::patch(&mut got, &patch).unwrap();
     let proxy = container(&got, "istio-proxy");
     assert_eq!(
         proxy["securityContext"]["runAsUser"],
@@ -522,14 +508,7 @@ fn openshift_clears_a_proxy_uid_equal_to_the_apps() {
         ClusterState::default(),
         &dir.path().join("cfg"),
     );
-    let outcome = injector::Webhook::new(Default::default()).handle(&plain, 0, &body, "/inject");
-    let resp: Value = serde_json::from_slice(&outcome.response).unwrap();
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(resp["response"]["patch"].as_str().unwrap())
-        .unwrap();
-    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
-    let mut got = pod.clone();
-    json_patch::patch(&mut got, &patch).unwrap();
+    let (_, got) = admit(&plain);
     assert_eq!(
         container(&got, "istio-proxy")["securityContext"]["runAsUser"],
         json!(1000620000)

@@ -120,23 +120,21 @@ fn errors_name_the_document_and_field() {
     let KubeInjectError::Document { index, .. } = err;
     assert_eq!(index, 1);
 
-    let rc = "apiVersion: v1\nkind: ReplicationController\nmetadata:\n  name: rc\nspec:\n  replicas: 1\n";
-    let text = inject_stream(&engine(), rc)
-        .expect_err("must fail")
-        .to_string();
-    assert!(
-        text.contains("spec.template") && text.contains("is required"),
-        "{text}"
-    );
-
-    let broken = "kind: Pod\nmetadata: {name: [\n";
-    let text = inject_stream(&engine(), broken)
-        .expect_err("must fail")
-        .to_string();
-    assert!(
-        text.contains("document 0") && text.contains("invalid YAML"),
-        "{text}"
-    );
+    for (input, want) in [
+        (
+            "apiVersion: v1\nkind: ReplicationController\nmetadata:\n  name: rc\nspec:\n  replicas: 1\n",
+            ["spec.template", "is required"],
+        ),
+        (
+            "kind: Pod\nmetadata: {name: [\n",
+            ["document 0", "invalid YAML"],
+        ),
+    ] {
+        let text = inject_stream(&engine(), input)
+            .expect_err("must fail")
+            .to_string();
+        assert!(want.iter().all(|w| text.contains(w)), "{text}");
+    }
 
     let ann = DEPLOY.replace(
         "      labels:\n",

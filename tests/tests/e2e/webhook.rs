@@ -105,6 +105,14 @@ where
     panic!("timed out waiting for: {what}");
 }
 
+/// Waits (up to 10 s) until the injector's metric `sample` reaches `at_least`; `what` names the wait.
+async fn wait_for_metric(server: &Injector, what: &str, sample: &str, at_least: f64) {
+    wait_until(what, Duration::from_secs(10), || async {
+        server.metric(sample).await.unwrap_or(0.0) >= at_least
+    })
+    .await;
+}
+
 /// Every public case (`cases.json` and `cases-templates.json`) whose modes include `webhook`: the patched
 /// request object equals the golden pod. v1 reviews over HTTP/1.1 and v1beta1 reviews over HTTP/2, one
 /// server per distinct configuration.
@@ -265,14 +273,17 @@ async fn raw_tls(
         .unwrap()
 }
 
+/// The answer to a v1 review of `pod` over a new HTTP/1.1 connection.
+async fn review_v1(api: &ApiServer, uid: &str, namespace: &str, pod: &Value) -> Value {
+    let mut conn = api.connect(Http::H1).await.expect("connect");
+    api.review(&mut conn, &pods::review("v1", uid, namespace, pod))
+        .await
+        .unwrap_or_else(|e| panic!("review {uid}: {e:#}"))
+}
+
 async fn assert_still_injects(f: &Fixture, tag: &str) {
     let pod = hello_pod();
-    let mut conn = f.api.connect(Http::H1).await.expect("connect");
-    let answer = f
-        .api
-        .review(&mut conn, &pods::review("v1", tag, "default", &pod))
-        .await
-        .unwrap_or_else(|e| panic!("after {tag}: {e:#}"));
+    let answer = review_v1(&f.api, tag, "default", &pod).await;
     assert_eq!(answer["response"]["uid"], json!(tag), "after {tag}");
     assert_eq!(
         answer["response"]["allowed"],
@@ -614,26 +625,20 @@ async fn certificate_hot_reload() {
     // Broken: a key that is not the certificate's, then garbage. The old pair stays.
     let ca_key = std::fs::read(f.certs.dir.join("ca.key")).unwrap();
     std::fs::write(&f.certs.key, &ca_key).unwrap();
-    wait_until(
+    wait_for_metric(
+        &f.server,
         "mismatched key counted",
-        Duration::from_secs(10),
-        || async {
-            f.server
-                .metric("injector_cert_reloads_total{result=\"failure\"}")
-                .await
-                .unwrap_or(0.0)
-                >= 1.0
-        },
+        "injector_cert_reloads_total{result=\"failure\"}",
+        1.0,
     )
     .await;
     std::fs::write(&f.certs.cert, b"-----BEGIN CERTIFICATE-----\ngarbage\n").unwrap();
-    wait_until("garbage counted", Duration::from_secs(10), || async {
-        f.server
-            .metric("injector_cert_reloads_total{result=\"failure\"}")
-            .await
-            .unwrap_or(0.0)
-            >= 2.0
-    })
+    wait_for_metric(
+        &f.server,
+        "garbage counted",
+        "injector_cert_reloads_total{result=\"failure\"}",
+        2.0,
+    )
     .await;
     assert_eq!(
         f.api.peer_certificates().await.unwrap()[0].as_ref(),
@@ -654,11 +659,7 @@ fn images(pod: &Value) -> Vec<String> {
 
 async fn injected_images(api: &ApiServer, tag: &str) -> Vec<String> {
     let pod = hello_pod();
-    let mut conn = api.connect(Http::H1).await.unwrap();
-    let a = api
-        .review(&mut conn, &pods::review("v1", tag, "default", &pod))
-        .await
-        .unwrap();
+    let a = review_v1(api, tag, "default", &pod).await;
     images(&apply_patch(&a["response"], &pod).unwrap())
 }
 
@@ -736,16 +737,11 @@ async fn config_hot_reload() {
 
     // Broken values: refused and counted; injection goes on with the last good configuration.
     std::fs::write(&f.cfg.values, b"{\"global\": {\"tag\": ").unwrap();
-    wait_until(
+    wait_for_metric(
+        &f.server,
         "invalid config counted",
-        Duration::from_secs(10),
-        || async {
-            f.server
-                .metric("injector_config_reloads_total{result=\"failure\"}")
-                .await
-                .unwrap_or(0.0)
-                >= 1.0
-        },
+        "injector_config_reloads_total{result=\"failure\"}",
+        1.0,
     )
     .await;
     let after = injected_images(&f.api, "after").await;
@@ -756,11 +752,7 @@ async fn config_hot_reload() {
 /// The labels of the hello pod as the webhook injects it.
 async fn injected_labels(api: &ApiServer, tag: &str) -> Value {
     let pod = hello_pod();
-    let mut conn = api.connect(Http::H1).await.unwrap();
-    let a = api
-        .review(&mut conn, &pods::review("v1", tag, "default", &pod))
-        .await
-        .unwrap();
+    let a = review_v1(api, tag, "default", &pod).await;
     apply_patch(&a["response"], &pod).unwrap()["metadata"]["labels"].clone()
 }
 
@@ -784,16 +776,11 @@ async fn user_template_refused_at_reload_keeps_the_old_configuration() {
     Config::with(&Value::Null, &Value::Null, &config(bad))
         .and_then(|c| c.write(&f.dir.path().join("cfg")))
         .unwrap();
-    wait_until(
+    wait_for_metric(
+        &f.server,
         "refused user template counted",
-        Duration::from_secs(10),
-        || async {
-            f.server
-                .metric("injector_config_reloads_total{result=\"failure\"}")
-                .await
-                .unwrap_or(0.0)
-                >= 1.0
-        },
+        "injector_config_reloads_total{result=\"failure\"}",
+        1.0,
     )
     .await;
     let log = f.server.log();
@@ -1570,11 +1557,7 @@ fn proxy_container(pod: &Value) -> Value {
 async fn served_proxy_config(api: &ApiServer, tag: &str, namespace: &str) -> Value {
     let mut pod = hello_pod();
     pod["metadata"]["namespace"] = json!(namespace);
-    let mut conn = api.connect(Http::H1).await.unwrap();
-    let a = api
-        .review(&mut conn, &pods::review("v1", tag, namespace, &pod))
-        .await
-        .unwrap();
+    let a = review_v1(api, tag, namespace, &pod).await;
     assert_eq!(a["response"]["allowed"], json!(true), "{a}");
     let proxy = proxy_container(&apply_patch(&a["response"], &pod).unwrap());
     let env = proxy["env"].as_array().unwrap();
@@ -1627,16 +1610,11 @@ async fn webhook_proxy_configs_reload() {
         proxy_config_resource("apps", 4).replace("concurrency: 4", "concurrency: many"),
     )
     .unwrap();
-    wait_until(
+    wait_for_metric(
+        &f.server,
         "invalid resources counted",
-        Duration::from_secs(10),
-        || async {
-            f.server
-                .metric("injector_config_reloads_total{result=\"failure\"}")
-                .await
-                .unwrap_or(0.0)
-                >= 1.0
-        },
+        "injector_config_reloads_total{result=\"failure\"}",
+        1.0,
     )
     .await;
     assert_eq!(
@@ -1671,23 +1649,15 @@ async fn webhook_openshift_proxy_ids() {
     for (namespace, want) in [("apps", 1_000_629_999), ("broken", 1337), ("missing", 1337)] {
         let mut pod = hello_pod();
         pod["metadata"]["namespace"] = json!(namespace);
-        let mut conn = f.api.connect(Http::H1).await.unwrap();
-        let a = f
-            .api
-            .review(&mut conn, &pods::review("v1", namespace, namespace, &pod))
-            .await
-            .unwrap();
+        let a = review_v1(&f.api, namespace, namespace, &pod).await;
         assert_eq!(a["response"]["allowed"], json!(true), "{namespace}: {a}");
         let proxy = proxy_container(&apply_patch(&a["response"], &pod).unwrap());
-        assert_eq!(
-            proxy["securityContext"]["runAsUser"],
-            json!(want),
-            "{namespace}"
-        );
-        assert_eq!(
-            proxy["securityContext"]["runAsGroup"],
-            json!(want),
-            "{namespace}"
-        );
+        for id in ["runAsUser", "runAsGroup"] {
+            assert_eq!(
+                proxy["securityContext"][id],
+                json!(want),
+                "{namespace} {id}"
+            );
+        }
     }
 }
