@@ -1,5 +1,5 @@
-//! What Istio reads from the pod's surroundings: interface addresses (IPv6 enablement and host IP, spec
-//! §4.3), `/etc/resolv.conf` (DNS servers, §4.4) and `/etc/passwd` (`$ENVOY_USER`'s uid).
+//! What Istio reads from the pod's surroundings: interface addresses (IPv6 enablement and host IP, Istio's
+//! `EnableIPv6` and `getLocalIP`), `/etc/resolv.conf` (DNS servers, its `dns.go`) and `/etc/passwd` (`$ENVOY_USER`'s uid).
 //!
 //! The reading is behind [`System`] so that resolution is testable, and each parser is a pure function.
 //! `/etc/passwd` is parsed here rather than through `getpwnam`, because the binary is linked statically
