@@ -136,6 +136,15 @@ fn findings<'a>(run: &'a Run, level: &str, check: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The one error finding of `check`, which must say `found` (the report is printed when it does not).
+fn the_error<'a>(run: &'a Run, check: &str, found: &str) -> &'a Value {
+    let errs = findings(run, "error", check);
+    assert_eq!(errs.len(), 1, "{:#}", run.report);
+    let text = errs[0]["found"].as_str().unwrap_or("");
+    assert!(text.contains(found), "{}", errs[0]);
+    errs[0]
+}
+
 fn certs(dir: &Path, extra: &[&str]) -> CertFiles {
     injector_certs(dir, extra).expect("injector certs")
 }
@@ -290,16 +299,15 @@ fn lock_out_and_timeout_findings_are_fixed_by_their_commands() {
     assert_eq!(run.code, 1, "{:#}", run.report);
     // rev.object. without an objectSelector takes every pod of kube-system: an error; object. only the
     // labelled ones: a warning; the namespace-label entries exclude them.
-    let errs = findings(&run, "error", "lock-out");
-    assert_eq!(errs.len(), 1, "{:#}", run.report);
+    let err = the_error(
+        &run,
+        "lock-out",
+        "every pod in kube-system and sidecar-injector",
+    );
     assert_eq!(
-        errs[0]["entries"],
+        err["entries"],
         json!(["sidecar-injector/rev.object.sidecar-injector.istio.io"])
     );
-    assert!(errs[0]["found"]
-        .as_str()
-        .unwrap()
-        .contains("every pod in kube-system and sidecar-injector"));
     assert_eq!(
         findings(&run, "warning", "lock-out").len(),
         1,
@@ -416,17 +424,8 @@ fn a_stopped_or_silent_server_is_an_error_within_the_timeout() {
     let mwc = c.dir.join("mutatingwebhookconfiguration.yaml");
     let run = doctor(&args(&mwc, None, Some(addr)));
     assert_eq!(run.code, 1);
-    let errs = findings(&run, "error", "endpoint");
-    assert_eq!(errs.len(), 1, "{:#}", run.report);
-    assert!(
-        errs[0]["found"]
-            .as_str()
-            .unwrap()
-            .contains("cannot connect"),
-        "{}",
-        errs[0]
-    );
-    let fix = errs[0]["fix"].as_str().unwrap();
+    let err = the_error(&run, "endpoint", "cannot connect");
+    let fix = err["fix"].as_str().unwrap();
     assert!(
         fix.contains("kubectl -n sidecar-injector get endpoints sidecar-injector"),
         "{fix}"
@@ -442,16 +441,7 @@ fn a_stopped_or_silent_server_is_an_error_within_the_timeout() {
     );
     let run = doctor(&args(&mwc, None, Some(silent.local_addr().unwrap())));
     assert_eq!(run.code, 1);
-    let errs = findings(&run, "error", "endpoint");
-    assert_eq!(errs.len(), 1, "{:#}", run.report);
-    assert!(
-        errs[0]["found"]
-            .as_str()
-            .unwrap()
-            .contains("no answer within timeoutSeconds (2 s)"),
-        "{}",
-        errs[0]
-    );
+    the_error(&run, "endpoint", "no answer within timeoutSeconds (2 s)");
     assert!(run.elapsed >= Duration::from_secs(2), "{:?}", run.elapsed);
     assert!(run.elapsed < Duration::from_secs(6), "{:?}", run.elapsed);
     drop(silent);
@@ -478,11 +468,6 @@ fn a_server_below_tls_1_2_is_a_tls_version_error() {
         Some(addr),
     ));
     assert_eq!(run.code, 1);
-    let errs = findings(&run, "error", "tls-version");
-    assert_eq!(errs.len(), 1, "{:#}", run.report);
-    assert!(errs[0]["found"]
-        .as_str()
-        .unwrap()
-        .contains("refused TLS 1.2 and 1.3"));
+    the_error(&run, "tls-version", "refused TLS 1.2 and 1.3");
     assert!(findings(&run, "ok", "review").is_empty());
 }
