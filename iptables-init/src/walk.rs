@@ -314,6 +314,12 @@ impl Run<'_> {
                         ))
                     }
                     Step::Jump(target) => {
+                        if !model.tables[t].chains.iter().any(|(n, _)| n == target) {
+                            return Err(self.error(
+                                &here,
+                                format!("a jump to chain {target}, which the ruleset does not create (the kernel would refuse it)"),
+                            ));
+                        }
                         if depth >= MAX_DEPTH {
                             return Err(self.error(
                                 &here,
@@ -711,6 +717,10 @@ pub(crate) fn iptables_model(rules: &[rules::Rule], outbound: bool) -> Result<Mo
             .position(|x| *x == rule.table)
             .unwrap_or(0);
         used[t] = true;
+        // Every jump target is declared, as `render` declares it with `-N`, so it exists even empty.
+        if let Some(Step::Jump(target)) = steps.last() {
+            tables[t].chain_mut(target);
+        }
         let chain = tables[t].chain_mut(&rule.chain);
         let walk_rule = WalkRule {
             text: text.clone(),
@@ -750,4 +760,429 @@ pub(crate) fn walk(plan: &Plan, packet: &Packet, outbound: bool) -> Result<Outco
         &plan.v4
     };
     run(&iptables_model(rules, outbound)?, packet)
+}
+
+/// Configurations and connections for the tests of both walks.
+#[cfg(test)]
+pub(crate) mod grid {
+    use crate::config::{Cidr, CidrList, Config, InboundPorts, InterceptionMode};
+    use crate::config::{OutboundInclude, OwnerGroups};
+    use crate::connection::Connection;
+
+    fn cidr(s: &str) -> Cidr {
+        Cidr::parse(s).expect("cidr")
+    }
+
+    /// Every combination of the rule model's switches: interception mode, DNS capture (off, IPv4,
+    /// IPv6 or both servers, capture-all), outbound include (all, CIDRs, with loopback, none), inbound
+    /// ports (none, all with exclusions, a list), owner groups (all, all but named and numeric groups,
+    /// only one, none), IPv6, excluded and kube-virt interfaces, and the rest together (drop-invalid,
+    /// excluded CIDRs and ports, always-captured ports, two uids and gids, another mark and loopback).
+    pub(crate) fn configs() -> Vec<Config> {
+        let mut out = Vec::new();
+        for i in 0..2 * 5 * 4 * 3 * 4 * 2 * 2 * 2 {
+            let mut n = i;
+            let mut digit = |radix: usize| {
+                let d = n % radix;
+                n /= radix;
+                d
+            };
+            let mut c = Config {
+                mode: [InterceptionMode::Redirect, InterceptionMode::Tproxy][digit(2)],
+                ..Config::default()
+            };
+            match digit(5) {
+                0 => {}
+                1 => c.dns_servers_v4 = vec!["10.96.0.10".parse().expect("ip")],
+                2 => c.dns_servers_v6 = vec!["fd00::53".parse().expect("ip")],
+                3 => {
+                    c.dns_servers_v4 = vec!["10.96.0.10".parse().expect("ip")];
+                    c.dns_servers_v6 = vec!["fd00::53".parse().expect("ip")];
+                }
+                _ => c.capture_all_dns = true,
+            }
+            c.redirect_dns =
+                c.capture_all_dns || !c.dns_servers_v4.is_empty() || !c.dns_servers_v6.is_empty();
+            c.outbound_include = match digit(4) {
+                0 => OutboundInclude::All,
+                1 => OutboundInclude::List(CidrList {
+                    v4: vec![cidr("10.96.0.0/12")],
+                    v6: vec![cidr("fd00:5::/64")],
+                }),
+                2 => OutboundInclude::List(CidrList {
+                    v4: vec![cidr("127.0.0.1/32"), cidr("10.96.0.0/12")],
+                    v6: vec![],
+                }),
+                _ => OutboundInclude::List(CidrList::default()),
+            };
+            c.inbound_ports = match digit(3) {
+                0 => InboundPorts::None,
+                1 => {
+                    c.inbound_exclude_ports = vec![15090, 15021, 9090];
+                    InboundPorts::All
+                }
+                _ => InboundPorts::List(vec![8080, 9090]),
+            };
+            c.owner_groups = match digit(4) {
+                0 => OwnerGroups::AllExcept(vec![]),
+                1 => OwnerGroups::AllExcept(vec!["java".into(), "202".into()]),
+                2 => OwnerGroups::Only(vec!["1000".into()]),
+                _ => OwnerGroups::Only(vec![]),
+            };
+            c.ipv6 = digit(2) == 1;
+            if digit(2) == 1 {
+                c.exclude_interfaces = vec!["ex0".into()];
+                c.kube_virt_interfaces = vec!["kv0".into()];
+            }
+            if digit(2) == 1 {
+                c.drop_invalid = true;
+                c.outbound_exclude = CidrList {
+                    v4: vec![cidr("10.0.0.0/8")],
+                    v6: vec![cidr("fd00:e::/64")],
+                };
+                c.outbound_ports = vec![8443];
+                c.outbound_exclude_ports = vec![5432];
+                c.proxy_uids = vec![1337, 1500];
+                c.proxy_gids = vec![1337, 2000];
+                c.tproxy_mark = 7;
+                c.loopback_cidr = cidr("127.0.0.0/8");
+            }
+            out.push(c);
+        }
+        out
+    }
+
+    /// Connections that reach every kind of rule of [`configs`].
+    pub(crate) fn connections() -> Vec<Connection> {
+        let mut specs: Vec<String> = Vec::new();
+        for addr in [
+            "10.0.0.5",
+            "10.96.0.20",
+            "127.0.0.1",
+            "127.0.0.5",
+            "192.0.2.2",
+            "8.8.8.8",
+        ] {
+            for port in [80, 5432, 8443, 15008, 15001, 53] {
+                specs.push(format!("outbound:tcp:{addr}:{port}"));
+            }
+        }
+        for (addr, port) in [
+            ("10.96.0.10", 53),
+            ("8.8.8.8", 53),
+            ("10.0.0.5", 5432),
+            ("10.0.0.5", 80),
+        ] {
+            for owner in [
+                "",
+                ",uid=1337",
+                ",gid=1337",
+                ",uid=1500,gid=2000",
+                ",uid=0,gid=202",
+            ] {
+                specs.push(format!("outbound:udp:{addr}:{port}{owner}"));
+                specs.push(format!("outbound:tcp:{addr}:{port}{owner}"));
+            }
+        }
+        for tail in [
+            ",uid=1337,iface=lo",
+            ",gid=1337,iface=lo",
+            ",uid=1500,iface=lo",
+            ",iface=lo",
+            ",iface=ex0",
+            ",uid=1337,iface=ex0",
+        ] {
+            for target in [
+                "192.0.2.2:8080",
+                "192.0.2.2:15008",
+                "127.0.0.1:8080",
+                "10.0.0.5:53",
+            ] {
+                specs.push(format!("outbound:tcp:{target}{tail}"));
+            }
+        }
+        for v6 in [
+            "fd00::5",
+            "fd00:5::1",
+            "fd00:e::1",
+            "::1",
+            "fd00::2",
+            "fd00::53",
+        ] {
+            for (proto, port, tail) in [
+                ("tcp", 80, ""),
+                ("tcp", 53, ""),
+                ("udp", 53, ""),
+                ("tcp", 8080, ",uid=1337,iface=lo"),
+                ("tcp", 8080, ",uid=1337"),
+                ("udp", 53, ",uid=1337"),
+            ] {
+                specs.push(format!("outbound:{proto}:[{v6}]:{port}{tail}"));
+            }
+        }
+        for port in [8080, 9090, 7070, 15021, 15090, 15008, 15006, 53] {
+            for tail in ["", ",iface=lo", ",iface=kv0", ",iface=ex0"] {
+                specs.push(format!("inbound:tcp:{port}{tail}"));
+                specs.push(format!("inbound:tcp:[fd00::2]:{port}{tail}"));
+            }
+            specs.push(format!("inbound:udp:{port}"));
+            specs.push(format!("inbound:tcp:10.96.0.20:{port},iface=kv0"));
+        }
+        specs
+            .iter()
+            .map(|s| s.parse().unwrap_or_else(|e| panic!("{s}: {e}")))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connection::{Connection, Direction};
+    use std::collections::BTreeSet;
+
+    fn family_rules(plan: &Plan) -> Vec<&[rules::Rule]> {
+        let mut out = vec![&plan.v4[..]];
+        out.extend(plan.v6.as_deref());
+        out
+    }
+
+    /// The tokens a rule is made of, for the coverage check: flags, `-m` modules, `!`, targets.
+    fn vocabulary(tokens: &[String]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, t) in tokens.iter().enumerate().skip(2) {
+            if t.starts_with('-') || t == "!" {
+                out.push(t.clone());
+            }
+            if i > 0 && matches!(tokens[i - 1].as_str(), "-m" | "-j") {
+                let name = if tokens[i - 1] == "-j" && t.starts_with("ISTIO_") {
+                    "CHAIN"
+                } else {
+                    t
+                };
+                out.push(format!("{} {name}", tokens[i - 1]));
+            }
+        }
+        out
+    }
+
+    /// Every rule of every grid configuration translates, every redirect is in a chain with a verdict,
+    /// and every jump goes to a chain of the same table; and the grid reaches every match and target
+    /// the rule model writes, so a new one shows up here.
+    #[test]
+    fn every_rule_of_every_configuration_is_understood() {
+        let mut seen = BTreeSet::new();
+        let mut rules_seen = 0;
+        for cfg in grid::configs() {
+            let plan = rules::build(&cfg);
+            for rules in family_rules(&plan) {
+                let model =
+                    iptables_model(rules, true).unwrap_or_else(|e| panic!("{e:?} in {cfg:?}"));
+                for r in rules {
+                    rules_seen += 1;
+                    seen.extend(vocabulary(&r.tokens));
+                    let (_, steps) = translate(&r.tokens).expect("translated above");
+                    for step in &steps {
+                        match step {
+                            Step::Redirect(_) | Step::Tproxy { .. } => assert!(
+                                iptables_kind(&r.chain).is_some(),
+                                "{:?}: a redirect without a verdict",
+                                r.tokens
+                            ),
+                            Step::Jump(target) => {
+                                let t = model
+                                    .tables
+                                    .iter()
+                                    .find(|t| t.name == r.table.as_str())
+                                    .expect("table");
+                                assert!(
+                                    !t.chain(target).is_empty(),
+                                    "{:?}: a jump to a chain without rules",
+                                    r.tokens
+                                );
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        assert!(rules_seen > 100_000, "{rules_seen}");
+        let expected = [
+            "!",
+            "-p",
+            "-d",
+            "-s",
+            "-i",
+            "-o",
+            "--dport",
+            "--sport",
+            "-m multiport",
+            "--dports",
+            "-m",
+            "-m owner",
+            "--uid-owner",
+            "--gid-owner",
+            "-m conntrack",
+            "--ctstate",
+            "-m mark",
+            "-m connmark",
+            "--mark",
+            "-j",
+            "-j CHAIN",
+            "-j RETURN",
+            "-j ACCEPT",
+            "-j DROP",
+            "-j REDIRECT",
+            "--to-ports",
+            "--to-port",
+            "-j TPROXY",
+            "--tproxy-mark",
+            "--on-port",
+            "-j MARK",
+            "--set-mark",
+            "-j CONNMARK",
+            "--save-mark",
+            "--restore-mark",
+            "-j CT",
+            "--zone",
+        ];
+        let expected: BTreeSet<String> = expected.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            seen, expected,
+            "the grid reaches exactly the model's vocabulary"
+        );
+    }
+
+    #[test]
+    fn unknown_matches_and_targets_are_errors_naming_the_rule() {
+        let tokens = |s: &str| -> Vec<String> { s.split(' ').map(str::to_string).collect() };
+        for (text, needle) in [
+            (
+                "-A OUTPUT -m statistic --mode random -j RETURN",
+                "statistic",
+            ),
+            ("-A OUTPUT -p icmp -j RETURN", "icmp"),
+            ("-A OUTPUT --dport 80 -j RETURN", "--dport without -p"),
+            ("-A OUTPUT -p tcp -j LOG", "target LOG"),
+            ("-A OUTPUT -p tcp -j REDIRECT --to-ports 1-2", "not a port"),
+            ("-A OUTPUT -j DNAT --to-destination 1.2.3.4", "target DNAT"),
+            ("-A OUTPUT -p tcp --syn -j RETURN", "--syn"),
+            ("-A OUTPUT -m owner --pid-owner 1 -j RETURN", "--pid-owner"),
+            ("-A OUTPUT -p tcp", "without -j"),
+            ("-I OUTPUT x -j RETURN", "rule number"),
+        ] {
+            let e = translate(&tokens(text)).expect_err(text);
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+        let plan = Plan {
+            v4: vec![rules::Rule::new(
+                Table::Nat,
+                "-A OUTPUT -m statistic -j RETURN",
+            )],
+            ..Plan::default()
+        };
+        let c: Connection = "outbound:tcp:80".parse().expect("spec");
+        let e = walk(&plan, &c.packet(), true).expect_err("unknown module");
+        assert_eq!(
+            (e.table.as_str(), e.chain.as_str(), e.rule.as_str()),
+            ("nat", "OUTPUT", "-A OUTPUT -m statistic -j RETURN")
+        );
+        // A rule that cannot be reached is checked all the same.
+        let plan = Plan {
+            v4: vec![
+                rules::Rule::new(Table::Nat, "-A OUTPUT -j RETURN"),
+                rules::Rule::new(Table::Nat, "-A OUTPUT -j SNAT --to-source 1.2.3.4"),
+            ],
+            ..Plan::default()
+        };
+        assert!(walk(&plan, &c.packet(), true).is_err());
+        // An insert past the end, which iptables-restore refuses.
+        let plan = Plan {
+            v4: vec![rules::Rule::new(Table::Nat, "-I OUTPUT 2 -j RETURN")],
+            ..Plan::default()
+        };
+        assert!(walk(&plan, &c.packet(), true)
+            .expect_err("past the end")
+            .reason
+            .contains("inserts at 2"));
+    }
+
+    #[test]
+    fn marks_conntrack_and_interface_wildcards() {
+        let plan = |rules: &[&str]| Plan {
+            v4: rules
+                .iter()
+                .map(|r| {
+                    let (table, text) = r.split_once(' ').expect("table");
+                    let table = match table {
+                        "mangle" => Table::Mangle,
+                        _ => Table::Nat,
+                    };
+                    rules::Rule::new(table, text)
+                })
+                .collect(),
+            ..Plan::default()
+        };
+        let c: Connection = "outbound:tcp:10.0.0.5:80,iface=eth7".parse().expect("spec");
+        let go = |p: &Plan| walk(p, &c.packet(), true).expect("walks");
+        // A mark set in mangle is seen by a later mangle rule, and restored from conntrack (0: NEW).
+        let p = plan(&[
+            "mangle -A OUTPUT -j MARK --set-mark 5",
+            "mangle -A OUTPUT -m mark --mark 5 -j CONNMARK --save-mark",
+            "mangle -A OUTPUT -m connmark --mark 5 -j RETURN",
+            "nat -A OUTPUT -j ISTIO_REDIRECT",
+            "nat -A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001",
+        ]);
+        let o = go(&p);
+        assert_eq!((o.kind, o.port), (VerdictKind::OutboundProxy, 15001));
+        assert_eq!(o.rule.as_deref(), Some("-A OUTPUT -j ISTIO_REDIRECT"));
+        let p = plan(&[
+            "mangle -A OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+            "mangle -A OUTPUT -m connmark ! --mark 0 -j DROP",
+            "nat -A OUTPUT -o eth+ -j RETURN",
+            "nat -A OUTPUT -j ISTIO_REDIRECT",
+        ]);
+        let o = go(&p);
+        assert_eq!(o.kind, VerdictKind::Bypass);
+        assert_eq!(o.rule.as_deref(), Some("-A OUTPUT -o eth+ -j RETURN"));
+        // NEW is in the set: the rule matches.
+        let p = plan(&[
+            "nat -A OUTPUT -m conntrack --ctstate NEW -j ISTIO_REDIRECT",
+            "nat -A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 1",
+        ]);
+        assert_eq!(go(&p).port, 1);
+        // A drop reached by a new connection is an error, not a silent verdict.
+        let p = plan(&["mangle -A OUTPUT -p tcp -j DROP"]);
+        assert!(walk(&p, &c.packet(), true).is_err());
+        // A jump loop is an error.
+        let p = plan(&["nat -A OUTPUT -j ISTIO_A", "nat -A ISTIO_A -j ISTIO_A"]);
+        assert!(walk(&p, &c.packet(), true)
+            .expect_err("loop")
+            .reason
+            .contains("deeper"));
+    }
+
+    #[test]
+    fn every_grid_connection_walks_in_every_configuration() {
+        let conns = grid::connections();
+        for cfg in grid::configs().iter().step_by(5) {
+            let plan = rules::build(cfg);
+            let empty = Vec::new();
+            let models: Vec<Model> = [(&plan.v4, true), (&plan.v4, false)]
+                .into_iter()
+                .chain([true, false].map(|out| (plan.v6.as_ref().unwrap_or(&empty), out)))
+                .map(|(rules, out)| iptables_model(rules, out).expect("model"))
+                .collect();
+            for c in &conns {
+                let out = c.direction == Direction::Outbound;
+                let model = &models[usize::from(c.is_ipv6()) * 2 + usize::from(!out)];
+                let o = run(model, &c.packet()).unwrap_or_else(|e| panic!("{c}: {e:?} in {cfg:?}"));
+                if o.kind == VerdictKind::Bypass {
+                    assert_eq!(o.port, c.port, "{c}");
+                }
+                assert_eq!(o.table.is_none(), c.is_ipv6() && !cfg.ipv6, "{c}: {o:?}");
+            }
+        }
+    }
 }
