@@ -316,4 +316,121 @@ mod tests {
         assert!(matches!(e, ExplainError::Config(_)), "{e}");
         assert!(e.to_string().contains("-p/--envoy-port"), "{e}");
     }
+
+    /// A verdict in one line: `VERDICT PORT TABLE/CHAIN: RULE`, `... TABLE/CHAIN (end)` when the end
+    /// of a base chain decided, `VERDICT PORT (no rules)` when the family has none.
+    fn line(v: &Verdict) -> String {
+        let place = match (&v.table, &v.chain, &v.rule) {
+            (Some(t), Some(c), Some(r)) => format!(" {t}/{c}: {r}"),
+            (Some(t), Some(c), None) => format!(" {t}/{c} (end)"),
+            _ => " (no rules)".to_string(),
+        };
+        format!("{} {}{place}", v.verdict, v.port)
+    }
+
+    /// The injected arguments with `replace` values and `extra` flags.
+    fn args(replace: &[(&str, &'static str)], extra: &[&'static str]) -> Vec<String> {
+        test_support::istio_init::injected_args_with(replace, extra)
+            .into_iter()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Hand-checked against the rules each configuration's `--dry-run` prints: what each connection
+    /// hits first, in the kernel's order.
+    #[test]
+    fn verdicts_follow_the_rules_iptables() {
+        const NONE: &[(&str, &str)] = &[];
+        let dns: &[&str] = &["--redirect-dns", "--dns-servers", "10.96.0.10"];
+        let cases: &[(&[(&str, &str)], &[&str], &str, &str)] = &[
+            (NONE, &[], "outbound:tcp:10.0.0.5:5432", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
+            (NONE, &["-o", "5432"], "outbound:tcp:10.0.0.5:5432", "bypass 5432 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -p tcp --dport 5432 -j RETURN"),
+            (NONE, &["-o", "5432"], "outbound:udp:10.0.0.5:5432", "bypass 5432 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -p udp --dport 5432 -j RETURN"),
+            (&[("-x", "10.0.0.0/8")], &[], "outbound:tcp:10.0.0.5:443", "bypass 443 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -d 10.0.0.0/8 -j RETURN"),
+            (&[("-x", "10.0.0.0/8")], &[], "outbound:tcp:172.16.0.1:443", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
+            (&[("-i", "10.96.0.0/12")], &[], "outbound:tcp:10.96.1.1:80", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -d 10.96.0.0/12 -j ISTIO_REDIRECT"),
+            (&[("-i", "10.96.0.0/12")], &[], "outbound:tcp:10.0.0.5:80", "bypass 80 nat/OUTPUT (end)"),
+            (&[("-i", "10.96.0.0/12")], &["-q", "8443"], "outbound:tcp:10.0.0.5:8443", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -p tcp --dport 8443 -j ISTIO_REDIRECT"),
+            (NONE, &[], "outbound:tcp:10.0.0.5:80,uid=1337", "bypass 80 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN"),
+            (NONE, &[], "outbound:tcp:10.0.0.5:80,gid=1337", "bypass 80 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --gid-owner 1337 -j RETURN"),
+            // The proxy talking to the pod's own IP over lo goes to its inbound listener; an app does not.
+            (NONE, &[], "outbound:tcp:192.0.2.2:8080,uid=1337,iface=lo", "inbound-proxy 15006 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT"),
+            // The uid rules come first: a socket of gid 1337 but another uid leaves over lo uncaptured.
+            (NONE, &[], "outbound:tcp:192.0.2.2:8080,gid=1337,iface=lo", "bypass 8080 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN"),
+            (NONE, &[], "outbound:tcp:192.0.2.2:8080,iface=lo", "bypass 8080 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN"),
+            (&[("-i", "127.0.0.1/32")], &[], "outbound:tcp:192.0.2.2:8080,gid=1337,iface=lo", "inbound-proxy 15006 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --gid-owner 1337 -j ISTIO_IN_REDIRECT"),
+            (NONE, &[], "outbound:tcp:192.0.2.2:15008,uid=1337,iface=lo", "bypass 15008 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN"),
+            (NONE, &[], "outbound:tcp:127.0.0.1:8080,uid=1337", "bypass 8080 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN"),
+            (NONE, &[], "outbound:tcp:127.0.0.1:8080", "bypass 8080 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN"),
+            // DNS to the configured server goes to the agent, to another server it does not.
+            (NONE, dns, "outbound:udp:10.96.0.10:53", "dns-proxy 15053 nat/ISTIO_OUTPUT_DNS: -A ISTIO_OUTPUT_DNS -p udp --dport 53 -d 10.96.0.10/32 -j REDIRECT --to-port 15053"),
+            (NONE, dns, "outbound:tcp:10.96.0.10:53", "dns-proxy 15053 nat/ISTIO_OUTPUT_DNS: -A ISTIO_OUTPUT_DNS -p tcp --dport 53 -d 10.96.0.10/32 -j REDIRECT --to-ports 15053"),
+            (NONE, dns, "outbound:udp:8.8.8.8:53", "bypass 53 nat/OUTPUT (end)"),
+            (NONE, dns, "outbound:tcp:8.8.8.8:53", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
+            (NONE, dns, "outbound:udp:10.96.0.10:53,uid=1337", "bypass 53 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN"),
+            (NONE, &["--redirect-dns"], "outbound:udp:10.96.0.10:53", "bypass 53 nat/OUTPUT (end)"),
+            (NONE, &["--redirect-dns", "--capture-all-dns"], "outbound:udp:8.8.8.8:53", "dns-proxy 15053 nat/ISTIO_OUTPUT_DNS: -A ISTIO_OUTPUT_DNS -p udp --dport 53 -j REDIRECT --to-port 15053"),
+            // Inbound: everything but the excluded ports and the tunnel port, or only the listed ports.
+            (NONE, &[], "inbound:tcp:7070", "inbound-proxy 15006 nat/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT"),
+            (NONE, &[], "inbound:tcp:15090", "bypass 15090 nat/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp --dport 15090 -j RETURN"),
+            (NONE, &[], "inbound:tcp:15008", "bypass 15008 nat/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN"),
+            (NONE, &[], "inbound:udp:7070", "bypass 7070 nat/PREROUTING (end)"),
+            (NONE, &["--drop-invalid"], "inbound:tcp:7070", "inbound-proxy 15006 nat/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT"),
+            (&[("-b", "8080,9090")], &[], "inbound:tcp:8080", "inbound-proxy 15006 nat/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp --dport 8080 -j ISTIO_IN_REDIRECT"),
+            (&[("-b", "8080,9090")], &[], "inbound:tcp:7070", "bypass 7070 nat/PREROUTING (end)"),
+            (&[("-b", "8080,9090")], &[], "inbound:tcp:15021", "bypass 15021 nat/PREROUTING (end)"),
+            // TPROXY decides inbound in mangle.
+            (&[("-m", "TPROXY")], &[], "inbound:tcp:8080", "inbound-proxy 15006 mangle/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp -j ISTIO_TPROXY"),
+            (&[("-m", "TPROXY")], &[], "inbound:tcp:15021", "bypass 15021 mangle/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp --dport 15021 -j RETURN"),
+            (&[("-m", "TPROXY")], &[], "inbound:tcp:8080,iface=lo", "bypass 8080 mangle/ISTIO_INBOUND: -I ISTIO_INBOUND 3 -p tcp -i lo -m mark ! --mark 1338 -j RETURN"),
+            (&[("-m", "TPROXY")], &[], "outbound:tcp:192.0.2.2:8080,uid=1337,iface=lo", "inbound-proxy 15006 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT"),
+            (&[("-m", "TPROXY"), ("-z", "15007")], &[], "inbound:tcp:8080", "inbound-proxy 15007 mangle/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp -j ISTIO_TPROXY"),
+            // IPv6: rules only when IPv6 is on (explicitly, or detected on a dual-stack pod).
+            (NONE, &["--ipv6", "true"], "outbound:tcp:[fd00::5]:443", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
+            (NONE, &["--dual-stack"], "outbound:tcp:[fd00::5]:443", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
+            (NONE, &["--ipv6", "false"], "outbound:tcp:[fd00::5]:443", "bypass 443 (no rules)"),
+            (NONE, &[], "outbound:tcp:[fd00::5]:443", "bypass 443 (no rules)"),
+            (NONE, &["--ipv6", "true"], "inbound:tcp:[fd00::2]:8080", "inbound-proxy 15006 nat/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT"),
+            (NONE, &["--ipv6", "true"], "outbound:tcp:[::1]:8080", "bypass 8080 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN"),
+            (NONE, &["--ipv6", "true"], "outbound:tcp:[fd00::2]:8080,uid=1337,iface=lo", "inbound-proxy 15006 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo ! -d ::1/128 -p tcp ! --dport 15008 -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT"),
+            (NONE, &["--ipv6", "true"], "outbound:tcp:10.0.0.5:80", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
+            // Interfaces: excluded ones are left alone; kube-virt ones are captured as outbound.
+            (NONE, &["-c", "eth1"], "outbound:tcp:10.0.0.5:80,iface=eth1", "bypass 80 nat/OUTPUT: -A OUTPUT -o eth1 -j RETURN"),
+            (NONE, &["-c", "eth1"], "inbound:tcp:8080,iface=eth1", "bypass 8080 nat/PREROUTING: -A PREROUTING -i eth1 -j RETURN"),
+            (NONE, &["-c", "eth1"], "inbound:tcp:8080", "inbound-proxy 15006 nat/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT"),
+            (NONE, &["-k", "kv0"], "inbound:tcp:10.96.0.20:8080,iface=kv0", "outbound-proxy 15001 nat/PREROUTING: -I PREROUTING 1 -i kv0 -j ISTIO_REDIRECT"),
+            (NONE, &["--outbound-owner-groups-exclude", "2000"], "outbound:tcp:10.0.0.5:80,gid=2000", "bypass 80 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --gid-owner 2000 -j RETURN"),
+            (NONE, &["--outbound-owner-groups", "3000"], "outbound:tcp:10.0.0.5:80", "bypass 80 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner ! --gid-owner 3000 -j RETURN"),
+            (NONE, &["--outbound-owner-groups", "3000"], "outbound:tcp:10.0.0.5:80,gid=3000", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
+            (&[("-p", "15111")], &[], "outbound:tcp:10.0.0.5:80", "outbound-proxy 15111 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
+        ];
+        for (replace, extra, spec, expected) in cases {
+            let a = args(replace, extra);
+            assert_eq!(line(&one(&a, spec)), *expected, "{spec} with {a:?}");
+        }
+    }
+
+    #[test]
+    fn verdicts_follow_the_rules_nftables() {
+        const NONE: &[(&str, &str)] = &[];
+        let cases: &[(&[(&str, &str)], &[&str], &str, &str)] = &[
+            (NONE, &["-o", "5432"], "outbound:tcp:10.0.0.5:5432", "bypass 5432 istio-proxy-nat/istio-output: tcp dport 5432 counter return"),
+            (NONE, &[], "outbound:tcp:192.0.2.2:8080,uid=1337,iface=lo", "inbound-proxy 15006 istio-proxy-nat/istio-output: oifname lo meta l4proto tcp ip daddr != 127.0.0.1/32 tcp dport != 15008 skuid 1337 counter jump istio-in-redirect"),
+            (NONE, &["--redirect-dns", "--dns-servers", "10.96.0.10"], "outbound:udp:10.96.0.10:53", "dns-proxy 15053 istio-proxy-nat/istio-output-dns: ip daddr 10.96.0.10/32 udp dport 53 counter redirect to :15053"),
+            (NONE, &[], "inbound:tcp:7070", "inbound-proxy 15006 istio-proxy-nat/istio-inbound: meta l4proto tcp counter jump istio-in-redirect"),
+            (NONE, &[], "inbound:tcp:15021", "bypass 15021 istio-proxy-nat/istio-inbound: meta l4proto tcp tcp dport 15021 counter return"),
+            (&[("-m", "TPROXY")], &[], "inbound:tcp:8080", "inbound-proxy 15006 istio-proxy-mangle/istio-inbound: meta l4proto tcp counter jump istio-tproxy"),
+            (&[("-b", "8080")], &[], "inbound:tcp:7070", "bypass 7070 istio-proxy-nat/prerouting (end)"),
+            (&[("-b", "")], &[], "inbound:tcp:7070", "bypass 7070 istio-proxy-nat/prerouting (end)"),
+            (NONE, &["-c", "eth1"], "outbound:tcp:10.0.0.5:80,iface=eth1", "bypass 80 istio-proxy-nat/output: oifname eth1 counter return"),
+            (NONE, &["--ipv6", "true"], "outbound:tcp:[fd00::5]:443", "outbound-proxy 15001 istio-proxy-nat/istio-output: counter jump istio-redirect"),
+            // Istio's inet tables see IPv6 even with IPv6 off (iptables then has no rule for it).
+            (NONE, &["--ipv6", "false"], "outbound:tcp:[fd00::5]:443", "outbound-proxy 15001 istio-proxy-nat/istio-output: counter jump istio-redirect"),
+        ];
+        for (replace, extra, spec, expected) in cases {
+            let mut a = args(replace, extra);
+            a.push("--native-nftables".to_string());
+            assert_eq!(line(&one(&a, spec)), *expected, "{spec} with {a:?}");
+        }
+    }
 }
