@@ -328,6 +328,14 @@ mod tests {
         format!("{} {}{place}", v.verdict, v.port)
     }
 
+    /// A table row: the injected arguments' replaced values and extra flags, the spec, the verdict line.
+    type Case = (
+        &'static [(&'static str, &'static str)],
+        &'static [&'static str],
+        &'static str,
+        &'static str,
+    );
+
     /// The injected arguments with `replace` values and `extra` flags.
     fn args(replace: &[(&str, &'static str)], extra: &[&'static str]) -> Vec<String> {
         test_support::istio_init::injected_args_with(replace, extra)
@@ -341,8 +349,8 @@ mod tests {
     #[test]
     fn verdicts_follow_the_rules_iptables() {
         const NONE: &[(&str, &str)] = &[];
-        let dns: &[&str] = &["--redirect-dns", "--dns-servers", "10.96.0.10"];
-        let cases: &[(&[(&str, &str)], &[&str], &str, &str)] = &[
+        const DNS: &[&str] = &["--redirect-dns", "--dns-servers", "10.96.0.10"];
+        let cases: &[Case] = &[
             (NONE, &[], "outbound:tcp:10.0.0.5:5432", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
             (NONE, &["-o", "5432"], "outbound:tcp:10.0.0.5:5432", "bypass 5432 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -p tcp --dport 5432 -j RETURN"),
             (NONE, &["-o", "5432"], "outbound:udp:10.0.0.5:5432", "bypass 5432 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -p udp --dport 5432 -j RETURN"),
@@ -363,11 +371,11 @@ mod tests {
             (NONE, &[], "outbound:tcp:127.0.0.1:8080,uid=1337", "bypass 8080 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN"),
             (NONE, &[], "outbound:tcp:127.0.0.1:8080", "bypass 8080 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN"),
             // DNS to the configured server goes to the agent, to another server it does not.
-            (NONE, dns, "outbound:udp:10.96.0.10:53", "dns-proxy 15053 nat/ISTIO_OUTPUT_DNS: -A ISTIO_OUTPUT_DNS -p udp --dport 53 -d 10.96.0.10/32 -j REDIRECT --to-port 15053"),
-            (NONE, dns, "outbound:tcp:10.96.0.10:53", "dns-proxy 15053 nat/ISTIO_OUTPUT_DNS: -A ISTIO_OUTPUT_DNS -p tcp --dport 53 -d 10.96.0.10/32 -j REDIRECT --to-ports 15053"),
-            (NONE, dns, "outbound:udp:8.8.8.8:53", "bypass 53 nat/OUTPUT (end)"),
-            (NONE, dns, "outbound:tcp:8.8.8.8:53", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
-            (NONE, dns, "outbound:udp:10.96.0.10:53,uid=1337", "bypass 53 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN"),
+            (NONE, DNS, "outbound:udp:10.96.0.10:53", "dns-proxy 15053 nat/ISTIO_OUTPUT_DNS: -A ISTIO_OUTPUT_DNS -p udp --dport 53 -d 10.96.0.10/32 -j REDIRECT --to-port 15053"),
+            (NONE, DNS, "outbound:tcp:10.96.0.10:53", "dns-proxy 15053 nat/ISTIO_OUTPUT_DNS: -A ISTIO_OUTPUT_DNS -p tcp --dport 53 -d 10.96.0.10/32 -j REDIRECT --to-ports 15053"),
+            (NONE, DNS, "outbound:udp:8.8.8.8:53", "bypass 53 nat/OUTPUT (end)"),
+            (NONE, DNS, "outbound:tcp:8.8.8.8:53", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
+            (NONE, DNS, "outbound:udp:10.96.0.10:53,uid=1337", "bypass 53 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN"),
             (NONE, &["--redirect-dns"], "outbound:udp:10.96.0.10:53", "bypass 53 nat/OUTPUT (end)"),
             (NONE, &["--redirect-dns", "--capture-all-dns"], "outbound:udp:8.8.8.8:53", "dns-proxy 15053 nat/ISTIO_OUTPUT_DNS: -A ISTIO_OUTPUT_DNS -p udp --dport 53 -j REDIRECT --to-port 15053"),
             // Inbound: everything but the excluded ports and the tunnel port, or only the listed ports.
@@ -413,7 +421,7 @@ mod tests {
     #[test]
     fn verdicts_follow_the_rules_nftables() {
         const NONE: &[(&str, &str)] = &[];
-        let cases: &[(&[(&str, &str)], &[&str], &str, &str)] = &[
+        let cases: &[Case] = &[
             (NONE, &["-o", "5432"], "outbound:tcp:10.0.0.5:5432", "bypass 5432 istio-proxy-nat/istio-output: tcp dport 5432 counter return"),
             (NONE, &[], "outbound:tcp:192.0.2.2:8080,uid=1337,iface=lo", "inbound-proxy 15006 istio-proxy-nat/istio-output: oifname lo meta l4proto tcp ip daddr != 127.0.0.1/32 tcp dport != 15008 skuid 1337 counter jump istio-in-redirect"),
             (NONE, &["--redirect-dns", "--dns-servers", "10.96.0.10"], "outbound:udp:10.96.0.10:53", "dns-proxy 15053 istio-proxy-nat/istio-output-dns: ip daddr 10.96.0.10/32 udp dport 53 counter redirect to :15053"),
