@@ -9,7 +9,7 @@ use std::net::IpAddr;
 
 use crate::cli::Args;
 use crate::config::{self, ConfigError};
-use crate::connection::{Connection, Direction, POD_V4, POD_V6};
+use crate::connection::{Connection, ConnectionError, Direction, POD_V4, POD_V6};
 use crate::detect::System;
 use crate::walk::RuleError;
 pub use crate::walk::VerdictKind;
@@ -191,6 +191,237 @@ fn verdicts(
 /// through it.
 pub fn explain(args: &[String], connections: &[Connection]) -> Result<Explanation, ExplainError> {
     explain_args(&parse_flags(args)?, connections)
+}
+
+impl Explanation {
+    /// The text output: the backend and the assumptions once, then one block per connection with its
+    /// spec, the verdict and port, and the deciding `table/chain: rule`.
+    pub fn text(&self) -> String {
+        let mut out = format!("backend: {}\nassumed:\n", self.backend);
+        for a in OFFLINE_ASSUMPTIONS.split("; ") {
+            out.push_str(&format!("  - {a}\n"));
+        }
+        for v in &self.connections {
+            // The destination port is the spec's: a redirect's port is where it lands instead.
+            let port = v.spec.parse::<Connection>().map_or(v.port, |c| c.port);
+            let to = match v.address {
+                IpAddr::V4(a) => format!("{a}:{port}"),
+                IpAddr::V6(a) => format!("[{a}]:{port}"),
+            };
+            let lands = match v.verdict {
+                VerdictKind::Bypass => format!("bypass: reaches {to} directly"),
+                kind => format!("{kind} {} (original destination {to})", v.port),
+            };
+            let decided = match (&v.table, &v.chain, &v.rule) {
+                (Some(t), Some(c), Some(r)) => format!("{t}/{c}: {r}"),
+                (Some(t), Some(c), None) => {
+                    format!("{t}/{c}: end of the base chain, no rule decided (policy accept)")
+                }
+                _ => format!(
+                    "no {} rules (IPv6 is off)",
+                    if v.address.is_ipv6() { "IPv6" } else { "IPv4" }
+                ),
+            };
+            out.push_str(&format!("\n{}\n  {lands}\n  {decided}\n", v.spec));
+        }
+        out
+    }
+}
+
+/// The word that selects `explain` on `iptables-init`'s command line.
+pub(crate) const SUBCOMMAND: &str = "explain";
+
+/// The output `-o` selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Text,
+    Json,
+}
+
+/// The command line of `explain`, its own flags taken out of the istio-iptables ones.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Split {
+    /// The istio-iptables flags, in order.
+    flags: Vec<String>,
+    connections: Vec<String>,
+    /// `None`: text.
+    format: Option<Format>,
+    help: bool,
+}
+
+/// The format word of `-o`/`--output`, if it is one.
+fn format_word(word: &str) -> Option<Format> {
+    match word {
+        "text" => Some(Format::Text),
+        "json" => Some(Format::Json),
+        _ => None,
+    }
+}
+
+/// Takes `--connection`, `-o`/`--output` and `-h`/`--help` out of `argv` (after `explain`), leaving
+/// the istio-iptables flags in order. An istio-iptables flag's separate value is kept with it, so a
+/// value is never read as a flag; `-o` with a value other than `text` or `json` is istio-iptables'
+/// `-o` (ports can never be those words).
+fn split(argv: &[String]) -> Result<Split, String> {
+    use crate::flags::{by_long, by_short, Kind, CONNECTION, OUTPUT};
+    let mut s = Split::default();
+    let mut it = argv.iter();
+    let output = |v: &str| {
+        format_word(v).ok_or_else(|| {
+            format!(
+                "invalid value {v:?} for {}: use text or json",
+                OUTPUT.origin()
+            )
+        })
+    };
+    while let Some(token) = it.next() {
+        let t = token.as_str();
+        let long = t.strip_prefix("--");
+        let (name, inline) = match long.map(|l| l.split_once('=')) {
+            Some(Some((n, v))) => (Some(n), Some(v)),
+            Some(None) => (long, None),
+            None => (None, None),
+        };
+        if t == "-h" || name == Some("help") {
+            s.help = true;
+            continue;
+        }
+        if name == Some(CONNECTION.long) {
+            match inline.map(str::to_string).or_else(|| it.next().cloned()) {
+                Some(spec) => s.connections.push(spec),
+                None => return Err(format!("{} needs a SPEC", CONNECTION.origin())),
+            }
+            continue;
+        }
+        if name == Some(OUTPUT.long) {
+            let v = inline.map(str::to_string).or_else(|| it.next().cloned());
+            s.format = Some(output(&v.unwrap_or_default())?);
+            continue;
+        }
+        if let Some(rest) = t.strip_prefix("-o") {
+            let word = rest.strip_prefix('=').unwrap_or(rest);
+            if let Some(f) = format_word(word) {
+                s.format = Some(f);
+                continue;
+            }
+            if rest.is_empty() {
+                if let Some(f) = it.as_slice().first().and_then(|w| format_word(w)) {
+                    s.format = Some(f);
+                    it.next();
+                    continue;
+                }
+            }
+        }
+        s.flags.push(token.clone());
+        // A flag written without its value in the same token takes the next one (booleans never do).
+        let flag = match (name, inline) {
+            (Some(n), None) => by_long(n),
+            (None, _) => t
+                .strip_prefix('-')
+                .filter(|r| r.chars().count() == 1)
+                .and_then(|r| r.chars().next())
+                .and_then(by_short),
+            _ => None,
+        };
+        if flag.is_some_and(|f| f.kind != Kind::Bool) {
+            if let Some(value) = it.next() {
+                s.flags.push(value.clone());
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// The long `--help` text of `explain`.
+fn help_text() -> String {
+    format!(
+        "Explains where connections go under an iptables-init configuration, from the rules it would \
+install: the verdict (outbound-proxy, inbound-proxy, dns-proxy or bypass), the port the connection \
+lands on, and the table, chain and rule that decided. Pure computation: no privilege, no environment \
+variable, file or netfilter state is read or touched; --dry-run is implied and apply-only flags are \
+accepted and ignored.
+
+Give the istio-iptables / iptables-init flags as for a run (see iptables-init --help; \
+--native-nftables explains the nftables rules), and one --connection SPEC per connection:
+
+  SPEC = outbound|inbound:tcp|udp:[ADDRESS:]PORT[,uid=N][,gid=N][,iface=NAME]
+  e.g.   outbound:tcp:10.0.0.5:5432   inbound:tcp:8080   outbound:udp:10.96.0.10:53,uid=1000
+         outbound:tcp:[fd00::5]:443
+
+Defaults: ADDRESS is 192.0.2.1 outbound and 192.0.2.2 (the pod) inbound; uid and gid are 1000 (an \
+application, not the proxy; inbound ignores them); iface is lo for outbound to a loopback address, \
+else eth0 (pass iface=lo to model the pod talking to its own IP). Each connection is its first packet: \
+outbound through raw, mangle and nat OUTPUT, inbound through raw, mangle and nat PREROUTING.
+
+Assumed: {OFFLINE_ASSUMPTIONS}.
+
+Exit status: 0 explained, 1 an invalid connection or configuration, 255 a command-line parse error."
+    )
+}
+
+/// `iptables-init explain ARGS...` (`argv` after `explain`): writes the explanation to `out` and
+/// errors to `err`, and returns the exit status.
+pub(crate) fn main(
+    argv: &[std::ffi::OsString],
+    out: &mut dyn std::io::Write,
+    err: &mut dyn std::io::Write,
+) -> u8 {
+    let mut fail = |code: u8, msg: &str| {
+        let _ = writeln!(err, "iptables-init explain: {msg}");
+        code
+    };
+    let argv: Option<Vec<String>> = argv
+        .iter()
+        .map(|a| a.to_str().map(str::to_string))
+        .collect();
+    let Some(argv) = argv else {
+        return fail(crate::EXIT_USAGE, "an argument is not valid UTF-8");
+    };
+    let s = match split(&argv) {
+        Ok(s) => s,
+        Err(e) => return fail(crate::EXIT_USAGE, &e),
+    };
+    if s.help {
+        let help = crate::cli::explain_command(help_text()).render_long_help();
+        let _ = write!(out, "{help}");
+        return 0;
+    }
+    if s.connections.is_empty() {
+        return fail(
+            crate::EXIT_USAGE,
+            "give at least one --connection SPEC (see iptables-init explain --help)",
+        );
+    }
+    let connections: Result<Vec<Connection>, ConnectionError> =
+        s.connections.iter().map(|c| c.parse()).collect();
+    let connections = match connections {
+        Ok(c) => c,
+        Err(e) => return fail(crate::EXIT_ERROR, &e.to_string()),
+    };
+    let argv0 = std::iter::once("iptables-init".to_string());
+    let args = match Args::parse_args(argv0.chain(s.flags)) {
+        Ok(a) => a,
+        Err(e) => return crate::parse_failure(&e),
+    };
+    match crate::logging::LogConfig::from_args(&args) {
+        Ok(log) => log.install(),
+        Err(e) => return fail(crate::EXIT_USAGE, &e.to_string()),
+    }
+    let explanation = match explain_args(&args, &connections) {
+        Ok(e) => e,
+        Err(e) => return fail(crate::EXIT_ERROR, &e.to_string()),
+    };
+    let text = match s.format.unwrap_or(Format::Text) {
+        Format::Text => explanation.text(),
+        Format::Json => match serde_json::to_string_pretty(&explanation) {
+            Ok(j) => j + "\n",
+            Err(e) => return fail(crate::EXIT_ERROR, &format!("writing JSON: {e}")),
+        },
+    };
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => 0,
+        Err(e) => fail(crate::EXIT_ERROR, &format!("writing the output: {e}")),
+    }
 }
 
 #[cfg(test)]
@@ -440,5 +671,257 @@ mod tests {
             a.push("--native-nftables".to_string());
             assert_eq!(line(&one(&a, spec)), *expected, "{spec} with {a:?}");
         }
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_command_line_keeps_istio_flags_and_takes_out_its_own() {
+        let split_ok = |v: &[&str]| split(&strings(v)).expect("splits");
+        let s = split_ok(&[
+            "istio-iptables",
+            "-p",
+            "15001",
+            "--connection",
+            "outbound:tcp:1",
+            "-o",
+            "5432",
+            "--connection=inbound:tcp:2",
+            "-x",
+            "--connection",
+            "--dry-run",
+            "-n",
+            "-o",
+            "json",
+        ]);
+        assert_eq!(
+            s.flags,
+            strings(&[
+                "istio-iptables",
+                "-p",
+                "15001",
+                "-o",
+                "5432",
+                "-x",
+                "--connection",
+                "--dry-run",
+                "-n"
+            ])
+        );
+        assert_eq!(s.connections, strings(&["outbound:tcp:1", "inbound:tcp:2"]));
+        assert_eq!(s.format, Some(Format::Json));
+        for (argv, format) in [
+            (&["-ojson"][..], Format::Json),
+            (&["-o=text"], Format::Text),
+            (&["--output", "json"], Format::Json),
+            (&["--output=text"], Format::Text),
+            (&["-o", "json", "-o", "text"], Format::Text),
+        ] {
+            let s = split_ok(argv);
+            assert_eq!((s.format, s.flags.len()), (Some(format), 0), "{argv:?}");
+        }
+        let s = split_ok(&[
+            "-o5432",
+            "--istio-local-outbound-ports-exclude",
+            "json",
+            "-h",
+        ]);
+        assert_eq!(
+            s.flags,
+            strings(&["-o5432", "--istio-local-outbound-ports-exclude", "json"])
+        );
+        assert!(s.help);
+        assert_eq!(s.format, None);
+        let e = split(&strings(&["--output", "yaml"])).expect_err("yaml");
+        assert!(e.contains("\"yaml\" for -o/--output"), "{e}");
+        assert!(split(&strings(&["--connection"])).is_err());
+    }
+
+    /// Runs `explain` on `argv` (after the subcommand word): status, stdout, stderr.
+    fn main_of(argv: &[&str]) -> (u8, String, String) {
+        let argv: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = main(&argv, &mut out, &mut err);
+        let text = |b: Vec<u8>| String::from_utf8(b).expect("utf-8");
+        (code, text(out), text(err))
+    }
+
+    #[test]
+    fn text_output_names_the_rule_and_states_the_assumptions_once() {
+        let mut argv = test_support::istio_init::injected_args_with(&[("-x", "10.0.0.0/8")], &[]);
+        argv.extend([
+            "--connection",
+            "outbound:tcp:172.16.0.5:5432",
+            "--connection",
+            "outbound:tcp:10.0.0.5:5432",
+            "--connection",
+            "inbound:tcp:8080",
+            "--connection",
+            "outbound:tcp:[fd00::5]:443",
+        ]);
+        let (code, out, err) = main_of(&argv);
+        assert_eq!((code, err.as_str()), (0, ""));
+        let expected = format!(
+            "backend: iptables\nassumed:\n{}\n\n\
+outbound:tcp:172.16.0.5:5432
+  outbound-proxy 15001 (original destination 172.16.0.5:5432)
+  nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT
+
+outbound:tcp:10.0.0.5:5432
+  bypass: reaches 10.0.0.5:5432 directly
+  nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -d 10.0.0.0/8 -j RETURN
+
+inbound:tcp:8080
+  inbound-proxy 15006 (original destination 192.0.2.2:8080)
+  nat/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT
+
+outbound:tcp:[fd00::5]:443
+  bypass: reaches [fd00::5]:443 directly
+  no IPv6 rules (IPv6 is off)
+",
+            OFFLINE_ASSUMPTIONS
+                .split("; ")
+                .map(|a| format!("  - {a}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        assert_eq!(out, expected);
+        assert_eq!(out.matches("assumed:").count(), 1);
+        let (code, out, _) = main_of(&["-b", "8080", "--connection", "inbound:tcp:7070"]);
+        assert_eq!(code, 0);
+        assert!(
+            out.ends_with("inbound:tcp:7070\n  bypass: reaches 192.0.2.2:7070 directly\n  nat/PREROUTING: end of the base chain, no rule decided (policy accept)\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn json_output_is_one_object() {
+        let (code, out, _) = main_of(&[
+            "--native-nftables",
+            "--redirect-dns",
+            "--dns-servers",
+            "10.96.0.10",
+            "-o",
+            "json",
+            "--connection",
+            "outbound:udp:10.96.0.10:53",
+        ]);
+        assert_eq!(code, 0);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+        assert_eq!(
+            v,
+            serde_json::json!({"backend": "nftables", "connections": [{
+                "spec": "outbound:udp:10.96.0.10:53",
+                "verdict": "dns-proxy",
+                "port": 15053,
+                "table": "istio-proxy-nat",
+                "chain": "istio-output-dns",
+                "rule": "ip daddr 10.96.0.10/32 udp dport 53 counter redirect to :15053",
+                "address": "10.96.0.10",
+            }]})
+        );
+    }
+
+    #[test]
+    fn exit_statuses() {
+        let spec = ["--connection", "outbound:tcp:80"];
+        let with = |extra: &[&'static str]| {
+            let mut v = extra.to_vec();
+            v.extend(spec);
+            main_of(&v)
+        };
+        assert_eq!(with(&[]).0, 0);
+        let (code, _, err) = main_of(&["--connection", "outbound:tcp:10.0.0.5:0"]);
+        assert_eq!(code, 1);
+        assert!(
+            err.contains("connection \"outbound:tcp:10.0.0.5:0\": invalid port \"0\""),
+            "{err}"
+        );
+        let (code, _, err) = with(&["-z", "x"]);
+        assert_eq!(code, 1);
+        assert!(err.contains("-z/--inbound-capture-port"), "{err}");
+        assert_eq!(with(&["--no-such-flag"]).0, crate::EXIT_USAGE);
+        assert_eq!(with(&["--output", "yaml"]).0, crate::EXIT_USAGE);
+        let (code, _, err) = main_of(&["-p", "15001"]);
+        assert_eq!(code, crate::EXIT_USAGE);
+        assert!(err.contains("--connection"), "{err}");
+        let (code, out, _) = main_of(&["--help"]);
+        assert_eq!(code, 0);
+        for needle in [
+            "outbound|inbound:tcp|udp:[ADDRESS:]PORT",
+            "192.0.2.1",
+            "--connection <SPEC>",
+            "-o, --output",
+        ] {
+            assert!(out.contains(needle), "{needle}: {out}");
+        }
+        // Apply-only flags are accepted and change nothing.
+        let plain = with(&[]);
+        assert_eq!(
+            with(&[
+                "--cleanup-only",
+                "--reconcile",
+                "--run-validation",
+                "--dry-run=false"
+            ]),
+            plain
+        );
+    }
+
+    /// `iptables-init explain` reads no environment variable and no surroundings, through the same
+    /// entry point as a run, which does read them (so the spies below can see a read).
+    #[test]
+    fn explain_reads_no_environment_and_no_surroundings() {
+        use std::cell::RefCell;
+        struct Spy(RefCell<Vec<&'static str>>);
+        impl System for Spy {
+            fn interface_addrs(&self) -> Result<Vec<IpAddr>, String> {
+                self.0.borrow_mut().push("interfaces");
+                Ok(vec![IpAddr::V4(POD_V4)])
+            }
+            fn resolv_conf(&self) -> std::io::Result<String> {
+                self.0.borrow_mut().push("resolv.conf");
+                Ok(String::new())
+            }
+            fn passwd(&self) -> std::io::Result<String> {
+                self.0.borrow_mut().push("passwd");
+                Ok(String::new())
+            }
+        }
+        let read: RefCell<Vec<String>> = RefCell::default();
+        let env = |name: &str| {
+            read.borrow_mut().push(name.to_string());
+            (name == "INBOUND_CAPTURE_PORT").then(|| "16000".to_string())
+        };
+        let sys = Spy(RefCell::default());
+        let argv = |v: &[&str]| v.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        let explained = crate::run_with(
+            argv(&[
+                "iptables-init",
+                "explain",
+                "-b",
+                "*",
+                "--connection",
+                "inbound:tcp:8080",
+                "-o",
+                "json",
+            ]),
+            &env,
+            &sys,
+        );
+        assert_eq!(explained, std::process::ExitCode::SUCCESS);
+        assert_eq!(read.borrow().len(), 0, "explain read {:?}", read.borrow());
+        assert_eq!(sys.0.borrow().len(), 0, "explain read {:?}", sys.0.borrow());
+        let (_, out, _) = main_of(&["-b", "*", "--connection", "inbound:tcp:8080", "-o", "json"]);
+        assert!(out.contains("\"port\": 15006"), "{out}");
+        // The same flags as a real dry run: the variable and the surroundings are read and apply.
+        let args = Args::parse_args(argv(&["iptables-init", "-b", "*"])).expect("parses");
+        let cfg = config::resolve(&args, &env, &sys).expect("resolves");
+        assert_eq!(cfg.inbound_capture_port, 16000);
+        assert!(read.borrow().iter().any(|n| n == "INBOUND_CAPTURE_PORT"));
+        assert!(sys.0.borrow().contains(&"passwd"));
     }
 }
