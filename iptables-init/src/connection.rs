@@ -128,9 +128,14 @@ impl Connection {
     pub(crate) fn packet(&self) -> Packet {
         let dst = self.address_or_default();
         let iface = self.iface_or_default().to_string();
+        // The kernel's source for a loopback destination is the loopback route's preferred source.
         let src = match (self.direction, dst) {
-            (Direction::Outbound, IpAddr::V4(d)) if d.is_loopback() => IpAddr::V4(d),
-            (Direction::Outbound, IpAddr::V6(d)) if d.is_loopback() => IpAddr::V6(d),
+            (Direction::Outbound, IpAddr::V4(d)) if d.is_loopback() => {
+                IpAddr::V4(Ipv4Addr::LOCALHOST)
+            }
+            (Direction::Outbound, IpAddr::V6(d)) if d.is_loopback() => {
+                IpAddr::V6(Ipv6Addr::LOCALHOST)
+            }
             (Direction::Outbound, IpAddr::V4(_)) => IpAddr::V4(POD_V4),
             (Direction::Outbound, IpAddr::V6(_)) => IpAddr::V6(POD_V6),
             (Direction::Inbound, IpAddr::V4(_)) => IpAddr::V4(PEER_V4),
@@ -419,8 +424,9 @@ mod tests {
         assert_eq!(p.owner, Some((1000, 1000)));
         assert_eq!((p.oif.as_deref(), p.iif.as_deref()), (Some("eth0"), None));
         assert_eq!(p.src, IpAddr::V4(POD_V4));
-        let lo = parse("outbound:tcp:127.0.0.1:8080");
+        let lo = parse("outbound:tcp:127.0.0.6:8080");
         assert_eq!(lo.iface_or_default(), "lo");
+        assert_eq!(lo.packet().src, IpAddr::V4(Ipv4Addr::LOCALHOST));
         assert_eq!(parse("outbound:tcp:[::1]:8080").iface_or_default(), "lo");
         let own = parse("outbound:tcp:192.0.2.2:8080");
         assert_eq!(own.iface_or_default(), "eth0");

@@ -102,7 +102,8 @@ pub const OFFLINE_ASSUMPTIONS: &str = "no environment variable, file or netfilte
 the pod's addresses are 192.0.2.2 (and fd00::2 when a connection is IPv6); /etc/resolv.conf is empty \
 (pass --dns-servers for DNS capture); /etc/passwd is empty (the proxy uid is 1337 unless -u); a group \
 name matches no gid; each connection is the first packet of a new connection (conntrack state NEW) from \
-source port 40000";
+source port 40000: outbound from the pod's address (from 127.0.0.1 or ::1 to a loopback address), \
+inbound from the peer 192.0.2.1 or fd00::1";
 
 /// The surroundings of an explanation: fixed addresses, empty files.
 struct Offline {
@@ -600,6 +601,7 @@ mod tests {
             (&[("-i", "127.0.0.1/32")], &[], "outbound:tcp:192.0.2.2:8080,gid=1337,iface=lo", "inbound-proxy 15006 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --gid-owner 1337 -j ISTIO_IN_REDIRECT"),
             (NONE, &[], "outbound:tcp:192.0.2.2:15008,uid=1337,iface=lo", "bypass 15008 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN"),
             (NONE, &[], "outbound:tcp:127.0.0.1:8080,uid=1337", "bypass 8080 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN"),
+            (NONE, &[], "outbound:tcp:127.0.0.6:8080,uid=1337", "inbound-proxy 15006 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT"),
             (NONE, &[], "outbound:tcp:127.0.0.1:8080", "bypass 8080 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN"),
             // DNS to the configured server goes to the agent, to another server it does not.
             (NONE, DNS, "outbound:udp:10.96.0.10:53", "dns-proxy 15053 nat/ISTIO_OUTPUT_DNS: -A ISTIO_OUTPUT_DNS -p udp --dport 53 -d 10.96.0.10/32 -j REDIRECT --to-port 15053"),
