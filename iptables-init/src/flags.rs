@@ -53,6 +53,8 @@ pub enum Group {
     Surroundings,
     /// Istio's log flags.
     Log,
+    /// The flags of `iptables-init explain` (not in [`FLAGS`]: a run does not take them).
+    Explain,
 }
 
 /// One flag.
@@ -623,6 +625,39 @@ pub static FLAGS: [&Flag; 42] = [
     &LOG_STACKTRACE_LEVEL,
 ];
 
+/// `explain -o`'s words.
+pub const OUTPUT_FORMATS: &[(&str, &str)] = &[
+    ("text", "One block per connection, after the assumptions"),
+    (
+        "json",
+        "One JSON object: {\"backend\", \"connections\": [...]}",
+    ),
+];
+
+pub static CONNECTION: Flag = Flag {
+    long: "connection",
+    short: None,
+    kind: Value,
+    value_name: "SPEC",
+    env: &[],
+    default: Empty,
+    help: "A connection to explain, repeatable: outbound|inbound:tcp|udp:[ADDRESS:]PORT[,uid=N][,gid=N][,iface=NAME]",
+    group: Group::Explain,
+};
+pub static OUTPUT: Flag = Flag {
+    long: "output",
+    short: Some('o'),
+    kind: Kind::Choice(OUTPUT_FORMATS),
+    value_name: "FORMAT",
+    env: &[],
+    default: Fallback::Value("text"),
+    help: "Output format; `-o` with another value is istio-iptables' -o (--istio-local-outbound-ports-exclude)",
+    group: Group::Explain,
+};
+
+/// The flags `iptables-init explain` takes besides those of [`FLAGS`].
+pub static EXPLAIN_FLAGS: [&Flag; 2] = [&CONNECTION, &OUTPUT];
+
 impl Fallback {
     /// The default as README.md's flag tables write it.
     #[cfg(test)]
@@ -649,12 +684,14 @@ mod tests {
         env: String,
     }
 
-    /// The rows of the flag tables in README.md's "### Flags" section. Cells are split on `|` not
-    /// preceded by `\` (a `\|` stays inside its cell).
-    fn readme_rows() -> Vec<Row> {
+    /// The rows of the first `tables` flag tables in README.md's section `heading` (up to its first
+    /// subheading). Cells are split on `|` not preceded by `\` (a `\|` stays inside its cell).
+    fn readme_rows(heading: &str, tables: usize) -> Vec<Row> {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
         let text = std::fs::read_to_string(path).expect("README.md");
-        let start = text.find("\n### Flags\n").expect("a ### Flags section");
+        let start = text
+            .find(&format!("\n{heading}\n"))
+            .unwrap_or_else(|| panic!("a {heading} section"));
         let section = &text[start + 1..];
         let end = section[4..].find("\n#").map_or(section.len(), |e| e + 4);
         let mut rows = Vec::new();
@@ -668,6 +705,9 @@ mod tests {
             if !in_table {
                 in_table = true;
                 table += 1;
+                if table > tables {
+                    break;
+                }
                 assert_eq!(
                     line, "| Long | Short | Default | Environment | Meaning |",
                     "the header of flag table {table}"
@@ -705,7 +745,7 @@ mod tests {
 
     #[test]
     fn the_readme_flag_tables_are_the_flag_definitions() {
-        let rows = readme_rows();
+        let rows = readme_rows("### Flags", 3);
         assert_eq!(rows.len(), FLAGS.len(), "one README row per flag");
         for flag in FLAGS {
             let long = format!("--{}", flag.long);
@@ -717,6 +757,7 @@ mod tests {
                 Group::Istio => 1,
                 Group::Surroundings => 2,
                 Group::Log => 3,
+                Group::Explain => panic!("--{}: an explain flag in FLAGS", flag.long),
             };
             assert_eq!(row.table, table, "{long}: the table it is in");
             let short = flag.short.map(|s| format!("-{s}")).unwrap_or_default();
@@ -729,6 +770,27 @@ mod tests {
                 names.join(", then ")
             };
             assert_eq!(row.env, env, "{long}: environment");
+        }
+    }
+
+    #[test]
+    fn the_readme_explain_flag_table_is_the_explain_flag_definitions() {
+        let rows = readme_rows("### `iptables-init explain`", 1);
+        let longs: Vec<&str> = rows.iter().map(|r| r.long.as_str()).collect();
+        assert_eq!(longs, ["--connection", "--output"]);
+        for (flag, row) in EXPLAIN_FLAGS.iter().zip(&rows) {
+            assert_eq!(row.table, 1);
+            assert_eq!(row.long, format!("--{}", flag.long));
+            let short = flag.short.map(|s| format!("-{s}")).unwrap_or_default();
+            assert_eq!(row.short, short, "--{}", flag.long);
+            assert_eq!(row.default, flag.default.readme(), "--{}", flag.long);
+            assert_eq!((row.env.as_str(), flag.env), ("(none)", &[][..]));
+            assert_eq!(flag.group, Group::Explain);
+            assert!(
+                by_long(flag.long).is_none(),
+                "--{} is not a run's flag",
+                flag.long
+            );
         }
     }
 
