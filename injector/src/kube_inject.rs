@@ -82,7 +82,7 @@ pub struct Output {
     pub warnings: Vec<String>,
 }
 
-fn field(f: &str, reason: impl Into<String>) -> DocumentError {
+pub(crate) fn field(f: &str, reason: impl Into<String>) -> DocumentError {
     DocumentError::Field {
         field: f.to_string(),
         reason: reason.into(),
@@ -396,7 +396,7 @@ fn inject_object(
     Ok(())
 }
 
-fn check_metadata(meta: &Value, at: &str) -> Result<(), DocumentError> {
+pub(crate) fn check_metadata(meta: &Value, at: &str) -> Result<(), DocumentError> {
     for key in ["labels", "annotations"] {
         match meta.get(key) {
             None | Some(Value::Null) => {}
