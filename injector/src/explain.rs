@@ -660,6 +660,18 @@ fn explain_stream(ctx: &Context, input: &str, source: &str) -> Result<Vec<Item>,
     Ok(explainer.items)
 }
 
+/// The text form: each item's, and once, when a connection was walked, what the walk assumes.
+pub fn text(items: &[Item]) -> String {
+    let mut out = items.iter().map(Item::text).collect::<Vec<_>>().join("\n");
+    if items.iter().any(|i| !i.connections.is_empty()) {
+        out.push_str(&format!(
+            "\nTraffic verdicts assume: {}\n",
+            iptables_init::OFFLINE_ASSUMPTIONS
+        ));
+    }
+    out
+}
+
 /// The JSON form: `{"items": [...]}`.
 pub fn json(items: &[Item]) -> Value {
     json!({ "items": items })
@@ -688,10 +700,7 @@ pub fn run(args: Args) -> Result<(), ExplainError> {
     };
     let items = explain_stream(&ctx, &input, &args.filename)?;
     match args.output {
-        Output::Text => {
-            let texts: Vec<String> = items.iter().map(Item::text).collect();
-            print!("{}", texts.join("\n"));
-        }
+        Output::Text => print!("{}", text(&items)),
         Output::Json => println!(
             "{}",
             serde_json::to_string_pretty(&json(&items))
