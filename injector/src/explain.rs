@@ -250,6 +250,7 @@ impl Item {
             }
         }
         match &self.init_args {
+            None if !self.injected => out.push_str("  Traffic:   not intercepted (no sidecar)\n"),
             None => out.push_str("  Traffic:   not redirected (no istio-init container)\n"),
             Some(args) => {
                 let shown: Vec<&str> = args
