@@ -100,12 +100,8 @@ pub struct Args {
 #[derive(Debug, thiserror::Error)]
 pub enum ExplainError {
     /// The manifest could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot read {path}: {error}")]
+    Read { path: String, error: std::io::Error },
     /// The injector configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -119,12 +115,8 @@ pub enum ExplainError {
     #[error(transparent)]
     WebhookConfig(#[from] DoctorError),
     /// A webhook entry cannot be evaluated.
-    #[error("--webhook-config {path}: {source}")]
-    Entry {
-        path: String,
-        #[source]
-        source: EntryError,
-    },
+    #[error("--webhook-config {path}: {error}")]
+    Entry { path: String, error: EntryError },
     /// The default configuration could not be generated.
     #[error("the default webhook configuration (injector webhook-config --revision {revision:?}): {reason}")]
     Generate { revision: String, reason: String },
@@ -132,11 +124,10 @@ pub enum ExplainError {
     #[error("{0}")]
     Connection(String),
     /// A document of the manifest cannot be explained.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Manifest {
         path: String,
-        #[source]
-        source: KubeInjectError,
+        error: KubeInjectError,
     },
 }
 
@@ -375,7 +366,7 @@ fn entries_from(
             (hooks, "(generated)".to_string())
         }
     };
-    Entry::parse_all(&hooks).map_err(|source| ExplainError::Entry { path, source })
+    Entry::parse_all(&hooks).map_err(|error| ExplainError::Entry { path, error })
 }
 
 /// Everything loaded once for a run.
@@ -652,11 +643,9 @@ fn explain_stream(ctx: &Context, input: &str, source: &str) -> Result<Vec<Item>,
         ctx,
         items: Vec::new(),
     };
-    kube_inject::visit_stream(input, &mut explainer).map_err(|source_err| {
-        ExplainError::Manifest {
-            path: source.to_string(),
-            source: source_err,
-        }
+    kube_inject::visit_stream(input, &mut explainer).map_err(|error| ExplainError::Manifest {
+        path: source.to_string(),
+        error,
     })?;
     Ok(explainer.items)
 }
@@ -688,15 +677,15 @@ pub fn run(args: Args) -> Result<(), ExplainError> {
         let mut s = String::new();
         std::io::stdin()
             .read_to_string(&mut s)
-            .map_err(|source| ExplainError::Read {
+            .map_err(|error| ExplainError::Read {
                 path: "-".to_string(),
-                source,
+                error,
             })?;
         s
     } else {
-        std::fs::read_to_string(&args.filename).map_err(|source| ExplainError::Read {
+        std::fs::read_to_string(&args.filename).map_err(|error| ExplainError::Read {
             path: args.filename.clone(),
-            source,
+            error,
         })?
     };
     let items = explain_stream(&ctx, &input, &args.filename)?;
