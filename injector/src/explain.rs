@@ -343,8 +343,12 @@ fn entries_from(
     file: Option<(&Path, &str)>,
     settings: &Settings,
 ) -> Result<Vec<Entry>, ExplainError> {
-    let (hooks, path) = match file {
-        Some((path, text)) => (doctor::read_hooks(path, text)?, path.display().to_string()),
+    let (hooks, path, objects) = match file {
+        Some((path, text)) => {
+            let hooks = doctor::read_hooks(path, text)?;
+            let objects = kube_objects::parse(text, &path.display().to_string())?;
+            (hooks, path.display().to_string(), objects)
+        }
         None => {
             let gen_err = |reason: String| ExplainError::Generate {
                 revision: settings.revision.clone(),
@@ -363,10 +367,15 @@ fn entries_from(
                 .configurations(None)
                 .map_err(|e| gen_err(e.to_string()))?;
             let hooks = webhook::hooks_of(&configs).map_err(|e| gen_err(e.to_string()))?;
-            (hooks, "(generated)".to_string())
+            let objects = configs
+                .iter()
+                .map(serde_json::to_value)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| gen_err(e.to_string()))?;
+            (hooks, "(generated)".to_string(), objects)
         }
     };
-    Entry::parse_all(&hooks).map_err(|error| ExplainError::Entry { path, error })
+    Entry::parse_all(&hooks, &objects).map_err(|error| ExplainError::Entry { path, error })
 }
 
 /// Everything loaded once for a run.
@@ -461,6 +470,10 @@ impl Context {
             configuration: entry.config.clone(),
             entry: entry.name.clone(),
         });
+        warnings.extend(warnings::other_revision(
+            entry,
+            &self.engine.settings.revision,
+        ));
         warnings.extend(warnings::match_conditions(entry));
         warnings.extend(warnings::fail_closed(entry));
         for (also, _) in routing.called.iter().skip(1) {

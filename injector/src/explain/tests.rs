@@ -679,3 +679,43 @@ fn the_extended_injection_table() {
         }
     }
 }
+
+#[test]
+fn an_entry_of_another_revision_is_explained_with_a_warning() {
+    let canary = webhook_config::Args::for_revision("canary", false)
+        .unwrap()
+        .yaml(None)
+        .unwrap();
+    let c = ctx_with(
+        Settings::default(),
+        Some(&canary),
+        "istio.io/rev=canary",
+        &[],
+    );
+    let it = one(&c, &deployment(json!({}), json!({})));
+    assert_eq!(
+        it.webhook.clone().unwrap().configuration,
+        "sidecar-injector-canary"
+    );
+    assert!(
+        it.warnings
+            .iter()
+            .any(|w| w.contains("belongs to revision \"canary\"")),
+        "{:?}",
+        it.warnings
+    );
+    let c = ctx_with(
+        settings(None, None, true, "canary"),
+        Some(&canary),
+        "istio.io/rev=canary",
+        &[],
+    );
+    let it = one(&c, &deployment(json!({}), json!({})));
+    assert!(
+        !it.warnings
+            .iter()
+            .any(|w| w.contains("belongs to revision")),
+        "{:?}",
+        it.warnings
+    );
+}

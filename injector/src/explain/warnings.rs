@@ -152,6 +152,25 @@ pub fn fail_closed(entry: &Entry) -> Option<String> {
     })
 }
 
+/// A called entry of another revision's configuration than the one explained (`revision` empty for
+/// the default): that revision's injector decides and injects with its own configuration.
+pub fn other_revision(entry: &Entry, revision: &str) -> Option<String> {
+    let ours = if revision.is_empty() {
+        "default"
+    } else {
+        revision
+    };
+    let theirs = entry.revision.as_deref()?;
+    (theirs != ours).then(|| {
+        format!(
+            "entry {} belongs to revision {theirs:?} (its configuration's istio.io/rev label), but the \
+             decision and injection shown use this injector configuration (--revision {ours:?}); pass \
+             that revision's configuration to see its answer",
+            entry.label()
+        )
+    })
+}
+
 /// A called entry with `matchConditions`: their CEL expressions are not evaluated offline.
 pub fn match_conditions(entry: &Entry) -> Option<String> {
     (entry.match_conditions > 0).then(|| {
@@ -283,6 +302,21 @@ mod tests {
         assert!(match_conditions(&mc)
             .unwrap()
             .contains("cannot be evaluated offline"));
+    }
+
+    #[test]
+    fn another_revisions_entry_is_named() {
+        let mut e = entry(json!({}));
+        assert!(other_revision(&e, "").is_none(), "unlabelled configuration");
+        e.revision = Some("default".into());
+        assert!(other_revision(&e, "").is_none());
+        e.revision = Some("canary".into());
+        let w = other_revision(&e, "").unwrap();
+        assert!(
+            w.contains("belongs to revision \"canary\"") && w.contains("--revision \"default\""),
+            "{w}"
+        );
+        assert!(other_revision(&e, "canary").is_none());
     }
 
     #[test]

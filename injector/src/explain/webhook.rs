@@ -4,6 +4,8 @@
 //! labels, with the selector code of `decision`. `matchConditions` (CEL) cannot be evaluated offline:
 //! an entry that has them is taken to be called, and says so.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use serde_json::{Map, Value};
 
@@ -92,6 +94,8 @@ pub struct Entry {
     pub match_conditions: usize,
     /// The path the API server calls (service path or the URL's path), for the proxy's URL environment.
     pub path: String,
+    /// The revision the configuration belongs to (its `istio.io/rev` label), when labelled.
+    pub revision: Option<String>,
 }
 
 fn strings(
@@ -202,15 +206,32 @@ impl Entry {
             failure_policy,
             match_conditions,
             path,
+            revision: None,
         })
     }
 
     /// Parses every entry, ordered as the API server calls them: configurations by name, entries in
-    /// their order (the sort is stable).
-    pub fn parse_all(hooks: &[Hook]) -> Result<Vec<Entry>, EntryError> {
+    /// their order (the sort is stable); `configurations` (the objects) give each its revision label.
+    pub fn parse_all<'v>(
+        hooks: &[Hook],
+        configurations: impl IntoIterator<Item = &'v Value>,
+    ) -> Result<Vec<Entry>, EntryError> {
+        let revisions: BTreeMap<&str, &str> = configurations
+            .into_iter()
+            .filter_map(|c| {
+                let name = c.pointer("/metadata/name")?.as_str()?;
+                let rev = c.pointer("/metadata/labels/istio.io~1rev")?.as_str()?;
+                Some((name, rev))
+            })
+            .collect();
         let mut entries = hooks
             .iter()
-            .map(Entry::parse)
+            .map(|h| {
+                Entry::parse(h).map(|mut e| {
+                    e.revision = revisions.get(e.config.as_str()).map(|r| r.to_string());
+                    e
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         entries.sort_by(|a, b| a.config.cmp(&b.config));
         Ok(entries)
@@ -335,7 +356,18 @@ mod tests {
     fn generated(revision: &str, auto: bool, tags: &[&str]) -> Vec<Entry> {
         let mut a = webhook_config::Args::for_revision(revision, auto).unwrap();
         a.tags = tags.iter().map(|t| t.to_string()).collect();
-        Entry::parse_all(&hooks_of(&a.configurations(None).unwrap()).unwrap()).unwrap()
+        let configs = a.configurations(None).unwrap();
+        let objects: Vec<Value> = configs
+            .iter()
+            .map(|c| serde_json::to_value(c).unwrap())
+            .collect();
+        let entries = Entry::parse_all(&hooks_of(&configs).unwrap(), &objects).unwrap();
+        let want = a.named_revision().unwrap_or("default");
+        assert!(
+            entries.iter().all(|e| e.revision.as_deref() == Some(want)),
+            "{entries:?}"
+        );
+        entries
     }
 
     fn labels(v: Value) -> Map<String, Value> {
