@@ -8,7 +8,7 @@ use crate::kube_objects::ObjectsError;
 use crate::openshift::Namespaces;
 use crate::proxy_config_resources::ProxyConfigResources;
 
-/// `--proxy-configs`, taken by `serve` and `kube-inject`.
+/// `--proxy-configs`, taken by `serve`, `kube-inject` and `explain`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ProxyConfigArgs {
     /// ProxyConfig resources (`networking.istio.io/v1beta1`), a YAML stream or a `List` as
@@ -18,14 +18,15 @@ pub struct ProxyConfigArgs {
     pub proxy_configs: Option<PathBuf>,
 }
 
-/// `--platform` and `--namespaces`, taken by `serve` (Istio's kube-inject never looks a Namespace up).
+/// `--platform` and `--namespaces`, taken by `serve` and `explain` (Istio's kube-inject never looks a
+/// Namespace up).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct PlatformArgs {
     /// The platform (istiod's `PLATFORM`); `openshift` takes the proxy uid/gid from the pod's Namespace.
     #[arg(long = "platform", env = "PLATFORM", default_value = "")]
     pub platform: String,
     /// Namespace objects, a YAML stream or a `List` as `kubectl get ns -o yaml` prints it, for
-    /// `--platform openshift` (reloaded when the file changes).
+    /// `--platform openshift` (reloaded when the file changes); `explain` also routes by their labels.
     #[arg(long = "namespaces", value_name = "FILE")]
     pub namespaces: Option<PathBuf>,
 }

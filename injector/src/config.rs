@@ -32,7 +32,7 @@ impl NativeSidecars {
     }
 }
 
-/// Flags shared by `injector serve` and `injector kube-inject` (flattened into both).
+/// Flags shared by `injector serve`, `injector kube-inject` and `injector explain` (flattened into each).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ConfigArgs {
     /// The `values` document of the istio-sidecar-injector ConfigMap (JSON or YAML), merged over the
