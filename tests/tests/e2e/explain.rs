@@ -205,15 +205,24 @@ impl Configs {
     }
 }
 
-/// Runs `injector explain -o json` on one pod in its namespace and returns the one item, or why not.
-/// `webhook_config: None` leaves explain its default (what `injector webhook-config` generates).
-fn explain(
-    dir: &Path,
-    pod: &Value,
-    namespaces: &Value,
-    webhook_config: Option<&Path>,
-    cfg: &ConfigFiles,
-) -> Result<Value, String> {
+/// What one explain run is given: a pod, its Namespace, the webhook configuration file (`None`: explain's
+/// default, what `injector webhook-config` generates) and the injector configuration.
+struct Input<'a> {
+    pod: Value,
+    namespaces: Value,
+    webhook_config: Option<&'a Path>,
+    cfg: ConfigFiles,
+}
+
+/// Runs `injector explain -o json` on the input (files written to `dir`) and returns its one item, or why
+/// not.
+fn explain(dir: &Path, input: &Input) -> Result<Value, String> {
+    let Input {
+        pod,
+        namespaces,
+        webhook_config,
+        cfg,
+    } = input;
     let pod_file = dir.join("pod.yaml");
     let ns_file = dir.join("namespaces.yaml");
     // JSON is YAML, and quotes every string (`yes`, `on` and empty values stay strings for any reader).
@@ -306,20 +315,9 @@ fn summary(webhook: &str, injected: bool, step: &str) -> String {
 }
 
 /// Runs one row and records a disagreement (input, expected, got) in `failures`.
-#[allow(clippy::too_many_arguments)]
-fn check(
-    failures: &mut Vec<String>,
-    what: &str,
-    row: &Row,
-    dir: &Path,
-    pod: &Value,
-    namespaces: &Value,
-    webhook_config: Option<&Path>,
-    cfg: &ConfigFiles,
-    want: &str,
-) {
-    let namespace = pod["metadata"]["namespace"].as_str().unwrap();
-    let got = match explain(dir, pod, namespaces, webhook_config, cfg) {
+fn check(failures: &mut Vec<String>, what: &str, row: &Row, dir: &Path, input: &Input, want: &str) {
+    let namespace = input.pod["metadata"]["namespace"].as_str().unwrap();
+    let got = match explain(dir, input) {
         Ok(item) => answer(&item, namespace),
         Err(e) => e,
     };
@@ -432,17 +430,13 @@ fn routing_table() {
             (c, e) => format!("{c}/{e}"),
         };
         let want = summary(&webhook, row.yes("injected"), row.get("step"));
-        check(
-            &mut failures,
-            "routing.tsv",
-            row,
-            dir.path(),
-            &pod,
-            &namespaces(ns, &row.pairs("namespace_labels")),
-            Some(&mwc[auto].0),
-            &cfg,
-            &want,
-        );
+        let input = Input {
+            pod,
+            namespaces: namespaces(ns, &row.pairs("namespace_labels")),
+            webhook_config: Some(&mwc[auto].0),
+            cfg,
+        };
+        check(&mut failures, "routing.tsv", row, dir.path(), &input, &want);
     }
     report(&failures, rows.len(), "routing.tsv");
 }
@@ -480,23 +474,18 @@ fn injection_table() {
             e => format!("sidecar-injector/{e}"),
         };
         let want = summary(&webhook, row.yes("injected"), row.get("step"));
-        let nss = namespaces(ns, &row.pairs("namespace_labels"));
         let given = &mwc[row.get("enable_namespaces_by_default")];
         for (what, webhook_config) in [
             ("injection.tsv --webhook-config", Some(given.as_path())),
             ("injection.tsv default webhook configuration", None),
         ] {
-            check(
-                &mut failures,
-                what,
-                row,
-                dir.path(),
-                &pod,
-                &nss,
+            let input = Input {
+                pod: pod.clone(),
+                namespaces: namespaces(ns, &row.pairs("namespace_labels")),
                 webhook_config,
-                &cfg,
-                &want,
-            );
+                cfg: cfg.clone(),
+            };
+            check(&mut failures, what, row, dir.path(), &input, &want);
         }
     }
     report(&failures, 2 * rows.len(), "injection.tsv");
@@ -543,15 +532,18 @@ fn inject_required_table() {
             false,
         );
         let want = summary("always/always", row.yes("injected"), row.get("step"));
+        let input = Input {
+            pod,
+            namespaces: namespaces("default", &BTreeMap::new()),
+            webhook_config: Some(&mwc),
+            cfg,
+        };
         check(
             &mut failures,
             "inject_required.tsv",
             row,
             dir.path(),
-            &pod,
-            &namespaces("default", &BTreeMap::new()),
-            Some(&mwc),
-            &cfg,
+            &input,
             &want,
         );
     }
@@ -575,8 +567,13 @@ fn classic_table() {
             &row.pairs("pod_annotations"),
             false,
         );
-        let nss = namespaces("apps", &row.pairs("namespace_labels"));
-        let got = match explain(dir.path(), &pod, &nss, None, &cfg) {
+        let input = Input {
+            pod,
+            namespaces: namespaces("apps", &row.pairs("namespace_labels")),
+            webhook_config: None,
+            cfg,
+        };
+        let got = match explain(dir.path(), &input) {
             Ok(item) => match item["injected"].as_bool() {
                 Some(b) => format!("injected {b}"),
                 None => format!("injected is {}", item["injected"]),
@@ -715,13 +712,13 @@ async fn explain_agrees_with_the_webhook() {
                     row.input()
                 ));
             }
-            let explained = match explain(
-                dir.path(),
-                &pod,
-                &namespaces(ns, &ns_labels),
-                Some(&mwc_file),
-                &cfg,
-            ) {
+            let input = Input {
+                pod,
+                namespaces: namespaces(ns, &ns_labels),
+                webhook_config: Some(&mwc_file),
+                cfg: cfg.clone(),
+            };
+            let explained = match explain(dir.path(), &input) {
                 Ok(item) => {
                     let a = answer(&item, ns);
                     // Drop the step: the webhook does not report one.
