@@ -119,15 +119,50 @@ impl LabelSelector {
     /// Kubernetes selector semantics: every requirement holds. (An empty selector matches everything
     /// here; callers that follow Istio check [`LabelSelector::is_empty`] first.)
     pub fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
-        self.requirements.iter().all(|r| {
-            let v = labels.and_then(|l| l.get(&r.key)).and_then(Value::as_str);
-            match r.operator {
-                Operator::In => v.is_some_and(|v| r.values.iter().any(|x| x == v)),
-                Operator::NotIn => v.is_none_or(|v| !r.values.iter().any(|x| x == v)),
-                Operator::Exists => labels.is_some_and(|l| l.contains_key(&r.key)),
-                Operator::DoesNotExist => !labels.is_some_and(|l| l.contains_key(&r.key)),
-            }
+        self.first_unmet(labels).is_none()
+    }
+
+    /// The first requirement (in selector order: `matchLabels`, then `matchExpressions`) that `labels`
+    /// do not meet, `None` when the selector matches; says why a webhook entry did not select an object.
+    pub fn first_unmet(&self, labels: Option<&Map<String, Value>>) -> Option<&Requirement> {
+        self.requirements.iter().find(|r| !r.holds(labels))
+    }
+}
+
+impl Requirement {
+    /// Whether `labels` meet this requirement.
+    pub fn holds(&self, labels: Option<&Map<String, Value>>) -> bool {
+        let v = labels
+            .and_then(|l| l.get(&self.key))
+            .and_then(Value::as_str);
+        match self.operator {
+            Operator::In => v.is_some_and(|v| self.values.iter().any(|x| x == v)),
+            Operator::NotIn => v.is_none_or(|v| !self.values.iter().any(|x| x == v)),
+            Operator::Exists => labels.is_some_and(|l| l.contains_key(&self.key)),
+            Operator::DoesNotExist => !labels.is_some_and(|l| l.contains_key(&self.key)),
+        }
+    }
+}
+
+impl std::fmt::Display for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Operator::In => "In",
+            Operator::NotIn => "NotIn",
+            Operator::Exists => "Exists",
+            Operator::DoesNotExist => "DoesNotExist",
         })
+    }
+}
+
+/// `key In [a, b]`, `key DoesNotExist`: the requirement as Kubernetes writes it.
+impl std::fmt::Display for Requirement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.key, self.operator)?;
+        if !self.values.is_empty() {
+            write!(f, " [{}]", self.values.join(", "))?;
+        }
+        Ok(())
     }
 }
 
@@ -229,16 +264,57 @@ fn check_label_value(v: &str) -> Result<(), SelectorError> {
     }
 }
 
-/// The outcome of [`injection_required`]: whether to inject and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The step of [`injection_required`] that decided, in Istio's order (serialised kebab-case, as
+/// `injector explain -o json` prints it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Step {
+    /// `spec.hostNetwork: true`.
+    HostNetwork,
+    /// One of [`IGNORED_NAMESPACES`].
+    IgnoredNamespace,
+    /// The `sidecar.istio.io/inject` label, `true` or `false`.
+    Label,
+    /// The `sidecar.istio.io/inject` annotation, `true` or `false` (no label of that key).
+    Annotation,
+    /// A `neverInjectSelector` matched the pod's labels.
+    NeverSelector,
+    /// An `alwaysInjectSelector` matched the pod's labels.
+    AlwaysSelector,
+    /// Nothing explicit: the policy `enabled` or `disabled` decided.
+    Policy,
+    /// A policy other than `enabled`/`disabled`: never injected.
+    InvalidPolicy,
+}
+
+impl Step {
+    /// The serialised name (`host-network`, …, `invalid-policy`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::HostNetwork => "host-network",
+            Step::IgnoredNamespace => "ignored-namespace",
+            Step::Label => "label",
+            Step::Annotation => "annotation",
+            Step::NeverSelector => "never-selector",
+            Step::AlwaysSelector => "always-selector",
+            Step::Policy => "policy",
+            Step::InvalidPolicy => "invalid-policy",
+        }
+    }
+}
+
+/// The outcome of [`injection_required`]: whether to inject, which step decided and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Decision {
+    pub step: Step,
     pub inject: bool,
     pub reason: String,
 }
 
 impl Decision {
-    fn new(inject: bool, reason: impl Into<String>) -> Decision {
+    fn new(step: Step, inject: bool, reason: impl Into<String>) -> Decision {
         Decision {
+            step,
             inject,
             reason: reason.into(),
         }
@@ -255,31 +331,40 @@ pub fn injection_required(
     always: &[LabelSelector],
 ) -> Decision {
     if fields::path(pod, &["spec", "hostNetwork"]).and_then(Value::as_bool) == Some(true) {
-        return Decision::new(false, "the pod uses the host network (spec.hostNetwork)");
+        return Decision::new(
+            Step::HostNetwork,
+            false,
+            "the pod uses the host network (spec.hostNetwork)",
+        );
     }
     let namespace = fields::path(pod, &["metadata", "namespace"])
         .and_then(Value::as_str)
         .unwrap_or("");
     if IGNORED_NAMESPACES.contains(&namespace) {
-        return Decision::new(false, format!("namespace {namespace:?} is never injected"));
+        return Decision::new(
+            Step::IgnoredNamespace,
+            false,
+            format!("namespace {namespace:?} is never injected"),
+        );
     }
     let labels = pod::labels(pod);
     let annotations = pod::annotations(pod);
 
     // The label wins whenever its key is present, even with an empty value.
-    let (source, value) = match labels.and_then(|l| l.get(INJECT_KEY)) {
-        Some(v) => ("label", v.as_str().unwrap_or("")),
+    let (source, step, value) = match labels.and_then(|l| l.get(INJECT_KEY)) {
+        Some(v) => ("label", Step::Label, v.as_str().unwrap_or("")),
         None => (
             "annotation",
+            Step::Annotation,
             annotations
                 .and_then(|a| a.get(INJECT_KEY))
                 .and_then(Value::as_str)
                 .unwrap_or(""),
         ),
     };
-    let mut explicit: Option<(bool, String)> = match value {
-        "true" => Some((true, format!("{source} {INJECT_KEY}=true"))),
-        "false" => Some((false, format!("{source} {INJECT_KEY}=false"))),
+    let mut explicit: Option<(Step, bool, String)> = match value {
+        "true" => Some((step, true, format!("{source} {INJECT_KEY}=true"))),
+        "false" => Some((step, false, format!("{source} {INJECT_KEY}=false"))),
         // Anything else (including "yes", "TRUE", "1") means "use the default", as in Istio.
         _ => None,
     };
@@ -293,6 +378,7 @@ pub fn injection_required(
         for (i, sel) in never.iter().enumerate() {
             if !sel.is_empty() && sel.matches(labels) {
                 explicit = Some((
+                    Step::NeverSelector,
                     false,
                     format!("the pod's labels match neverInjectSelector[{i}]"),
                 ));
@@ -304,6 +390,7 @@ pub fn injection_required(
         for (i, sel) in always.iter().enumerate() {
             if !sel.is_empty() && sel.matches(labels) {
                 explicit = Some((
+                    Step::AlwaysSelector,
                     true,
                     format!("the pod's labels match alwaysInjectSelector[{i}]"),
                 ));
@@ -314,14 +401,23 @@ pub fn injection_required(
 
     match policy {
         Policy::Enabled => match explicit {
-            Some((inject, why)) => Decision::new(inject, why),
-            None => Decision::new(true, format!("policy enabled{ignored_spelling}")),
+            Some((step, inject, why)) => Decision::new(step, inject, why),
+            None => Decision::new(
+                Step::Policy,
+                true,
+                format!("policy enabled{ignored_spelling}"),
+            ),
         },
         Policy::Disabled => match explicit {
-            Some((inject, why)) => Decision::new(inject, why),
-            None => Decision::new(false, format!("policy disabled{ignored_spelling}")),
+            Some((step, inject, why)) => Decision::new(step, inject, why),
+            None => Decision::new(
+                Step::Policy,
+                false,
+                format!("policy disabled{ignored_spelling}"),
+            ),
         },
         Policy::Other(p) => Decision::new(
+            Step::InvalidPolicy,
             false,
             format!("invalid injection policy {p:?} (want \"enabled\" or \"disabled\"): never injecting"),
         ),
@@ -529,11 +625,109 @@ mod tests {
                 false,
             ),
         ];
-        for (i, (policy, labels, ann, never, always, want)) in rows.into_iter().enumerate() {
+        // The step that decides each row (what `injector explain` marks).
+        use Step as S;
+        let steps = [
+            S::Policy,
+            S::Annotation,
+            S::Annotation,
+            S::Policy,
+            S::Annotation,
+            S::Annotation,
+            S::Policy,
+            S::Policy,
+            S::Policy,
+            S::InvalidPolicy,
+            S::InvalidPolicy,
+            S::Policy,
+            S::Policy,
+            S::AlwaysSelector,
+            S::Policy,
+            S::NeverSelector,
+            S::NeverSelector,
+            S::AlwaysSelector,
+            S::Annotation,
+            S::Annotation,
+            S::Label,
+            S::Label,
+            S::Label,
+            S::Policy,
+        ];
+        assert_eq!(steps.len(), rows.len());
+        for (i, ((policy, labels, ann, never, always, want), step)) in
+            rows.into_iter().zip(steps).enumerate()
+        {
             let got = injection_required(&pod(labels, ann), &policy, &never, &always);
             assert_eq!(got.inject, want, "row {i}: {got:?}");
             assert!(!got.reason.is_empty());
+            assert_eq!(got.step, step, "row {i}: {got:?}");
         }
+    }
+
+    #[test]
+    fn steps_serialise_kebab_case_and_host_network_comes_first() {
+        for (step, name) in [
+            (Step::HostNetwork, "host-network"),
+            (Step::IgnoredNamespace, "ignored-namespace"),
+            (Step::Label, "label"),
+            (Step::Annotation, "annotation"),
+            (Step::NeverSelector, "never-selector"),
+            (Step::AlwaysSelector, "always-selector"),
+            (Step::Policy, "policy"),
+            (Step::InvalidPolicy, "invalid-policy"),
+        ] {
+            assert_eq!(serde_json::to_value(step).unwrap(), json!(name));
+            assert_eq!(step.as_str(), name);
+        }
+        let mut p = pod(json!({INJECT_KEY: "true"}), json!({}));
+        p["spec"]["hostNetwork"] = json!(true);
+        p["metadata"]["namespace"] = json!("kube-system");
+        let d = injection_required(&p, &Policy::Enabled, &[], &[]);
+        assert_eq!((d.step, d.inject), (Step::HostNetwork, false));
+        p["spec"]["hostNetwork"] = json!(false);
+        let d = injection_required(&p, &Policy::Enabled, &[], &[]);
+        assert_eq!((d.step, d.inject), (Step::IgnoredNamespace, false));
+    }
+
+    #[test]
+    fn first_unmet_is_the_first_failing_requirement_in_order() {
+        let s = sel(
+            json!({"matchLabels": {"istio-injection": "enabled"}, "matchExpressions": [
+                {"key": "istio.io/rev", "operator": "DoesNotExist"},
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "mesh"]}
+            ]}),
+        );
+        let unmet = |v: Value| s.first_unmet(v.as_object()).map(ToString::to_string);
+        assert_eq!(
+            unmet(json!({})).as_deref(),
+            Some("istio-injection In [enabled]")
+        );
+        assert_eq!(
+            s.first_unmet(None).map(|r| r.key.as_str()),
+            Some("istio-injection")
+        );
+        assert_eq!(
+            unmet(json!({"istio-injection": "enabled", "istio.io/rev": "canary"})).as_deref(),
+            Some("istio.io/rev DoesNotExist")
+        );
+        assert_eq!(
+            unmet(json!({"istio-injection": "enabled", "kubernetes.io/metadata.name": "mesh"}))
+                .as_deref(),
+            Some("kubernetes.io/metadata.name NotIn [kube-system, mesh]")
+        );
+        assert_eq!(
+            unmet(json!({"istio-injection": "enabled", "kubernetes.io/metadata.name": "apps"})),
+            None
+        );
+        assert!(s.matches(json!({"istio-injection": "enabled"}).as_object()));
+        let exists = sel(json!({"matchExpressions": [{"key": "a", "operator": "Exists"}]}));
+        assert_eq!(
+            exists
+                .first_unmet(json!({"b": ""}).as_object())
+                .map(ToString::to_string)
+                .as_deref(),
+            Some("a Exists")
+        );
     }
 
     #[test]

@@ -229,7 +229,11 @@ impl Engine {
     }
 
     /// The template names for a pod: `inject.istio.io/templates` or the defaults, aliases expanded one level.
-    fn templates(&self, annotations: Option<&Map<String, Value>>, mode: Mode) -> Vec<String> {
+    pub(crate) fn templates(
+        &self,
+        annotations: Option<&Map<String, Value>>,
+        mode: Mode,
+    ) -> Vec<String> {
         let requested: Vec<String> = match annotations
             .and_then(|a| a.field(pod::TEMPLATES_ANNOTATION))
             .and_then(Value::as_str)

@@ -82,7 +82,7 @@ pub struct Output {
     pub warnings: Vec<String>,
 }
 
-fn field(f: &str, reason: impl Into<String>) -> DocumentError {
+pub(crate) fn field(f: &str, reason: impl Into<String>) -> DocumentError {
     DocumentError::Field {
         field: f.to_string(),
         reason: reason.into(),
@@ -93,9 +93,31 @@ fn str_at<'a>(v: &'a Value, ptr: &str) -> &'a str {
     v.pointer(ptr).and_then(Value::as_str).unwrap_or("")
 }
 
-/// Injects every workload of a YAML stream.
-pub fn inject_stream(engine: &Engine, input: &str) -> Result<Output, KubeInjectError> {
-    let mut out = Output::default();
+/// One workload object of a stream: where it is, for error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Position {
+    /// The document's index in the stream, from 0.
+    pub index: usize,
+    /// The index inside a `List`.
+    pub item: Option<usize>,
+}
+
+/// What a front end does with the documents of a manifest stream ([`visit_stream`]).
+pub(crate) trait StreamVisitor {
+    /// A workload object (kind in [`WORKLOAD_KINDS`]), alone or an item of a `List`, in stream order.
+    fn workload(&mut self, obj: &mut Value, kind: &str, at: Position) -> Result<(), DocumentError>;
+    /// The end of a document, after its workloads: `doc` is the parsed document when it is a workload or
+    /// a `List`, `None` for any other document (its bytes are `raw`).
+    fn document(&mut self, raw: &str, doc: Option<&mut Value>) -> Result<(), DocumentError>;
+}
+
+/// Splits a YAML stream into documents as Kubernetes' reader does, parses each, and hands every workload
+/// (a `List`'s items included) and then the document itself to `visitor`; the first failure stops the
+/// walk and is returned naming the document (and item).
+pub(crate) fn visit_stream(
+    input: &str,
+    visitor: &mut impl StreamVisitor,
+) -> Result<(), KubeInjectError> {
     for (index, raw) in yaml::split_documents(input).into_iter().enumerate() {
         let doc_err = |doc: Option<&Value>, item: Option<usize>, source: DocumentError| {
             let doc = doc.unwrap_or(&Value::Null);
@@ -139,33 +161,82 @@ pub fn inject_stream(engine: &Engine, input: &str) -> Result<Output, KubeInjectE
                     .unwrap_or("")
                     .to_string();
                 if WORKLOAD_KINDS.contains(&item_kind.as_str()) {
-                    if let Err(e) = inject_object(engine, item, &item_kind, &mut out.warnings) {
+                    let at = Position {
+                        index,
+                        item: Some(i),
+                    };
+                    if let Err(e) = visitor.workload(item, &item_kind, at) {
                         let snapshot = doc["items"][i].clone();
                         return Err(doc_err(Some(&snapshot), Some(i), e));
                     }
                 }
             }
-            if let Some(o) = doc.as_object_mut() {
-                o.entry("metadata")
-                    .or_insert_with(|| Value::Object(Map::new()));
-            }
-            out.text
-                .push_str(&yaml::to_string(&doc).map_err(|e| doc_err(Some(&doc), None, e.into()))?);
-        } else if WORKLOAD_KINDS.contains(&kind.as_str()) {
-            if let Err(e) = inject_object(engine, &mut doc, &kind, &mut out.warnings) {
+            if let Err(e) = visitor.document(raw, Some(&mut doc)) {
                 return Err(doc_err(Some(&doc), None, e));
             }
-            out.text
-                .push_str(&yaml::to_string(&doc).map_err(|e| doc_err(Some(&doc), None, e.into()))?);
-        } else {
-            out.text.push_str(raw);
-            if !raw.ends_with('\n') {
-                out.text.push('\n');
+        } else if WORKLOAD_KINDS.contains(&kind.as_str()) {
+            let at = Position { index, item: None };
+            if let Err(e) = visitor.workload(&mut doc, &kind, at) {
+                return Err(doc_err(Some(&doc), None, e));
+            }
+            if let Err(e) = visitor.document(raw, Some(&mut doc)) {
+                return Err(doc_err(Some(&doc), None, e));
+            }
+        } else if let Err(e) = visitor.document(raw, None) {
+            return Err(doc_err(None, None, e));
+        }
+    }
+    Ok(())
+}
+
+/// kube-inject's visitor: injects each workload and writes every document to the output.
+struct Injector<'a> {
+    engine: &'a Engine,
+    out: Output,
+}
+
+impl StreamVisitor for Injector<'_> {
+    fn workload(
+        &mut self,
+        obj: &mut Value,
+        kind: &str,
+        _at: Position,
+    ) -> Result<(), DocumentError> {
+        inject_object(self.engine, obj, kind, &mut self.out.warnings)
+    }
+
+    fn document(&mut self, raw: &str, doc: Option<&mut Value>) -> Result<(), DocumentError> {
+        let text = &mut self.out.text;
+        match doc {
+            Some(doc) => {
+                if doc.get("kind").and_then(Value::as_str) == Some("List") {
+                    if let Some(o) = doc.as_object_mut() {
+                        o.entry("metadata")
+                            .or_insert_with(|| Value::Object(Map::new()));
+                    }
+                }
+                text.push_str(&yaml::to_string(doc)?);
+            }
+            None => {
+                text.push_str(raw);
+                if !raw.ends_with('\n') {
+                    text.push('\n');
+                }
             }
         }
-        out.text.push_str("---\n");
+        text.push_str("---\n");
+        Ok(())
     }
-    Ok(out)
+}
+
+/// Injects every workload of a YAML stream.
+pub fn inject_stream(engine: &Engine, input: &str) -> Result<Output, KubeInjectError> {
+    let mut injector = Injector {
+        engine,
+        out: Output::default(),
+    };
+    visit_stream(input, &mut injector)?;
+    Ok(injector.out)
 }
 
 /// Where a kind keeps the pod's metadata and spec.
@@ -181,12 +252,23 @@ fn template_pointers(kind: &str) -> (&'static str, &'static str) {
     }
 }
 
-fn inject_object(
-    engine: &Engine,
-    obj: &mut Value,
-    kind: &str,
-    warnings: &mut Vec<String>,
-) -> Result<(), DocumentError> {
+/// A workload's pod template, checked and taken out of the object as kube-inject injects it.
+#[derive(Debug, Clone)]
+pub(crate) struct PodTemplate {
+    /// JSON pointers of the template's metadata and spec in the object.
+    pub meta_ptr: &'static str,
+    pub spec_ptr: &'static str,
+    /// `{"metadata": …, "spec": …}` copied from the template (empty mappings when absent).
+    pub pod: Value,
+    /// The object's `metadata.name` and `metadata.namespace` (empty when absent).
+    pub obj_name: String,
+    pub obj_namespace: String,
+    /// `Kind "namespace/name"` (the template's name if it has one), for messages.
+    pub what: String,
+}
+
+/// Checks the pod template of a workload object of `kind` and copies it out; errors name the field.
+pub(crate) fn pod_template(obj: &Value, kind: &str) -> Result<PodTemplate, DocumentError> {
     let (meta_ptr, spec_ptr) = template_pointers(kind);
     let spec_field = spec_ptr.trim_start_matches('/').replace('/', ".");
     let meta_field = meta_ptr.trim_start_matches('/').replace('/', ".");
@@ -222,23 +304,50 @@ fn inject_object(
     check_metadata(&meta, &meta_field)?;
 
     let obj_name = str_at(obj, "/metadata/name").to_string();
-    let obj_ns = str_at(obj, "/metadata/namespace").to_string();
+    let obj_namespace = str_at(obj, "/metadata/namespace").to_string();
     let name = Some(str_at(&meta, "/name"))
         .filter(|n| !n.is_empty())
         .unwrap_or(&obj_name)
         .to_string();
-    let full_name = if obj_ns.is_empty() {
+    let full_name = if obj_namespace.is_empty() {
         name.clone()
     } else {
-        format!("{obj_ns}/{name}")
+        format!("{obj_namespace}/{name}")
     };
     let what = if kind.is_empty() {
         format!("{full_name:?}")
     } else {
         format!("{kind} {full_name:?}")
     };
+    let mut pod = Map::new();
+    pod.insert("metadata".to_string(), meta);
+    pod.insert("spec".to_string(), spec);
+    Ok(PodTemplate {
+        meta_ptr,
+        spec_ptr,
+        pod: Value::Object(pod),
+        obj_name,
+        obj_namespace,
+        what,
+    })
+}
 
-    if spec.get("hostNetwork").and_then(Value::as_bool) == Some(true) {
+fn inject_object(
+    engine: &Engine,
+    obj: &mut Value,
+    kind: &str,
+    warnings: &mut Vec<String>,
+) -> Result<(), DocumentError> {
+    let PodTemplate {
+        meta_ptr,
+        spec_ptr,
+        pod,
+        obj_name,
+        obj_namespace: obj_ns,
+        what,
+    } = pod_template(obj, kind)?;
+
+    if pod.pointer("/spec/hostNetwork").and_then(Value::as_bool) == Some(true) {
         warnings.push(format!(
             "===> Skipping injection because {what} has host networking enabled"
         ));
@@ -246,10 +355,6 @@ fn inject_object(
         return Ok(());
     }
 
-    let mut pod = Map::new();
-    pod.insert("metadata".to_string(), meta);
-    pod.insert("spec".to_string(), spec);
-    let pod = Value::Object(pod);
     let decision = engine.decide(&pod, Mode::KubeInject);
     if !decision.inject {
         warnings.push(format!(
@@ -291,7 +396,7 @@ fn inject_object(
     Ok(())
 }
 
-fn check_metadata(meta: &Value, at: &str) -> Result<(), DocumentError> {
+pub(crate) fn check_metadata(meta: &Value, at: &str) -> Result<(), DocumentError> {
     for key in ["labels", "annotations"] {
         match meta.get(key) {
             None | Some(Value::Null) => {}

@@ -14,12 +14,13 @@
 //! [`Mode`]), its configuration ([`Settings`], [`ConfigArgs`]) and cluster state ([`ClusterState`]: ProxyConfig
 //! resources and OpenShift Namespaces), the admission entry points ([`Webhook`],
 //! [`handle`]), the workload of a pod, and one module per subcommand (`server`, `kube_inject`, `certs`, `doctor`,
-//! `webhook_config`) plus `yaml`, the YAML stream reader and writer they share. Everything else is
+//! `explain`, `webhook_config`) plus `yaml`, the YAML stream reader and writer they share. Everything else is
 //! crate-private.
 
 // The subcommands' front ends and the YAML stream they read and write.
 pub mod certs;
 pub mod doctor;
+pub mod explain;
 pub mod kube_inject;
 pub mod server;
 pub mod webhook_config;
@@ -59,5 +60,6 @@ pub(crate) mod workload;
 pub use admission::{handle, OutcomeKind, ReviewOutcome, Webhook};
 pub use cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
 pub use config::{ConfigArgs, NativeSidecars, Settings};
+pub use decision::{Decision, Step};
 pub use engine::{Engine, EngineError, InjectRequest, Mode};
 pub use workload::{deploy_meta_from_pod, Workload};

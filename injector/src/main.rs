@@ -33,6 +33,8 @@ enum Command {
     WebhookConfig(injector::webhook_config::CommandArgs),
     /// Check a deployed webhook: caBundle, serving certificate, TLS, a sample review, lock-out risks.
     Doctor(injector::doctor::Args),
+    /// Explain offline why each workload of a manifest would or would not be injected, and where its traffic goes.
+    Explain(injector::explain::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,5 +45,6 @@ fn main() -> anyhow::Result<()> {
         Command::Certs(args) => injector::certs::run(args),
         Command::WebhookConfig(args) => injector::webhook_config::run(args),
         Command::Doctor(args) => std::process::exit(i32::from(!injector::doctor::run(args)?)),
+        Command::Explain(args) => Ok(injector::explain::run(args)?),
     }
 }

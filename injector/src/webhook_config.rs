@@ -274,6 +274,21 @@ fn dns_label(s: &str) -> bool {
 }
 
 impl Args {
+    /// The flags' defaults for `revision` (empty or `default`: the default revision), with or without
+    /// the `auto.` entry: what `injector webhook-config --revision R [--enable-namespaces-by-default]`
+    /// generates.
+    pub fn for_revision(
+        revision: &str,
+        enable_namespaces_by_default: bool,
+    ) -> Result<Args, clap::Error> {
+        use clap::FromArgMatches as _;
+        let command = <Args as clap::Args>::augment_args(clap::Command::new("webhook-config"));
+        let mut args = Args::from_arg_matches(&command.try_get_matches_from(["webhook-config"])?)?;
+        args.revision = Some(revision.to_string()).filter(|r| !r.is_empty());
+        args.enable_namespaces_by_default = enable_namespaces_by_default;
+        Ok(args)
+    }
+
     /// The revision served, `None` for the default revision (absent, empty or `default`).
     pub fn named_revision(&self) -> Option<&str> {
         self.revision

@@ -15,12 +15,18 @@
 //! `Config`, rendered as the `nft -f` text Istio pipes, applied as one nf_tables batch over netlink
 //! (routes and the `::6` address through `rtnetlink`).
 //!
+//! `explain` answers where connections go under a configuration without touching anything: the same
+//! `cli`/`config` resolution with fixed surroundings, then a walk of the backend's rule model (`walk`
+//! for `rules::Plan`, `nft::walk` for the nftables ruleset) per `connection`.
+//!
 //! `run` strings them together; `main` only calls it.
 
 pub(crate) mod apply;
 pub(crate) mod cli;
 pub(crate) mod config;
+pub(crate) mod connection;
 pub(crate) mod detect;
+pub(crate) mod explain;
 pub(crate) mod flags;
 pub(crate) mod logging;
 mod netlink;
@@ -29,6 +35,12 @@ pub(crate) mod render;
 pub(crate) mod rtnetlink;
 pub(crate) mod rules;
 pub(crate) mod validation;
+pub(crate) mod walk;
+
+pub use connection::{Connection, ConnectionError, Direction, Protocol};
+pub use explain::{
+    explain, Backend, ExplainError, Explanation, Verdict, VerdictKind, OFFLINE_ASSUMPTIONS,
+};
 
 use std::ffi::OsString;
 use std::io::Write as _;
