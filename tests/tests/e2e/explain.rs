@@ -241,8 +241,11 @@ fn explain(dir: &Path, input: &Input) -> Result<Value, String> {
         .arg("--injector-config")
         .arg(&cfg.injector_config)
         .args(["-o", "json"])
+        // The flags' environment fallbacks would change the answer.
         .env_remove("REVISION")
-        .env_remove("ENABLE_NATIVE_SIDECARS");
+        .env_remove("ENABLE_NATIVE_SIDECARS")
+        .env_remove("PLATFORM")
+        .env_remove("COMPLIANCE_POLICY");
     if let Some(w) = webhook_config {
         cmd.arg("--webhook-config").arg(w);
     }
