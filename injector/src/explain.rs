@@ -266,8 +266,11 @@ impl Item {
     }
 }
 
+/// Namespace labels by namespace name.
+type NamespaceLabels = BTreeMap<String, Map<String, Value>>;
+
 /// Reads the Namespace objects of `--namespaces`: labels by name.
-fn read_namespaces(path: &Path) -> Result<BTreeMap<String, Map<String, Value>>, ObjectsError> {
+fn read_namespaces(path: &Path) -> Result<NamespaceLabels, ObjectsError> {
     let source = path.display().to_string();
     let mut out = BTreeMap::new();
     for (i, obj) in kube_objects::read(path)?.iter().enumerate() {
@@ -379,7 +382,7 @@ struct Context {
     engine: Engine,
     entries: Vec<Entry>,
     /// `--namespaces`, when given: labels by namespace.
-    namespaces: Option<(String, BTreeMap<String, Map<String, Value>>)>,
+    namespaces: Option<(String, NamespaceLabels)>,
     /// `--namespace-labels`.
     namespace_labels: Map<String, Value>,
     connections: Vec<traffic::Connection>,
