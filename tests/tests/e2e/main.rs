@@ -1,6 +1,7 @@
 //! One integration-test binary for the whole end-to-end suite (short link times).
 
 mod doctor;
+mod explain;
 mod iptables;
 mod iptables_parity;
 mod modules;
