@@ -1,6 +1,7 @@
 //! One integration-test binary for the whole end-to-end suite (short link times).
 
 mod doctor;
+mod explain_kernel;
 mod iptables;
 mod iptables_parity;
 mod modules;
