@@ -798,6 +798,13 @@ fn explain_kernel_landings_match_verdicts_worked_out_by_hand() {
             out(Tcp, "10.10.0.1:8080", proxy),
             by_hand(InboundProxy, 15016),
         ),
+        // Not redirected on the way out (the tunnel port), but marked 1338 in mangle OUTPUT, so the
+        // TPROXY rules capture it when it comes back in over lo.
+        (
+            out(Tcp, "10.10.0.1:15008", proxy),
+            by_hand(InboundProxy, 15016),
+        ),
+        (out(Tcp, "10.10.0.1:15008", app), by_hand(Bypass, 15008)),
     ];
     let cases = [
         (
