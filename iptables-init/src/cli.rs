@@ -213,46 +213,65 @@ impl Args {
 /// clap's command, built from [`FLAGS`]: it parses what the fast path declines and writes `--help`,
 /// `--version` and the error messages.
 pub fn command() -> clap::Command {
-    use clap::builder::{PossibleValue, PossibleValuesParser};
-    use clap::{Arg, ArgAction, Command};
+    use clap::Command;
 
-    let args = FLAGS.iter().map(|flag| {
-        let mut arg = Arg::new(flag.long)
-            .long(flag.long)
-            .value_name(flag.value_name)
-            .help(flag.help_line())
-            .action(ArgAction::Set);
-        if let Some(short) = flag.short {
-            arg = arg.short(short);
-        }
-        match flag.kind {
-            Kind::Bool => arg
-                .num_args(0..=1)
-                .require_equals(true)
-                .default_missing_value("true")
-                .value_parser(parse_go_bool),
-            Kind::Value | Kind::List => arg.allow_hyphen_values(true),
-            Kind::Port => arg.value_parser(clap::value_parser!(u16)),
-            Kind::Duration => arg.value_parser(parse_go_duration),
-            Kind::Choice(words) => arg.value_parser(PossibleValuesParser::new(
-                words
-                    .iter()
-                    .map(|(w, help)| PossibleValue::new(*w).help(*help)),
-            )),
-        }
-    });
     Command::new("iptables-init")
         .version(env!("CARGO_PKG_VERSION"))
         .about("Computes, prints (--dry-run) and applies Istio-compatible sidecar interception rules")
         .long_about(
             "Computes, prints (--dry-run) and atomically applies Istio-compatible sidecar interception \
              rules. Accepts istio-iptables' flags and environment unchanged; an optional leading \
-             `istio-iptables` word is ignored.\n\nExit status: 0 success, 1 invalid configuration or \
+             `istio-iptables` word is ignored.\n\n`iptables-init explain [FLAGS] --connection SPEC...` \
+             explains where connections would go under the same flags, touching nothing (see \
+             `iptables-init explain --help`).\n\nExit status: 0 success, 1 invalid configuration or \
              apply error, 126 --run-validation failed, 255 command-line parse error.",
         )
         .args_override_self(true)
         .disable_help_subcommand(true)
-        .args(args)
+        .args(FLAGS.iter().map(|flag| arg(flag)))
+}
+
+/// clap's argument for one flag definition.
+fn arg(flag: &'static Flag) -> clap::Arg {
+    use clap::builder::{PossibleValue, PossibleValuesParser};
+    use clap::{Arg, ArgAction};
+
+    let mut arg = Arg::new(flag.long)
+        .long(flag.long)
+        .value_name(flag.value_name)
+        .help(flag.help_line())
+        .action(ArgAction::Set);
+    if let Some(short) = flag.short {
+        arg = arg.short(short);
+    }
+    match flag.kind {
+        Kind::Bool => arg
+            .num_args(0..=1)
+            .require_equals(true)
+            .default_missing_value("true")
+            .value_parser(parse_go_bool),
+        Kind::Value | Kind::List => arg.allow_hyphen_values(true),
+        Kind::Port => arg.value_parser(clap::value_parser!(u16)),
+        Kind::Duration => arg.value_parser(parse_go_duration),
+        Kind::Choice(words) => arg.value_parser(PossibleValuesParser::new(
+            words
+                .iter()
+                .map(|(w, help)| PossibleValue::new(*w).help(*help)),
+        )),
+    }
+}
+
+/// The `--help` of `iptables-init explain`: its own flags, the spec syntax and defaults, and what it
+/// assumes (`about` is the long description, written by `explain`).
+pub fn explain_command(about: String) -> clap::Command {
+    clap::Command::new("iptables-init explain")
+        .about("Explains where connections go under an iptables-init configuration, touching nothing")
+        .long_about(about)
+        .override_usage(
+            "iptables-init explain [ISTIO-IPTABLES FLAGS...] --connection SPEC [--connection SPEC...] [-o text|json]",
+        )
+        .disable_version_flag(true)
+        .args(flags::EXPLAIN_FLAGS.iter().map(|flag| arg(flag)))
 }
 
 #[cfg(test)]

@@ -53,6 +53,8 @@ pub enum Group {
     Surroundings,
     /// Istio's log flags.
     Log,
+    /// The flags of `iptables-init explain` (not in [`FLAGS`]: a run does not take them).
+    Explain,
 }
 
 /// One flag.
@@ -623,6 +625,39 @@ pub static FLAGS: [&Flag; 42] = [
     &LOG_STACKTRACE_LEVEL,
 ];
 
+/// `explain -o`'s words.
+pub const OUTPUT_FORMATS: &[(&str, &str)] = &[
+    ("text", "One block per connection, after the assumptions"),
+    (
+        "json",
+        "One JSON object: {\"backend\", \"connections\": [...]}",
+    ),
+];
+
+pub static CONNECTION: Flag = Flag {
+    long: "connection",
+    short: None,
+    kind: Value,
+    value_name: "SPEC",
+    env: &[],
+    default: Empty,
+    help: "A connection to explain, repeatable: outbound|inbound:tcp|udp:[ADDRESS:]PORT[,uid=N][,gid=N][,iface=NAME]",
+    group: Group::Explain,
+};
+pub static OUTPUT: Flag = Flag {
+    long: "output",
+    short: Some('o'),
+    kind: Kind::Choice(OUTPUT_FORMATS),
+    value_name: "FORMAT",
+    env: &[],
+    default: Fallback::Value("text"),
+    help: "Output format; `-o` with another value is istio-iptables' -o (--istio-local-outbound-ports-exclude)",
+    group: Group::Explain,
+};
+
+/// The flags `iptables-init explain` takes besides those of [`FLAGS`].
+pub static EXPLAIN_FLAGS: [&Flag; 2] = [&CONNECTION, &OUTPUT];
+
 impl Fallback {
     /// The default as README.md's flag tables write it.
     #[cfg(test)]
@@ -717,6 +752,7 @@ mod tests {
                 Group::Istio => 1,
                 Group::Surroundings => 2,
                 Group::Log => 3,
+                Group::Explain => panic!("--{}: an explain flag in FLAGS", flag.long),
             };
             assert_eq!(row.table, table, "{long}: the table it is in");
             let short = flag.short.map(|s| format!("-{s}")).unwrap_or_default();

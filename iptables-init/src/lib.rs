@@ -15,12 +15,18 @@
 //! `Config`, rendered as the `nft -f` text Istio pipes, applied as one nf_tables batch over netlink
 //! (routes and the `::6` address through `rtnetlink`).
 //!
+//! `explain` answers where connections go under a configuration without touching anything: the same
+//! `cli`/`config` resolution with fixed surroundings, then a walk of the backend's rule model (`walk`
+//! for `rules::Plan`, `nft::walk` for the nftables ruleset) per `connection`.
+//!
 //! `run` strings them together; `main` only calls it.
 
 pub(crate) mod apply;
 pub(crate) mod cli;
 pub(crate) mod config;
+pub(crate) mod connection;
 pub(crate) mod detect;
+pub(crate) mod explain;
 pub(crate) mod flags;
 pub(crate) mod logging;
 mod netlink;
@@ -29,6 +35,12 @@ pub(crate) mod render;
 pub(crate) mod rtnetlink;
 pub(crate) mod rules;
 pub(crate) mod validation;
+pub(crate) mod walk;
+
+pub use connection::{Connection, ConnectionError, Direction, Protocol};
+pub use explain::{
+    explain, Backend, ExplainError, Explanation, Verdict, VerdictKind, OFFLINE_ASSUMPTIONS,
+};
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -73,6 +85,24 @@ fn report(msg: &str) {
     }
 }
 
+/// Prints a command-line parse error (or the help or version clap was asked for) and returns the
+/// exit status: [`EXIT_USAGE`] for an error, 0 for help and version.
+pub(crate) fn parse_failure(e: &clap::Error) -> u8 {
+    let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
+    let _ = e.print();
+    if let Some(clap::error::ContextValue::String(arg)) =
+        e.get(clap::error::ContextKind::InvalidArg)
+    {
+        if flags::parse_go_bool(arg).is_ok() {
+            eprintln!(
+                "tip: a boolean flag takes its value after '=', e.g. --dry-run={arg} \
+                 (istio-iptables would ignore {arg:?} and leave the flag on)"
+            );
+        }
+    }
+    code
+}
+
 /// Runs `iptables-init` with the process environment and surroundings.
 pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let env = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
@@ -80,29 +110,22 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 }
 
 /// Runs `iptables-init`: parse, validate, build the plan, then print it (`--dry-run`) or apply it, then
-/// validate (`--run-validation`). Returns Istio's exit statuses.
+/// validate (`--run-validation`). Returns Istio's exit statuses. `iptables-init explain ...` runs
+/// `explain` instead, which reads neither `env` nor `sys`.
 pub fn run_with(
     args: impl IntoIterator<Item = OsString>,
     env: config::Env,
     sys: &dyn detect::System,
 ) -> ExitCode {
+    let args: Vec<OsString> = args.into_iter().collect();
+    if args.get(1).is_some_and(|a| a == explain::SUBCOMMAND) {
+        // Pure computation: neither the environment nor the surroundings are passed on.
+        let code = explain::main(&args[2..], &mut std::io::stdout(), &mut std::io::stderr());
+        return ExitCode::from(code);
+    }
     let args = match cli::Args::parse_args(args) {
         Ok(a) => a,
-        Err(e) => {
-            let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
-            let _ = e.print();
-            if let Some(clap::error::ContextValue::String(arg)) =
-                e.get(clap::error::ContextKind::InvalidArg)
-            {
-                if flags::parse_go_bool(arg).is_ok() {
-                    eprintln!(
-                        "tip: a boolean flag takes its value after '=', e.g. --dry-run={arg} \
-                         (istio-iptables would ignore {arg:?} and leave the flag on)"
-                    );
-                }
-            }
-            return ExitCode::from(code);
-        }
+        Err(e) => return ExitCode::from(parse_failure(&e)),
     };
     match logging::LogConfig::from_args(&args) {
         Ok(log) => log.install(),

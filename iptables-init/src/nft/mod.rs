@@ -8,3 +8,4 @@ pub mod model;
 pub mod netlink;
 pub mod render;
 pub mod state;
+pub mod walk;

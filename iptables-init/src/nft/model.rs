@@ -29,31 +29,33 @@ impl TableId {
         }
     }
 
+    /// The priority of the table's base chains (the kernel runs a hook's chains lowest first).
+    pub fn priority(self) -> i32 {
+        match self {
+            TableId::Nat => -100,
+            TableId::Mangle => -150,
+            TableId::Raw => -300,
+        }
+    }
+
     /// The table's chains in Istio's spec-list order (`addIstio*TableRules` in `run.go`); only those
     /// that get a rule are created. Every table has its `prerouting` and `output` base chains at one
     /// priority, then its regular chains.
     fn chain_specs(self) -> impl Iterator<Item = Chain> {
-        let (prerouting, output, priority, regular): (ChainType, ChainType, i32, &[&'static str]) =
-            match self {
-                TableId::Nat => (
-                    ChainType::Nat,
-                    ChainType::Nat,
-                    -100,
-                    &[INBOUND, REDIRECT, IN_REDIRECT, ISTIO_OUTPUT, OUTPUT_DNS],
-                ),
-                TableId::Mangle => (
-                    ChainType::Filter,
-                    ChainType::Route,
-                    -150,
-                    &[DIVERT, TPROXY, INBOUND, DROP],
-                ),
-                TableId::Raw => (
-                    ChainType::Filter,
-                    ChainType::Filter,
-                    -300,
-                    &[INBOUND, OUTPUT_DNS],
-                ),
-            };
+        let priority = self.priority();
+        let (prerouting, output, regular): (ChainType, ChainType, &[&'static str]) = match self {
+            TableId::Nat => (
+                ChainType::Nat,
+                ChainType::Nat,
+                &[INBOUND, REDIRECT, IN_REDIRECT, ISTIO_OUTPUT, OUTPUT_DNS],
+            ),
+            TableId::Mangle => (
+                ChainType::Filter,
+                ChainType::Route,
+                &[DIVERT, TPROXY, INBOUND, DROP],
+            ),
+            TableId::Raw => (ChainType::Filter, ChainType::Filter, &[INBOUND, OUTPUT_DNS]),
+        };
         let base = move |name, kind, hook| Chain {
             name,
             base: Some(BaseChain {
