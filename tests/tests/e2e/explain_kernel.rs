@@ -190,9 +190,9 @@ fn generate(rng: &mut Rng) -> Config {
             inbound_exclude,
         ],
     );
-    // The long name: `-o` is also explain's output format.
+    // `-o PORTS`, as the injector writes it: explain tells it from its own `-o json` by the value.
     if let Some(ports) = rng.pick(&[None, None, Some("5432"), Some("3306,9090")]) {
-        push(&mut args, &["--istio-local-outbound-ports-exclude", ports]);
+        push(&mut args, &["-o", ports]);
     }
     if let Some(ports) = rng.pick(&[None, None, None, Some("443"), Some("5432,8080")]) {
         push(&mut args, &["-q", ports]);
@@ -820,7 +820,7 @@ fn explain_kernel_landings_match_verdicts_worked_out_by_hand() {
         ),
         (
             "-p 15011 -z 15016 -u 1337 -m TPROXY -i 10.20.0.0/16 -x '' -b 8080,15008 \
-             --istio-local-outbound-ports-exclude 5432 --ipv6 false",
+             -o 5432 --ipv6 false",
             Ports {
                 outbound: 15011,
                 inbound: 15016,
