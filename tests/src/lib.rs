@@ -37,5 +37,6 @@ pub fn bin(name: &str) -> PathBuf {
 pub mod apiserver;
 pub mod interception;
 pub mod iptables_init;
+pub mod landing;
 pub mod netns;
 pub mod nettool;

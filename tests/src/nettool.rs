@@ -13,12 +13,18 @@ pub const PROXY_UID: u32 = 1337;
 
 /// A command running `nettool` inside `ns`, as `uid` (through setpriv) or as root.
 pub fn nettool(ns: &NetNs, uid: Option<u32>, args: &[&str]) -> Command {
+    nettool_as(ns, uid.map(|u| (u, u)), args)
+}
+
+/// A command running `nettool` inside `ns`, as the (uid, gid) of `owner` with no other groups (through
+/// setpriv), or as root.
+pub fn nettool_as(ns: &NetNs, owner: Option<(u32, u32)>, args: &[&str]) -> Command {
     let tool = crate::bin("nettool");
-    let mut cmd = match uid {
-        Some(uid) => {
+    let mut cmd = match owner {
+        Some((uid, gid)) => {
             let mut c = ns.command("setpriv");
-            let u = uid.to_string();
-            c.args(["--reuid", &u, "--regid", &u, "--clear-groups"])
+            let (u, g) = (uid.to_string(), gid.to_string());
+            c.args(["--reuid", &u, "--regid", &g, "--clear-groups"])
                 .arg(tool);
             c
         }
@@ -43,8 +49,14 @@ impl Listener {
 
     /// Starts `nettool <args>` as `uid` (root for `None`) in `ns` and waits for it to listen.
     pub fn start_as(ns: &NetNs, uid: Option<u32>, args: &[&str]) -> Listener {
+        Listener::start_for(ns, uid, args, 4000)
+    }
+
+    /// [`Listener::start_as`] with a lifetime of `timeout_ms` (a `serve` runs that long).
+    pub fn start_for(ns: &NetNs, uid: Option<u32>, args: &[&str], timeout_ms: u64) -> Listener {
         let mut all = args.to_vec();
-        all.extend(["--timeout-ms", "4000"]);
+        let timeout = timeout_ms.to_string();
+        all.extend(["--timeout-ms", &timeout]);
         let mut child = nettool(ns, uid, &all)
             .stdout(Stdio::piped())
             .stdin(Stdio::null())
@@ -68,6 +80,12 @@ impl Listener {
         line
     }
 
+    /// Stops the listener without reading or logging what it saw (its clients tell).
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Stops a listener that must have seen nothing; returns what it saw.
     pub fn stop(mut self) -> String {
         let _ = self.child.kill();
@@ -80,15 +98,19 @@ impl Listener {
 
 /// Runs a `nettool` client and returns (exit code, its line).
 pub fn client(ns: &NetNs, uid: Option<u32>, args: &[&str]) -> (i32, String) {
-    let out = nettool(ns, uid, args)
+    let (code, line, stderr) = quiet_client(ns, uid.map(|u| (u, u)), args);
+    eprintln!("client {args:?} as {uid:?}: {code} {line} {stderr}");
+    (code, line)
+}
+
+/// Runs a `nettool` client as the (uid, gid) of `owner` (root for `None`) and returns (exit code, its
+/// line, its stderr) without logging: for tests that send hundreds of connections.
+pub fn quiet_client(ns: &NetNs, owner: Option<(u32, u32)>, args: &[&str]) -> (i32, String, String) {
+    let out = nettool_as(ns, owner, args)
         .stdin(Stdio::null())
         .output()
         .expect("client");
     let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    eprintln!(
-        "client {args:?} as {uid:?}: {} {line} {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), line)
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    (out.status.code().unwrap_or(-1), line, stderr)
 }

@@ -7,9 +7,15 @@
 //! nettool listen-udp ADDR [--timeout-ms N]                   READY, then RECEIVED peer=.. data=..
 //! nettool connect-tcp ADDR [--timeout-ms N]                  CONNECTED local=.. reply=..   (exit 1 if refused)
 //! nettool send-udp ADDR [--timeout-ms N]                     REPLY peer=.. data=..         (exit 1 if none)
+//! nettool serve NAME tcp:ADDR|udp:ADDR... [--transparent] [--timeout-ms N]
+//!                                                            READY, then one line per event
 //! ```
 //! A listener accepts one connection (or datagram), answers `hello` and exits; with no event before the
 //! timeout it prints `TIMEOUT` and exits 2.
+//!
+//! `serve` listens on every address given until the timeout (then exits 0), and answers each connection
+//! or datagram with `NAME port=<listening port> local=<local address> orig=<original destination>`, so
+//! the client alone can tell which of several servers its traffic reached and where it was going.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -160,11 +166,89 @@ fn send_udp(addr: SocketAddr, timeout: Duration) -> Result<i32> {
     }
 }
 
+/// A socket bound for `serve`: an IPv6 one is IPv6-only so the same port can also be served over IPv4.
+fn bound(addr: SocketAddr, kind: SockType, transparent: bool) -> Result<OwnedFd> {
+    let fd: OwnedFd = socket(family(&addr), kind, SockFlag::SOCK_CLOEXEC, None)?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    if addr.is_ipv6() {
+        setsockopt(&fd, sockopt::Ipv6V6Only, &true)?;
+    }
+    if transparent {
+        setsockopt(&fd, sockopt::IpTransparent, &true)?;
+    }
+    bind(fd.as_raw_fd(), &SockaddrStorage::from(addr)).with_context(|| format!("bind {addr}"))?;
+    Ok(fd)
+}
+
+/// Answers every connection on `listener` with the server's name, port and the connection's destination.
+fn serve_tcp(name: &str, port: u16, listener: &TcpListener) -> Result<()> {
+    loop {
+        let (mut stream, peer) = listener.accept()?;
+        let local = stream.local_addr()?;
+        let orig = original_dst(&stream);
+        say(&format!(
+            "ACCEPTED name={name} peer={peer} local={local} orig={orig}"
+        ));
+        let _ =
+            stream.write_all(format!("{name} port={port} local={local} orig={orig}").as_bytes());
+    }
+}
+
+/// Answers every datagram on `sock` with the server's name, port and its own address.
+fn serve_udp(name: &str, port: u16, sock: &UdpSocket) -> Result<()> {
+    let local = sock.local_addr()?;
+    loop {
+        let peer = receive(sock, &format!("RECEIVED name={name} local={local}"))?;
+        let _ = sock.send_to(
+            format!("{name} port={port} local={local} orig=-").as_bytes(),
+            peer,
+        );
+    }
+}
+
+fn serve(name: &str, items: &[String], transparent: bool, timeout: Duration) -> Result<i32> {
+    let mut servers: Vec<Box<dyn FnOnce() -> Result<()> + Send>> = Vec::new();
+    for item in items {
+        let (proto, addr) = item
+            .split_once(':')
+            .with_context(|| format!("serve item {item}: want tcp:ADDR or udp:ADDR"))?;
+        let addr: SocketAddr = addr.parse().with_context(|| format!("address {addr}"))?;
+        let name = name.to_string();
+        match proto {
+            "tcp" => {
+                let fd = bound(addr, SockType::Stream, transparent)?;
+                listen(&fd, Backlog::new(64)?)?;
+                let listener = TcpListener::from(fd);
+                servers.push(Box::new(move || serve_tcp(&name, addr.port(), &listener)));
+            }
+            "udp" => {
+                let sock = UdpSocket::from(bound(addr, SockType::Datagram, false)?);
+                servers.push(Box::new(move || serve_udp(&name, addr.port(), &sock)));
+            }
+            other => bail!("serve item {item}: unknown protocol {other}"),
+        }
+    }
+    // Every socket is bound before READY, so a client started after it cannot be refused.
+    say("READY");
+    for server in servers {
+        std::thread::spawn(move || {
+            if let Err(e) = server() {
+                say(&format!("ERROR {e}"));
+            }
+        });
+    }
+    std::thread::sleep(timeout);
+    Ok(0)
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (Some(cmd), Some(addr)) = (args.first(), args.get(1)) else {
         bail!("usage: nettool listen-tcp|listen-udp|connect-tcp|send-udp ADDR [--transparent] [--timeout-ms N]");
     };
+    if cmd == "serve" {
+        return serve_main(addr, &args[2..]);
+    }
     let addr: SocketAddr = addr.parse().with_context(|| format!("address {addr}"))?;
     let mut timeout = Duration::from_secs(5);
     let mut transparent = false;
@@ -186,5 +270,25 @@ fn main() -> Result<()> {
         "send-udp" => send_udp(addr, timeout)?,
         other => bail!("unknown command {other}"),
     };
+    std::process::exit(code);
+}
+
+/// `nettool serve NAME ITEM... [--transparent] [--timeout-ms N]`.
+fn serve_main(name: &str, rest: &[String]) -> Result<()> {
+    let mut timeout = Duration::from_secs(5);
+    let mut transparent = false;
+    let mut items = Vec::new();
+    let mut rest = rest.iter();
+    while let Some(a) = rest.next() {
+        match a.as_str() {
+            "--transparent" => transparent = true,
+            "--timeout-ms" => {
+                let ms: u64 = rest.next().context("--timeout-ms needs a value")?.parse()?;
+                timeout = Duration::from_millis(ms);
+            }
+            _ => items.push(a.clone()),
+        }
+    }
+    let code = serve(name, &items, transparent, timeout)?;
     std::process::exit(code);
 }

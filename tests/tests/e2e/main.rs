@@ -2,6 +2,7 @@
 
 mod doctor;
 mod explain;
+mod explain_kernel;
 mod iptables;
 mod iptables_parity;
 mod modules;
