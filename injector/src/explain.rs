@@ -244,10 +244,7 @@ impl Item {
             None if !self.injected => out.push_str("  Traffic:   not intercepted (no sidecar)\n"),
             None => out.push_str("  Traffic:   not redirected (no istio-init container)\n"),
             Some(args) => {
-                let shown: Vec<&str> = args
-                    .iter()
-                    .map(|a| if a.is_empty() { "''" } else { a.as_str() })
-                    .collect();
+                let shown: Vec<String> = args.iter().map(|a| shell_word(a)).collect();
                 out.push_str(&format!("  Traffic:   {}\n", shown.join(" ")));
                 for v in &self.connections {
                     out.push_str(&format!("             {}\n", traffic::text(v)));
@@ -711,6 +708,16 @@ pub fn run(args: Args) -> Result<(), ExplainError> {
         ),
     }
     Ok(())
+}
+
+/// `arg` as a POSIX shell word, so the printed `istio-iptables` line can be pasted (`-i '*'`, `-x ''`).
+fn shell_word(arg: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-.,:/=@%+".contains(c);
+    if !arg.is_empty() && arg.chars().all(plain) {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    }
 }
 
 #[cfg(test)]

@@ -558,6 +558,7 @@ fn the_text_marks_the_deciding_step_and_lists_the_traffic() {
         "             > label              label sidecar.istio.io/inject=true",
         "Result:    injected, templates: sidecar",
         "Traffic:   istio-iptables -p 15001",
+        " -i '*' -x '' -b '*' ",
         "outbound:tcp:10.0.0.5:5432 -> outbound-proxy port 15001 (nat/ISTIO_OUTPUT",
     ] {
         assert!(text.contains(want), "{want:?} in\n{text}");
@@ -718,4 +719,18 @@ fn an_entry_of_another_revision_is_explained_with_a_warning() {
         "{:?}",
         it.warnings
     );
+}
+
+/// The printed `istio-iptables` line pastes into a shell: globs, empty and quoted words are quoted.
+#[test]
+fn shell_words_are_quoted_only_when_needed() {
+    assert_eq!(shell_word("15090,15021"), "15090,15021");
+    assert_eq!(
+        shell_word("--log_output_level=default:info"),
+        "--log_output_level=default:info"
+    );
+    assert_eq!(shell_word("*"), "'*'");
+    assert_eq!(shell_word(""), "''");
+    assert_eq!(shell_word("a b"), "'a b'");
+    assert_eq!(shell_word("it's"), "'it'\\''s'");
 }
