@@ -32,4 +32,4 @@ bash scripts/check-static-init.sh
 cargo test --workspace --locked
 # The netfilter end-to-end tests once more, against the binary the image ships (static musl release).
 E2E_IPTABLES_INIT="$(pwd)/target/x86_64-unknown-linux-musl/release/iptables-init" \
-  cargo test --locked -p e2e --test e2e -- iptables:: iptables_parity:: nftables::
+  cargo test --locked -p e2e --test e2e -- iptables:: iptables_parity:: nftables:: explain_kernel::
