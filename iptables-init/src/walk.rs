@@ -1,6 +1,9 @@
 //! The connection walk: where the first packet of a new connection lands, found by walking the rule
 //! model rule by rule through the hooks in the kernel's order (outbound: raw, mangle, nat, filter
-//! OUTPUT; inbound: raw, mangle, nat PREROUTING).
+//! OUTPUT; inbound: raw, mangle, nat PREROUTING). An outbound packet that leaves on `lo` undecided comes
+//! back in: it then walks raw and mangle PREROUTING too, arriving on `lo` with the mark the output
+//! hooks gave it and its conntrack entry still NEW (nat PREROUTING is skipped: the NAT binding was made
+//! at OUTPUT), where a TPROXY sends it to the inbound listener.
 //!
 //! Each backend translates its rules into the same small program of [`Step`]s (this module the
 //! iptables tokens of a [`rules::Plan`], `nft::walk` the typed statements of an nftables ruleset), and
@@ -192,6 +195,10 @@ pub(crate) struct Model {
     /// The base chain each table has at the packet's hook, in hook order (a table without rules there
     /// is listed too: reaching its end is where a bypass is reported when no rule decided).
     pub hooks: Vec<(usize, String)>,
+    /// The PREROUTING base chains of the raw and mangle tables, in hook order, which an outbound packet
+    /// leaving on `lo` passes when it comes back in (empty in an inbound model); nat PREROUTING is not
+    /// among them because the kernel made the connection's NAT binding at OUTPUT.
+    pub loopback: Vec<(usize, String)>,
     /// The verdict of a redirect or TPROXY in this chain (`None`: not a chain the rules redirect from).
     pub kind_of: fn(&str) -> Option<VerdictKind>,
     /// Chains that only redirect: a connection decided there is explained by the rule that jumped there.
@@ -357,8 +364,32 @@ impl Run<'_> {
     }
 }
 
-/// Walks `packet` through `model`.
+impl Run<'_> {
+    /// Walks the base chains `hooks` in order, until one decides.
+    fn hooks(&mut self, hooks: &[(usize, String)]) -> Result<Option<Outcome>, RuleError> {
+        for (t, base) in hooks {
+            match self.chain(*t, base, None, 0)? {
+                Flow::Next | Flow::Accept => {}
+                Flow::Decided(kind, port, d) => {
+                    return Ok(Some(Outcome {
+                        kind,
+                        port,
+                        table: Some(self.model.tables[d.table].name.clone()),
+                        chain: Some(d.chain),
+                        rule: Some(d.rule),
+                    }))
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Walks `packet` through `model`: the hooks of its direction and, for an outbound packet that leaves
+/// on `lo` undecided, the raw and mangle PREROUTING it meets coming back in, with the mark and the
+/// conntrack mark it carries (a TPROXY there lands it on the inbound listener).
 pub(crate) fn run(model: &Model, packet: &Packet) -> Result<Outcome, RuleError> {
+    let back = packet.looped_back();
     let mut run = Run {
         model,
         packet,
@@ -366,19 +397,17 @@ pub(crate) fn run(model: &Model, packet: &Packet) -> Result<Outcome, RuleError> 
         ctmark: 0,
         passed: None,
     };
-    for (t, base) in &model.hooks {
-        match run.chain(*t, base, None, 0)? {
-            Flow::Next | Flow::Accept => {}
-            Flow::Decided(kind, port, d) => {
-                return Ok(Outcome {
-                    kind,
-                    port,
-                    table: Some(model.tables[d.table].name.clone()),
-                    chain: Some(d.chain),
-                    rule: Some(d.rule),
-                })
-            }
+    if let Some(outcome) = run.hooks(&model.hooks)? {
+        return Ok(outcome);
+    }
+    if let Some(back) = &back {
+        // A bypass stays explained by the outbound rule that let the connection leave un-redirected.
+        let passed = run.passed.take();
+        run.packet = back;
+        if let Some(outcome) = run.hooks(&model.loopback)? {
+            return Ok(outcome);
         }
+        run.passed = passed;
     }
     let name = |t: usize| Some(model.tables[t].name.clone());
     Ok(match (run.passed, model.hooks.last()) {
@@ -744,9 +773,16 @@ pub(crate) fn iptables_model(rules: &[rules::Rule], outbound: bool) -> Result<Mo
         .filter(|(i, t)| used[*i] && (outbound || **t != Table::Filter))
         .map(|(i, _)| (i, base.to_string()))
         .collect();
+    let loopback = HOOK_ORDER
+        .iter()
+        .enumerate()
+        .filter(|(i, t)| outbound && used[*i] && matches!(t, Table::Raw | Table::Mangle))
+        .map(|(i, _)| (i, "PREROUTING".to_string()))
+        .collect();
     Ok(Model {
         tables,
         hooks,
+        loopback,
         kind_of: iptables_kind,
         redirect_chain: iptables_redirect_chain,
     })
