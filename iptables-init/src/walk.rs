@@ -1199,6 +1199,79 @@ mod tests {
             .contains("deeper"));
     }
 
+    /// An outbound packet leaving on lo undecided comes back in through raw and mangle PREROUTING
+    /// on lo, from its own source, with its mark and conntrack mark; nat PREROUTING never sees it.
+    #[test]
+    fn a_connection_over_lo_comes_back_in_through_mangle_prerouting() {
+        let rule = |table: Table, text: &str| rules::Rule::new(table, text);
+        let plan = Plan {
+            v4: vec![
+                rule(Table::Mangle, "-A OUTPUT -o lo -j MARK --set-mark 9"),
+                rule(Table::Mangle, "-A OUTPUT -j CONNMARK --save-mark"),
+                rule(Table::Mangle, "-A OUTPUT -o lo -j MARK --set-mark 3"),
+                rule(Table::Raw, "-A PREROUTING -i lo -j CT --zone 1"),
+                rule(
+                    Table::Mangle,
+                    "-A PREROUTING -i lo -s 10.10.0.1 -m mark --mark 3 -m connmark --mark 9 -m conntrack --ctstate NEW -j ISTIO_TPROXY",
+                ),
+                rule(
+                    Table::Mangle,
+                    "-A ISTIO_TPROXY -p tcp -j TPROXY --tproxy-mark 1337/0xffffffff --on-port 15006",
+                ),
+                rule(Table::Nat, "-A PREROUTING -p tcp -j ISTIO_IN_REDIRECT"),
+                rule(
+                    Table::Nat,
+                    "-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15007",
+                ),
+                rule(Table::Nat, "-A OUTPUT -p udp -j RETURN"),
+            ],
+            ..Plan::default()
+        };
+        let go = |spec: &str| {
+            let c: Connection = spec.parse().expect("spec");
+            walk(&plan, &c.packet(), true).expect("walks")
+        };
+        let o = go("outbound:tcp:10.10.0.1:80,iface=lo");
+        assert_eq!((o.kind, o.port), (VerdictKind::InboundProxy, 15006));
+        assert_eq!(
+            (o.table.as_deref(), o.chain.as_deref()),
+            (Some("mangle"), Some("PREROUTING"))
+        );
+        assert!(
+            o.rule
+                .as_deref()
+                .is_some_and(|r| r.ends_with("-j ISTIO_TPROXY")),
+            "{o:?}"
+        );
+        // From another source (or not over lo) nothing in mangle matches, and nat PREROUTING's
+        // redirect is not consulted: the end of nat OUTPUT decided.
+        for spec in [
+            "outbound:tcp:10.10.0.2:80,iface=lo",
+            "outbound:tcp:10.10.0.1:80",
+            "outbound:tcp:127.0.0.1:80",
+        ] {
+            let o = go(spec);
+            assert_eq!(
+                (o.kind, o.table.as_deref(), o.chain.as_deref(), o.rule),
+                (VerdictKind::Bypass, Some("nat"), Some("OUTPUT"), None),
+                "{spec}"
+            );
+        }
+        // A bypass keeps the outbound rule that let it through as its explanation.
+        let o = go("outbound:udp:10.10.0.1:80,iface=lo");
+        assert_eq!(o.rule.as_deref(), Some("-A OUTPUT -p udp -j RETURN"));
+        // An inbound walk has no loopback pass, and an inbound model no loopback chains.
+        let inbound = iptables_model(&plan.v4, false).expect("model");
+        assert!(inbound.loopback.is_empty());
+        let outbound = iptables_model(&plan.v4, true).expect("model");
+        let names: Vec<(&str, &str)> = outbound
+            .loopback
+            .iter()
+            .map(|(t, c)| (outbound.tables[*t].name.as_str(), c.as_str()))
+            .collect();
+        assert_eq!(names, [("raw", "PREROUTING"), ("mangle", "PREROUTING")]);
+    }
+
     #[test]
     fn every_grid_connection_walks_in_every_configuration() {
         let conns = grid::connections();

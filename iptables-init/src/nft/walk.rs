@@ -355,6 +355,31 @@ mod tests {
                     order.into_iter().filter(|n| names.contains(n)).collect();
                 expected.dedup();
                 assert_eq!(names, expected);
+                // Coming back in over lo: raw and mangle prerouting, never nat.
+                let back: Vec<&str> = m
+                    .loopback
+                    .iter()
+                    .map(|(t, c)| {
+                        assert_eq!(c, "prerouting");
+                        m.tables[*t].name.as_str()
+                    })
+                    .collect();
+                let expected: Vec<&str> = match hook {
+                    Hook::Output => order[..2]
+                        .iter()
+                        .copied()
+                        .filter(|n| {
+                            rs.tables.iter().any(|t| {
+                                t.id.name() == *n
+                                    && t.chains
+                                        .iter()
+                                        .any(|c| c.base.is_some_and(|b| b.hook == Hook::Prerouting))
+                            })
+                        })
+                        .collect(),
+                    Hook::Prerouting => vec![],
+                };
+                assert_eq!(back, expected);
             }
         }
     }
