@@ -102,8 +102,10 @@ pub const OFFLINE_ASSUMPTIONS: &str = "no environment variable, file or netfilte
 the pod's addresses are 192.0.2.2 (and fd00::2 when a connection is IPv6); /etc/resolv.conf is empty \
 (pass --dns-servers for DNS capture); /etc/passwd is empty (the proxy uid is 1337 unless -u); a group \
 name matches no gid; each connection is the first packet of a new connection (conntrack state NEW) from \
-source port 40000: outbound from the pod's address (from 127.0.0.1 or ::1 to a loopback address), \
-inbound from the peer 192.0.2.1 or fd00::1";
+source port 40000: outbound from the pod's address (from 127.0.0.1 or ::1 to a loopback address, from \
+the destination itself to another address over lo), inbound from the peer 192.0.2.1 or fd00::1; an \
+outbound connection over lo that OUTPUT does not redirect comes back in through raw and mangle \
+PREROUTING on lo with its mark (nat PREROUTING does not see it)";
 
 /// The surroundings of an explanation: fixed addresses, empty files.
 struct Offline {
@@ -352,7 +354,8 @@ Give the istio-iptables / iptables-init flags as for a run (see iptables-init --
 Defaults: ADDRESS is 192.0.2.1 outbound and 192.0.2.2 (the pod) inbound; uid and gid are 1000 (an \
 application, not the proxy; inbound ignores them); iface is lo for outbound to a loopback address, \
 else eth0 (pass iface=lo to model the pod talking to its own IP). Each connection is its first packet: \
-outbound through raw, mangle and nat OUTPUT, inbound through raw, mangle and nat PREROUTING.
+outbound through raw, mangle and nat OUTPUT (over lo, if not redirected there, then back in through raw \
+and mangle PREROUTING, where TPROXY can capture it), inbound through raw, mangle and nat PREROUTING.
 
 Assumed: {OFFLINE_ASSUMPTIONS}.
 

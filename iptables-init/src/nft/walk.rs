@@ -183,7 +183,8 @@ pub(crate) fn model(rs: &Ruleset, hook: Hook) -> Model {
     }
 }
 
-/// Walks `packet` through the ruleset (outbound at the output hook, inbound at prerouting).
+/// Walks `packet` through the ruleset (outbound at the output hook and, leaving on lo, back in at
+/// prerouting; inbound at prerouting).
 pub(crate) fn walk(rs: &Ruleset, packet: &Packet, outbound: bool) -> Result<Outcome, RuleError> {
     let hook = if outbound {
         Hook::Output
