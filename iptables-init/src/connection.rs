@@ -128,7 +128,8 @@ impl Connection {
     pub(crate) fn packet(&self) -> Packet {
         let dst = self.address_or_default();
         let iface = self.iface_or_default().to_string();
-        // The kernel's source for a loopback destination is the loopback route's preferred source.
+        // The kernel's source for a loopback destination is the loopback route's preferred source, and
+        // for another address reached over lo (one of the pod's own) that address itself.
         let src = match (self.direction, dst) {
             (Direction::Outbound, IpAddr::V4(d)) if d.is_loopback() => {
                 IpAddr::V4(Ipv4Addr::LOCALHOST)
@@ -136,6 +137,7 @@ impl Connection {
             (Direction::Outbound, IpAddr::V6(d)) if d.is_loopback() => {
                 IpAddr::V6(Ipv6Addr::LOCALHOST)
             }
+            (Direction::Outbound, d) if iface == "lo" => d,
             (Direction::Outbound, IpAddr::V4(_)) => IpAddr::V4(POD_V4),
             (Direction::Outbound, IpAddr::V6(_)) => IpAddr::V6(POD_V6),
             (Direction::Inbound, IpAddr::V4(_)) => IpAddr::V4(PEER_V4),
@@ -174,6 +176,19 @@ pub(crate) struct Packet {
     pub iif: Option<String>,
     /// The output interface (outbound).
     pub oif: Option<String>,
+}
+
+impl Packet {
+    /// The same packet as it comes back in, when it leaves on `lo`: it arrives on `lo` with its mark
+    /// and conntrack entry (the walk carries both) and without the local socket owner matches need.
+    pub(crate) fn looped_back(&self) -> Option<Packet> {
+        (self.oif.as_deref() == Some("lo")).then(|| Packet {
+            iif: Some("lo".to_string()),
+            oif: None,
+            owner: None,
+            ..self.clone()
+        })
+    }
 }
 
 impl fmt::Display for Direction {
@@ -430,6 +445,23 @@ mod tests {
         assert_eq!(parse("outbound:tcp:[::1]:8080").iface_or_default(), "lo");
         let own = parse("outbound:tcp:192.0.2.2:8080");
         assert_eq!(own.iface_or_default(), "eth0");
+        assert_eq!(own.packet().looped_back(), None);
+        // Another address reached over lo is one of the pod's own: the kernel sends from it.
+        let own = parse("outbound:tcp:10.10.0.1:8080,uid=1337,iface=lo").packet();
+        assert_eq!(own.src, "10.10.0.1".parse::<IpAddr>().expect("ip"));
+        let back = own.looped_back().expect("leaves on lo");
+        assert_eq!(
+            (
+                back.iif.as_deref(),
+                back.oif,
+                back.owner,
+                back.src,
+                back.dst
+            ),
+            (Some("lo"), None, None, own.src, own.dst)
+        );
+        let back = lo.packet().looped_back().expect("leaves on lo");
+        assert_eq!(back.src, IpAddr::V4(Ipv4Addr::LOCALHOST));
         let inb = parse("inbound:tcp:8080,uid=1337");
         assert_eq!(inb.address_or_default(), IpAddr::V4(POD_V4));
         assert_eq!(inb.iface_or_default(), "eth0");

@@ -102,8 +102,10 @@ pub const OFFLINE_ASSUMPTIONS: &str = "no environment variable, file or netfilte
 the pod's addresses are 192.0.2.2 (and fd00::2 when a connection is IPv6); /etc/resolv.conf is empty \
 (pass --dns-servers for DNS capture); /etc/passwd is empty (the proxy uid is 1337 unless -u); a group \
 name matches no gid; each connection is the first packet of a new connection (conntrack state NEW) from \
-source port 40000: outbound from the pod's address (from 127.0.0.1 or ::1 to a loopback address), \
-inbound from the peer 192.0.2.1 or fd00::1";
+source port 40000: outbound from the pod's address (from 127.0.0.1 or ::1 to a loopback address, from \
+the destination itself to another address over lo), inbound from the peer 192.0.2.1 or fd00::1; an \
+outbound connection over lo that OUTPUT does not redirect comes back in through raw and mangle \
+PREROUTING on lo with its mark (nat PREROUTING does not see it)";
 
 /// The surroundings of an explanation: fixed addresses, empty files.
 struct Offline {
@@ -352,7 +354,8 @@ Give the istio-iptables / iptables-init flags as for a run (see iptables-init --
 Defaults: ADDRESS is 192.0.2.1 outbound and 192.0.2.2 (the pod) inbound; uid and gid are 1000 (an \
 application, not the proxy; inbound ignores them); iface is lo for outbound to a loopback address, \
 else eth0 (pass iface=lo to model the pod talking to its own IP). Each connection is its first packet: \
-outbound through raw, mangle and nat OUTPUT, inbound through raw, mangle and nat PREROUTING.
+outbound through raw, mangle and nat OUTPUT (over lo, if not redirected there, then back in through raw \
+and mangle PREROUTING, where TPROXY can capture it), inbound through raw, mangle and nat PREROUTING.
 
 Assumed: {OFFLINE_ASSUMPTIONS}.
 
@@ -576,6 +579,57 @@ mod tests {
             .collect()
     }
 
+    /// The TPROXY configurations of the kernel-agreement test's loopback cases (`explain_kernel`, seeds
+    /// 1, 2, 13 and 6): the proxy (or its group) calling the pod's own address over lo is marked 1338
+    /// in mangle OUTPUT, not redirected in nat OUTPUT, and captured by TPROXY when it comes back in.
+    const LO_TPROXY: &[(&str, &str)] = &[
+        ("-p", "15011"),
+        ("-m", "TPROXY"),
+        ("-i", "10.20.0.0/16,172.16.0.0/12"),
+        ("-x", "10.10.0.3/32"),
+        ("-b", "8080,15008"),
+        ("-d", ""),
+    ];
+    const LO_TPROXY_EXTRA: &[&str] = &[
+        "-g",
+        "1337",
+        "-o",
+        "3306,9090",
+        "-q",
+        "5432,8080",
+        "--ipv6",
+        "true",
+    ];
+    const TPROXY: &[(&str, &str)] = &[("-m", "TPROXY")];
+    const ALL_PORTS_TPROXY: &[(&str, &str)] = &[("-m", "TPROXY"), ("-d", "")];
+    const GID_EXCLUDE_5432: &[&str] = &["-g", "1337", "-o", "5432"];
+    const GID_DNS: &[&str] = &[
+        "-g",
+        "1337",
+        "-o",
+        "3306,9090",
+        "--redirect-dns",
+        "--dns-servers",
+        "10.10.0.3,127.0.0.53,fd00::2",
+        "--ipv6",
+        "true",
+    ];
+    const DNS_TPROXY: &[(&str, &str)] = &[
+        ("-m", "TPROXY"),
+        ("-i", "10.20.0.0/16"),
+        ("-x", "10.20.0.0/16,fd00::2/128"),
+        ("-d", ""),
+    ];
+    const DNS_LOCAL: &[&str] = &[
+        "-o",
+        "5432",
+        "--redirect-dns",
+        "--dns-servers",
+        "127.0.0.53",
+        "--ipv6",
+        "true",
+    ];
+
     /// Hand-checked against the rules each configuration's `--dry-run` prints: what each connection
     /// hits first, in the kernel's order.
     #[test]
@@ -626,6 +680,23 @@ mod tests {
             (&[("-m", "TPROXY")], &[], "inbound:tcp:8080,iface=lo", "bypass 8080 mangle/ISTIO_INBOUND: -I ISTIO_INBOUND 3 -p tcp -i lo -m mark ! --mark 1338 -j RETURN"),
             (&[("-m", "TPROXY")], &[], "outbound:tcp:192.0.2.2:8080,uid=1337,iface=lo", "inbound-proxy 15006 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT"),
             (&[("-m", "TPROXY"), ("-z", "15007")], &[], "inbound:tcp:8080", "inbound-proxy 15007 mangle/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp -j ISTIO_TPROXY"),
+            // Over lo, what nat OUTPUT leaves alone comes back in with the mark mangle OUTPUT gave it:
+            // marked 1338 (the proxy's uid or gid, not to 127.0.0.1) it meets TPROXY in mangle PREROUTING.
+            (LO_TPROXY, LO_TPROXY_EXTRA, "outbound:tcp:10.10.0.1:15008,uid=1337,gid=1337,iface=lo", "inbound-proxy 15006 mangle/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp --dport 15008 -j ISTIO_TPROXY"),
+            (LO_TPROXY, LO_TPROXY_EXTRA, "outbound:tcp:[fd00::1]:15008,uid=1337,iface=lo", "inbound-proxy 15006 mangle/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp --dport 15008 -j ISTIO_TPROXY"),
+            // Marked, but not an inbound port TPROXY captures: a bypass keeps its outbound explanation.
+            (LO_TPROXY, LO_TPROXY_EXTRA, "outbound:tcp:10.10.0.1:9090,uid=1337,gid=1337,iface=lo", "bypass 9090 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -p tcp --dport 9090 -j RETURN"),
+            // Unmarked (an application; or to 127.0.0.1): ISTIO_INBOUND's lo rule returns it.
+            (LO_TPROXY, LO_TPROXY_EXTRA, "outbound:tcp:10.10.0.1:15008,iface=lo", "bypass 15008 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN"),
+            (LO_TPROXY, LO_TPROXY_EXTRA, "outbound:tcp:127.0.0.1:15008,uid=1337", "bypass 15008 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN"),
+            (TPROXY, GID_EXCLUDE_5432, "outbound:tcp:10.10.0.1:5432,uid=1337,gid=1337,iface=lo", "inbound-proxy 15006 mangle/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp -j ISTIO_TPROXY"),
+            (TPROXY, GID_EXCLUDE_5432, "outbound:udp:10.10.0.1:5432,uid=1337,gid=1337,iface=lo", "bypass 5432 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -p udp --dport 5432 -j RETURN"),
+            (ALL_PORTS_TPROXY, GID_DNS, "outbound:tcp:10.10.0.1:8080,uid=1000,gid=1337,iface=lo", "inbound-proxy 15006 mangle/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp -j ISTIO_TPROXY"),
+            (DNS_TPROXY, DNS_LOCAL, "outbound:tcp:127.0.0.53:53,uid=1337,gid=1337", "inbound-proxy 15006 mangle/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp -j ISTIO_TPROXY"),
+            // REDIRECT marks nothing and has no TPROXY rule: the same connections bypass.
+            (NONE, GID_EXCLUDE_5432, "outbound:tcp:10.10.0.1:5432,uid=1337,gid=1337,iface=lo", "bypass 5432 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -p tcp --dport 5432 -j RETURN"),
+            (NONE, DNS_LOCAL, "outbound:tcp:127.0.0.53:53,uid=1337,gid=1337", "bypass 53 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN"),
+            (NONE, &["--drop-invalid"], "outbound:tcp:10.10.0.1:15008,uid=1337,iface=lo", "bypass 15008 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN"),
             // IPv6: rules only when IPv6 is on (explicitly, or detected on a dual-stack pod).
             (NONE, &["--ipv6", "true"], "outbound:tcp:[fd00::5]:443", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
             (NONE, &["--dual-stack"], "outbound:tcp:[fd00::5]:443", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
@@ -661,6 +732,18 @@ mod tests {
             (NONE, &[], "inbound:tcp:7070", "inbound-proxy 15006 istio-proxy-nat/istio-inbound: meta l4proto tcp counter jump istio-in-redirect"),
             (NONE, &[], "inbound:tcp:15021", "bypass 15021 istio-proxy-nat/istio-inbound: meta l4proto tcp tcp dport 15021 counter return"),
             (&[("-m", "TPROXY")], &[], "inbound:tcp:8080", "inbound-proxy 15006 istio-proxy-mangle/istio-inbound: meta l4proto tcp counter jump istio-tproxy"),
+            // Over lo, the 1338-marked connections nat leaves alone meet TPROXY coming back in.
+            (LO_TPROXY, LO_TPROXY_EXTRA, "outbound:tcp:10.10.0.1:15008,uid=1337,gid=1337,iface=lo", "inbound-proxy 15006 istio-proxy-mangle/istio-inbound: meta l4proto tcp tcp dport 15008 counter jump istio-tproxy"),
+            (LO_TPROXY, LO_TPROXY_EXTRA, "outbound:tcp:[fd00::1]:15008,uid=1337,iface=lo", "inbound-proxy 15006 istio-proxy-mangle/istio-inbound: meta l4proto tcp tcp dport 15008 counter jump istio-tproxy"),
+            (LO_TPROXY, LO_TPROXY_EXTRA, "outbound:tcp:10.10.0.1:9090,uid=1337,gid=1337,iface=lo", "bypass 9090 istio-proxy-nat/istio-output: tcp dport 9090 counter return"),
+            (LO_TPROXY, LO_TPROXY_EXTRA, "outbound:tcp:10.10.0.1:15008,iface=lo", "bypass 15008 istio-proxy-nat/istio-output: oifname lo skuid != 1337 counter return"),
+            (LO_TPROXY, LO_TPROXY_EXTRA, "outbound:tcp:127.0.0.1:15008,uid=1337", "bypass 15008 istio-proxy-nat/istio-output: skuid 1337 counter return"),
+            (TPROXY, GID_EXCLUDE_5432, "outbound:tcp:10.10.0.1:5432,uid=1337,gid=1337,iface=lo", "inbound-proxy 15006 istio-proxy-mangle/istio-inbound: meta l4proto tcp counter jump istio-tproxy"),
+            (TPROXY, GID_EXCLUDE_5432, "outbound:udp:10.10.0.1:5432,uid=1337,gid=1337,iface=lo", "bypass 5432 istio-proxy-nat/istio-output: udp dport 5432 counter return"),
+            (ALL_PORTS_TPROXY, GID_DNS, "outbound:tcp:10.10.0.1:8080,uid=1000,gid=1337,iface=lo", "inbound-proxy 15006 istio-proxy-mangle/istio-inbound: meta l4proto tcp counter jump istio-tproxy"),
+            (DNS_TPROXY, DNS_LOCAL, "outbound:tcp:127.0.0.53:53,uid=1337,gid=1337", "inbound-proxy 15006 istio-proxy-mangle/istio-inbound: meta l4proto tcp counter jump istio-tproxy"),
+            (NONE, GID_EXCLUDE_5432, "outbound:tcp:10.10.0.1:5432,uid=1337,gid=1337,iface=lo", "bypass 5432 istio-proxy-nat/istio-output: tcp dport 5432 counter return"),
+            (NONE, DNS_LOCAL, "outbound:tcp:127.0.0.53:53,uid=1337,gid=1337", "bypass 53 istio-proxy-nat/istio-output: skuid 1337 counter return"),
             (&[("-b", "8080")], &[], "inbound:tcp:7070", "bypass 7070 istio-proxy-nat/prerouting (end)"),
             (&[("-b", "")], &[], "inbound:tcp:7070", "bypass 7070 istio-proxy-nat/prerouting (end)"),
             (NONE, &["-c", "eth1"], "outbound:tcp:10.0.0.5:80,iface=eth1", "bypass 80 istio-proxy-nat/output: oifname eth1 counter return"),

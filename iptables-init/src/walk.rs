@@ -1,6 +1,9 @@
 //! The connection walk: where the first packet of a new connection lands, found by walking the rule
 //! model rule by rule through the hooks in the kernel's order (outbound: raw, mangle, nat, filter
-//! OUTPUT; inbound: raw, mangle, nat PREROUTING).
+//! OUTPUT; inbound: raw, mangle, nat PREROUTING). An outbound packet that leaves on `lo` undecided comes
+//! back in: it then walks raw and mangle PREROUTING too, arriving on `lo` with the mark the output
+//! hooks gave it and its conntrack entry still NEW (nat PREROUTING is skipped: the NAT binding was made
+//! at OUTPUT), where a TPROXY sends it to the inbound listener.
 //!
 //! Each backend translates its rules into the same small program of [`Step`]s (this module the
 //! iptables tokens of a [`rules::Plan`], `nft::walk` the typed statements of an nftables ruleset), and
@@ -192,6 +195,10 @@ pub(crate) struct Model {
     /// The base chain each table has at the packet's hook, in hook order (a table without rules there
     /// is listed too: reaching its end is where a bypass is reported when no rule decided).
     pub hooks: Vec<(usize, String)>,
+    /// The PREROUTING base chains of the raw and mangle tables, in hook order, which an outbound packet
+    /// leaving on `lo` passes when it comes back in (empty in an inbound model); nat PREROUTING is not
+    /// among them because the kernel made the connection's NAT binding at OUTPUT.
+    pub loopback: Vec<(usize, String)>,
     /// The verdict of a redirect or TPROXY in this chain (`None`: not a chain the rules redirect from).
     pub kind_of: fn(&str) -> Option<VerdictKind>,
     /// Chains that only redirect: a connection decided there is explained by the rule that jumped there.
@@ -357,8 +364,32 @@ impl Run<'_> {
     }
 }
 
-/// Walks `packet` through `model`.
+impl Run<'_> {
+    /// Walks the base chains `hooks` in order, until one decides.
+    fn hooks(&mut self, hooks: &[(usize, String)]) -> Result<Option<Outcome>, RuleError> {
+        for (t, base) in hooks {
+            match self.chain(*t, base, None, 0)? {
+                Flow::Next | Flow::Accept => {}
+                Flow::Decided(kind, port, d) => {
+                    return Ok(Some(Outcome {
+                        kind,
+                        port,
+                        table: Some(self.model.tables[d.table].name.clone()),
+                        chain: Some(d.chain),
+                        rule: Some(d.rule),
+                    }))
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Walks `packet` through `model`: the hooks of its direction and, for an outbound packet that leaves
+/// on `lo` undecided, the raw and mangle PREROUTING it meets coming back in, with the mark and the
+/// conntrack mark it carries (a TPROXY there lands it on the inbound listener).
 pub(crate) fn run(model: &Model, packet: &Packet) -> Result<Outcome, RuleError> {
+    let back = packet.looped_back();
     let mut run = Run {
         model,
         packet,
@@ -366,19 +397,17 @@ pub(crate) fn run(model: &Model, packet: &Packet) -> Result<Outcome, RuleError> 
         ctmark: 0,
         passed: None,
     };
-    for (t, base) in &model.hooks {
-        match run.chain(*t, base, None, 0)? {
-            Flow::Next | Flow::Accept => {}
-            Flow::Decided(kind, port, d) => {
-                return Ok(Outcome {
-                    kind,
-                    port,
-                    table: Some(model.tables[d.table].name.clone()),
-                    chain: Some(d.chain),
-                    rule: Some(d.rule),
-                })
-            }
+    if let Some(outcome) = run.hooks(&model.hooks)? {
+        return Ok(outcome);
+    }
+    if let Some(back) = &back {
+        // A bypass stays explained by the outbound rule that let the connection leave un-redirected.
+        let passed = run.passed.take();
+        run.packet = back;
+        if let Some(outcome) = run.hooks(&model.loopback)? {
+            return Ok(outcome);
         }
+        run.passed = passed;
     }
     let name = |t: usize| Some(model.tables[t].name.clone());
     Ok(match (run.passed, model.hooks.last()) {
@@ -744,9 +773,16 @@ pub(crate) fn iptables_model(rules: &[rules::Rule], outbound: bool) -> Result<Mo
         .filter(|(i, t)| used[*i] && (outbound || **t != Table::Filter))
         .map(|(i, _)| (i, base.to_string()))
         .collect();
+    let loopback = HOOK_ORDER
+        .iter()
+        .enumerate()
+        .filter(|(i, t)| outbound && used[*i] && matches!(t, Table::Raw | Table::Mangle))
+        .map(|(i, _)| (i, "PREROUTING".to_string()))
+        .collect();
     Ok(Model {
         tables,
         hooks,
+        loopback,
         kind_of: iptables_kind,
         redirect_chain: iptables_redirect_chain,
     })
@@ -1161,6 +1197,79 @@ mod tests {
             .expect_err("loop")
             .reason
             .contains("deeper"));
+    }
+
+    /// An outbound packet leaving on lo undecided comes back in through raw and mangle PREROUTING
+    /// on lo, from its own source, with its mark and conntrack mark; nat PREROUTING never sees it.
+    #[test]
+    fn a_connection_over_lo_comes_back_in_through_mangle_prerouting() {
+        let rule = |table: Table, text: &str| rules::Rule::new(table, text);
+        let plan = Plan {
+            v4: vec![
+                rule(Table::Mangle, "-A OUTPUT -o lo -j MARK --set-mark 9"),
+                rule(Table::Mangle, "-A OUTPUT -j CONNMARK --save-mark"),
+                rule(Table::Mangle, "-A OUTPUT -o lo -j MARK --set-mark 3"),
+                rule(Table::Raw, "-A PREROUTING -i lo -j CT --zone 1"),
+                rule(
+                    Table::Mangle,
+                    "-A PREROUTING -i lo -s 10.10.0.1 -m mark --mark 3 -m connmark --mark 9 -m conntrack --ctstate NEW -j ISTIO_TPROXY",
+                ),
+                rule(
+                    Table::Mangle,
+                    "-A ISTIO_TPROXY -p tcp -j TPROXY --tproxy-mark 1337/0xffffffff --on-port 15006",
+                ),
+                rule(Table::Nat, "-A PREROUTING -p tcp -j ISTIO_IN_REDIRECT"),
+                rule(
+                    Table::Nat,
+                    "-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15007",
+                ),
+                rule(Table::Nat, "-A OUTPUT -p udp -j RETURN"),
+            ],
+            ..Plan::default()
+        };
+        let go = |spec: &str| {
+            let c: Connection = spec.parse().expect("spec");
+            walk(&plan, &c.packet(), true).expect("walks")
+        };
+        let o = go("outbound:tcp:10.10.0.1:80,iface=lo");
+        assert_eq!((o.kind, o.port), (VerdictKind::InboundProxy, 15006));
+        assert_eq!(
+            (o.table.as_deref(), o.chain.as_deref()),
+            (Some("mangle"), Some("PREROUTING"))
+        );
+        assert!(
+            o.rule
+                .as_deref()
+                .is_some_and(|r| r.ends_with("-j ISTIO_TPROXY")),
+            "{o:?}"
+        );
+        // From another source (or not over lo) nothing in mangle matches, and nat PREROUTING's
+        // redirect is not consulted: the end of nat OUTPUT decided.
+        for spec in [
+            "outbound:tcp:10.10.0.2:80,iface=lo",
+            "outbound:tcp:10.10.0.1:80",
+            "outbound:tcp:127.0.0.1:80",
+        ] {
+            let o = go(spec);
+            assert_eq!(
+                (o.kind, o.table.as_deref(), o.chain.as_deref(), o.rule),
+                (VerdictKind::Bypass, Some("nat"), Some("OUTPUT"), None),
+                "{spec}"
+            );
+        }
+        // A bypass keeps the outbound rule that let it through as its explanation.
+        let o = go("outbound:udp:10.10.0.1:80,iface=lo");
+        assert_eq!(o.rule.as_deref(), Some("-A OUTPUT -p udp -j RETURN"));
+        // An inbound walk has no loopback pass, and an inbound model no loopback chains.
+        let inbound = iptables_model(&plan.v4, false).expect("model");
+        assert!(inbound.loopback.is_empty());
+        let outbound = iptables_model(&plan.v4, true).expect("model");
+        let names: Vec<(&str, &str)> = outbound
+            .loopback
+            .iter()
+            .map(|(t, c)| (outbound.tables[*t].name.as_str(), c.as_str()))
+            .collect();
+        assert_eq!(names, [("raw", "PREROUTING"), ("mangle", "PREROUTING")]);
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The connection walk over the nftables ruleset: each table's rules in the kernel's final order
 //! ([`Table::chain_rules`]), their typed statements translated into the walk's steps, and the base
-//! chains of the packet's hook run by priority (raw, mangle, nat). Istio's tables are `inet`, so they
-//! see both families; an `ip`/`ip6` match or a `tproxy ip`/`ip6` of the other family stops its rule.
+//! chains of the packet's hook run by priority (raw, mangle, nat; an outbound packet leaving on `lo`
+//! then the raw and mangle prerouting chains). Istio's tables are `inet`, so they see both families;
+//! an `ip`/`ip6` match or a `tproxy ip`/`ip6` of the other family stops its rule.
 
-use super::model::{CtState, Dir, Group, Hook, Ip, Ruleset, Stmt, Table};
+use super::model::{ChainType, CtState, Dir, Group, Hook, Ip, Ruleset, Stmt, Table};
 use super::model::{IN_REDIRECT, OUTPUT_DNS, REDIRECT, TPROXY};
 use super::render::rule_text;
 use crate::connection::{Packet, Protocol};
@@ -135,7 +136,9 @@ fn walk_table(t: &Table) -> WalkTable {
 }
 
 /// The walk model of a ruleset at `hook`: every table, and the base chain each has at the hook, by
-/// priority (a table without one there is placed by its tables' priority, to report the end reached).
+/// priority (a table without one there is placed by its tables' priority, to report the end reached);
+/// at the output hook also the prerouting base chains other than nat, which a packet leaving on `lo`
+/// passes coming back in.
 pub(crate) fn model(rs: &Ruleset, hook: Hook) -> Model {
     let tables: Vec<WalkTable> = rs.tables.iter().map(walk_table).collect();
     let mut hooks: Vec<(i32, usize, String)> = rs
@@ -158,15 +161,30 @@ pub(crate) fn model(rs: &Ruleset, hook: Hook) -> Model {
         })
         .collect();
     hooks.sort_by_key(|(priority, i, _)| (*priority, *i));
+    // A nat chain sees only a connection's first pass through the stack: not its return over lo.
+    let mut loopback: Vec<(i32, usize, String)> = rs
+        .tables
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| t.chains.iter().map(move |c| (i, c)))
+        .filter_map(|(i, c)| {
+            let b = c.base?;
+            (hook == Hook::Output && b.hook == Hook::Prerouting && b.kind != ChainType::Nat)
+                .then(|| (b.priority, i, c.name.to_string()))
+        })
+        .collect();
+    loopback.sort_by_key(|(priority, i, _)| (*priority, *i));
     Model {
         tables,
         hooks: hooks.into_iter().map(|(_, i, c)| (i, c)).collect(),
+        loopback: loopback.into_iter().map(|(_, i, c)| (i, c)).collect(),
         kind_of,
         redirect_chain,
     }
 }
 
-/// Walks `packet` through the ruleset (outbound at the output hook, inbound at prerouting).
+/// Walks `packet` through the ruleset (outbound at the output hook and, leaving on lo, back in at
+/// prerouting; inbound at prerouting).
 pub(crate) fn walk(rs: &Ruleset, packet: &Packet, outbound: bool) -> Result<Outcome, RuleError> {
     let hook = if outbound {
         Hook::Output
@@ -338,6 +356,31 @@ mod tests {
                     order.into_iter().filter(|n| names.contains(n)).collect();
                 expected.dedup();
                 assert_eq!(names, expected);
+                // Coming back in over lo: raw and mangle prerouting, never nat.
+                let back: Vec<&str> = m
+                    .loopback
+                    .iter()
+                    .map(|(t, c)| {
+                        assert_eq!(c, "prerouting");
+                        m.tables[*t].name.as_str()
+                    })
+                    .collect();
+                let expected: Vec<&str> = match hook {
+                    Hook::Output => order[..2]
+                        .iter()
+                        .copied()
+                        .filter(|n| {
+                            rs.tables.iter().any(|t| {
+                                t.id.name() == *n
+                                    && t.chains
+                                        .iter()
+                                        .any(|c| c.base.is_some_and(|b| b.hook == Hook::Prerouting))
+                            })
+                        })
+                        .collect(),
+                    Hook::Prerouting => vec![],
+                };
+                assert_eq!(back, expected);
             }
         }
     }
