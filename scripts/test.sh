@@ -18,6 +18,8 @@ command -v file >/dev/null || need+=(file)
 command -v setpriv >/dev/null || need+=(util-linux)
 # `kubectl kustomize` renders deploy/ in the webhook tests (the Rust machine image ships kubectl).
 command -v kubectl >/dev/null || need+=(kubernetes-client)
+# The README's explain walk-through (replayed by the e2e readme test) pipes into jq.
+command -v jq >/dev/null || need+=(jq)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   apt-get update -qq

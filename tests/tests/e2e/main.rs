@@ -7,5 +7,6 @@ mod iptables;
 mod iptables_parity;
 mod modules;
 mod nftables;
+mod readme;
 mod webhook;
 mod webhook_config;
