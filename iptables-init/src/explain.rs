@@ -314,6 +314,18 @@ fn split(argv: &[String]) -> Result<Split, String> {
                     continue;
                 }
             }
+            // A word can never be istio-iptables' port list: it was meant as the output format.
+            let value = if rest.is_empty() {
+                it.as_slice().first().map_or("", String::as_str)
+            } else {
+                word
+            };
+            if value.chars().any(|c| c.is_ascii_alphabetic()) {
+                return Err(format!(
+                    "invalid value {value:?} for -o: explain's output format is text or json \
+                     (istio-iptables' -o takes ports)"
+                ));
+            }
         }
         s.flags.push(token.clone());
         // A flag written without its value in the same token takes the next one (booleans never do).
@@ -821,6 +833,15 @@ mod tests {
         assert_eq!(s.format, None);
         let e = split(&strings(&["--output", "yaml"])).expect_err("yaml");
         assert!(e.contains("\"yaml\" for -o/--output"), "{e}");
+        // The short -o with a word is the output format misspelt, not a port list.
+        for argv in [&["-o", "yaml"][..], &["-oyaml"], &["-o=Json"]] {
+            let e = split(&strings(argv)).expect_err("a word");
+            assert!(e.contains("output format is text or json"), "{argv:?}: {e}");
+        }
+        assert_eq!(
+            split_ok(&["-o", "5432,3306"]).flags,
+            strings(&["-o", "5432,3306"])
+        );
         assert!(split(&strings(&["--connection"])).is_err());
     }
 

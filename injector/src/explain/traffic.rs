@@ -4,13 +4,13 @@
 
 pub use iptables_init::{Connection, Verdict};
 
-/// Parses the `--connection` specs with iptables-init's own parser; the error names the spec.
+/// Parses the `--connection` specs with iptables-init's own parser, whose error already names the spec.
 pub fn parse(specs: &[String]) -> Result<Vec<Connection>, String> {
     specs
         .iter()
         .map(|s| {
             s.parse::<Connection>()
-                .map_err(|e| format!("--connection {s:?}: {e}"))
+                .map_err(|e| format!("--connection: {e}"))
         })
         .collect()
 }
@@ -59,7 +59,10 @@ mod tests {
         let c = parse(&["outbound:tcp:10.0.0.5:5432".to_string()]).unwrap();
         assert_eq!(c[0].port, 5432);
         let e = parse(&["sideways:tcp:80".to_string()]).unwrap_err();
-        assert!(e.starts_with("--connection \"sideways:tcp:80\": "), "{e}");
+        assert!(
+            e.starts_with("--connection: connection \"sideways:tcp:80\": "),
+            "{e}"
+        );
     }
 
     #[test]
