@@ -354,6 +354,17 @@ pub fn read_hooks(path: &Path, text: &str) -> Result<Vec<Hook>, DoctorError> {
             }
         }
     }
+    let hooks = hooks_of(&configs);
+    if hooks.is_empty() {
+        return Err(DoctorError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(hooks)
+}
+
+/// The webhook entries of `configs` (MutatingWebhookConfigurations as JSON), in order.
+pub fn hooks_of(configs: &[Value]) -> Vec<Hook> {
     let mut hooks = Vec::new();
     for c in configs {
         let config = c
@@ -380,12 +391,7 @@ pub fn read_hooks(path: &Path, text: &str) -> Result<Vec<Hook>, DoctorError> {
             });
         }
     }
-    if hooks.is_empty() {
-        return Err(DoctorError::Empty {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(hooks)
+    hooks
 }
 
 /// A JSON-patch command on one configuration.

@@ -58,6 +58,24 @@ pub fn injector_certs(dir: &Path, extra: &[&str]) -> anyhow::Result<CertFiles> {
     })
 }
 
+/// The arguments of `injector serve` for the serving certificate `cert`/`key` and the configuration files
+/// `cfg` (values, mesh config, injector config).
+pub fn serve_args(cert: &Path, key: &Path, cfg: &test_support::corpus::ConfigFiles) -> Vec<String> {
+    let path = |p: &Path| p.display().to_string();
+    vec![
+        "--tls-cert".to_string(),
+        path(cert),
+        "--tls-key".to_string(),
+        path(key),
+        "--values".to_string(),
+        path(&cfg.values),
+        "--mesh-config".to_string(),
+        path(&cfg.mesh),
+        "--injector-config".to_string(),
+        path(&cfg.injector_config),
+    ]
+}
+
 /// A running `injector serve`; SIGKILLed on drop unless [`Injector::terminate`] was called.
 #[derive(Debug)]
 pub struct Injector {

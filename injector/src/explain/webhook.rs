@@ -10,34 +10,15 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use serde_json::{Map, Value};
 
 use crate::decision::{LabelSelector, Operator, Requirement};
-use crate::doctor::Hook;
+use crate::doctor::{self, Hook};
 
 /// The entries of generated configurations, as `injector doctor` reads them from a file.
 pub fn hooks_of(configs: &[MutatingWebhookConfiguration]) -> Result<Vec<Hook>, serde_json::Error> {
-    let mut hooks = Vec::new();
-    for c in configs {
-        let v = serde_json::to_value(c)?;
-        let config = c.metadata.name.clone().unwrap_or_default();
-        for (index, w) in v
-            .get("webhooks")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            hooks.push(Hook {
-                config: config.clone(),
-                index,
-                name: w
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-                value: w.clone(),
-            });
-        }
-    }
-    Ok(hooks)
+    let values = configs
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<Vec<Value>, _>>()?;
+    Ok(doctor::hooks_of(&values))
 }
 
 /// A webhook entry that cannot be evaluated; names the configuration, entry, field and value.

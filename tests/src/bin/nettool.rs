@@ -241,6 +241,33 @@ fn serve(name: &str, items: &[String], transparent: bool, timeout: Duration) -> 
     Ok(0)
 }
 
+/// The options every command takes, and the other arguments in order.
+struct Options {
+    timeout: Duration,
+    transparent: bool,
+    positional: Vec<String>,
+}
+
+fn options(args: &[String]) -> Result<Options> {
+    let mut o = Options {
+        timeout: Duration::from_secs(5),
+        transparent: false,
+        positional: Vec::new(),
+    };
+    let mut rest = args.iter();
+    while let Some(a) = rest.next() {
+        match a.as_str() {
+            "--transparent" => o.transparent = true,
+            "--timeout-ms" => {
+                let ms: u64 = rest.next().context("--timeout-ms needs a value")?.parse()?;
+                o.timeout = Duration::from_millis(ms);
+            }
+            _ => o.positional.push(a.clone()),
+        }
+    }
+    Ok(o)
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (Some(cmd), Some(addr)) = (args.first(), args.get(1)) else {
@@ -250,18 +277,13 @@ fn main() -> Result<()> {
         return serve_main(addr, &args[2..]);
     }
     let addr: SocketAddr = addr.parse().with_context(|| format!("address {addr}"))?;
-    let mut timeout = Duration::from_secs(5);
-    let mut transparent = false;
-    let mut rest = args[2..].iter();
-    while let Some(a) = rest.next() {
-        match a.as_str() {
-            "--transparent" => transparent = true,
-            "--timeout-ms" => {
-                let ms: u64 = rest.next().context("--timeout-ms needs a value")?.parse()?;
-                timeout = Duration::from_millis(ms);
-            }
-            other => bail!("unknown argument {other}"),
-        }
+    let Options {
+        timeout,
+        transparent,
+        positional,
+    } = options(&args[2..])?;
+    if let Some(other) = positional.first() {
+        bail!("unknown argument {other}");
     }
     let code = match cmd.as_str() {
         "listen-tcp" => listen_tcp(addr, transparent, timeout)?,
@@ -275,20 +297,7 @@ fn main() -> Result<()> {
 
 /// `nettool serve NAME ITEM... [--transparent] [--timeout-ms N]`.
 fn serve_main(name: &str, rest: &[String]) -> Result<()> {
-    let mut timeout = Duration::from_secs(5);
-    let mut transparent = false;
-    let mut items = Vec::new();
-    let mut rest = rest.iter();
-    while let Some(a) = rest.next() {
-        match a.as_str() {
-            "--transparent" => transparent = true,
-            "--timeout-ms" => {
-                let ms: u64 = rest.next().context("--timeout-ms needs a value")?.parse()?;
-                timeout = Duration::from_millis(ms);
-            }
-            _ => items.push(a.clone()),
-        }
-    }
-    let code = serve(name, &items, transparent, timeout)?;
+    let o = options(rest)?;
+    let code = serve(name, &o.positional, o.transparent, o.timeout)?;
     std::process::exit(code);
 }

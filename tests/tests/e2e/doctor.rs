@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use e2e::apiserver::{injector_certs, CertFiles, Injector, TempDir};
+use e2e::apiserver::{injector_certs, serve_args, CertFiles, Injector, TempDir};
 use serde_json::{json, Value};
 use test_support::corpus::Config;
 
@@ -23,21 +23,7 @@ fn serve(dir: &Path, cert: &Path, key: &Path) -> Injector {
     let cfg = Config::with(&Value::Null, &Value::Null, &Value::Null)
         .and_then(|c| c.write(&dir.join("cfg")))
         .expect("config files");
-    let args: Vec<String> = [
-        "--tls-cert",
-        &cert.display().to_string(),
-        "--tls-key",
-        &key.display().to_string(),
-        "--values",
-        &cfg.values.display().to_string(),
-        "--mesh-config",
-        &cfg.mesh.display().to_string(),
-        "--injector-config",
-        &cfg.injector_config.display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = serve_args(cert, key, &cfg);
     Injector::start(&args, &BTreeMap::new()).expect("injector serve starts")
 }
 

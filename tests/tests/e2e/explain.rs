@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use e2e::apiserver::{
-    injector_certs, webhooks_called, ApiServer, CertFiles, Http, Injector, TempDir,
+    injector_certs, serve_args, webhooks_called, ApiServer, CertFiles, Http, Injector, TempDir,
 };
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use serde_json::{json, Value};
@@ -633,21 +633,7 @@ async fn explain_agrees_with_the_webhook() {
         let auto = group[0].get("enable_namespaces_by_default");
         let c = &certs[auto];
         let cfg = configs.for_row(group[0]);
-        let args: Vec<String> = [
-            "--tls-cert",
-            &c.cert.display().to_string(),
-            "--tls-key",
-            &c.key.display().to_string(),
-            "--values",
-            &cfg.values.display().to_string(),
-            "--mesh-config",
-            &cfg.mesh.display().to_string(),
-            "--injector-config",
-            &cfg.injector_config.display().to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let args = serve_args(&c.cert, &c.key, &cfg);
         let server = Injector::start(&args, &BTreeMap::new()).expect("injector serve starts");
         let api = ApiServer::new(&c.mwc, server.https).expect("api server client");
         let mwc_file = c.dir.join("mutatingwebhookconfiguration.yaml");
