@@ -121,8 +121,8 @@ pub enum ExplainError {
     #[error("the default webhook configuration (injector webhook-config --revision {revision:?}): {reason}")]
     Generate { revision: String, reason: String },
     /// A `--connection` spec does not parse.
-    #[error("{0}")]
-    Connection(String),
+    #[error("--connection: {0}")]
+    Connection(#[from] traffic::ConnectionError),
     /// A document of the manifest cannot be explained.
     #[error("{path}: {error}")]
     Manifest {
@@ -588,8 +588,8 @@ impl Context {
             });
         match &item.init_args {
             Some(args) if !self.connections.is_empty() => {
-                item.connections = traffic::walk(args, &self.connections).map_err(|reason| {
-                    kube_inject::field("initContainers[istio-init].args", reason)
+                item.connections = traffic::walk(args, &self.connections).map_err(|e| {
+                    kube_inject::field("initContainers[istio-init].args", e.to_string())
                 })?;
             }
             None if !self.connections.is_empty() => warnings.push(
@@ -637,7 +637,7 @@ fn context(args: &Args) -> Result<Context, ExplainError> {
         Some(v) => parse_namespace_labels(v)?,
         None => Map::new(),
     };
-    let connections = traffic::parse(&args.connections).map_err(ExplainError::Connection)?;
+    let connections = traffic::parse(&args.connections)?;
     Ok(Context {
         engine: Engine::new(settings).with_cluster(cluster),
         entries,

@@ -533,7 +533,8 @@ fn bad_manifests_name_the_document_and_field() {
         .unwrap_err()
         .to_string();
     assert_eq!(e, "in.yaml: document 1 (Deployment \"broken\"): field spec.template.spec.containers[0].name: is required (a string)");
-    let e = traffic::parse(&["outbound:tcp:99999".to_string()]).unwrap_err();
+    let e = ExplainError::from(traffic::parse(&["outbound:tcp:99999".to_string()]).unwrap_err())
+        .to_string();
     assert!(
         e.starts_with("--connection: connection \"outbound:tcp:99999\": invalid port"),
         "{e}"

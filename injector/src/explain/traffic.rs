@@ -2,29 +2,24 @@
 //! arguments by iptables-init's library (`iptables_init::explain`, the walk `iptables-init explain`
 //! runs); nothing of the walk is here.
 
-pub use iptables_init::{Connection, Verdict};
+pub use iptables_init::{Connection, ConnectionError, ExplainError, Verdict};
 
-/// Parses the `--connection` specs with iptables-init's own parser, whose error already names the spec.
-pub fn parse(specs: &[String]) -> Result<Vec<Connection>, String> {
-    specs
-        .iter()
-        .map(|s| {
-            s.parse::<Connection>()
-                .map_err(|e| format!("--connection: {e}"))
-        })
-        .collect()
+/// Parses the `--connection` specs with iptables-init's own parser, whose error names the spec.
+pub fn parse(specs: &[String]) -> Result<Vec<Connection>, ConnectionError> {
+    specs.iter().map(|s| s.parse::<Connection>()).collect()
 }
 
 /// Walks `connections` through the rules of `init_args` (the init container's args; the leading
 /// `istio-iptables` word, the program name, is dropped as iptables-init takes the flags alone).
-pub fn walk(init_args: &[String], connections: &[Connection]) -> Result<Vec<Verdict>, String> {
+pub fn walk(
+    init_args: &[String],
+    connections: &[Connection],
+) -> Result<Vec<Verdict>, ExplainError> {
     let flags = match init_args.first().map(String::as_str) {
         Some("istio-iptables") => &init_args[1..],
         _ => init_args,
     };
-    iptables_init::explain(flags, connections)
-        .map(|e| e.connections)
-        .map_err(|e| e.to_string())
+    iptables_init::explain(flags, connections).map(|e| e.connections)
 }
 
 /// One verdict as a text line: the spec, where it lands, and the deciding rule.
@@ -58,11 +53,10 @@ mod tests {
     fn connections_parse_with_iptables_inits_parser_and_errors_name_the_spec() {
         let c = parse(&["outbound:tcp:10.0.0.5:5432".to_string()]).unwrap();
         assert_eq!(c[0].port, 5432);
-        let e = parse(&["sideways:tcp:80".to_string()]).unwrap_err();
-        assert!(
-            e.starts_with("--connection: connection \"sideways:tcp:80\": "),
-            "{e}"
-        );
+        let e = parse(&["sideways:tcp:80".to_string()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("connection \"sideways:tcp:80\": "), "{e}");
     }
 
     #[test]
