@@ -825,8 +825,18 @@ fn dns_rules(b: &mut Builder, cfg: &Config) {
     use TableId::{Nat, Raw};
     let all = cfg.capture_all_dns;
     let (s4, s6) = (&cfg.dns_servers_v4, &cfg.dns_servers_v6);
-    b.append(Raw, OUTPUT, vec![Stmt::Jump(OUTPUT_DNS)]);
-    b.append(Nat, ISTIO_OUTPUT, vec![Stmt::Jump(OUTPUT_DNS)]);
+    // Istio's `run.go` jumps to nat's `istio-output-dns` and raw's `istio-inbound` even when they get no
+    // rule (only IPv6 servers with IPv6 off); such a chain is not created and the kernel then refuses the
+    // whole transaction. A jump to an empty chain does nothing, so those jumps are left out exactly then,
+    // as istio-iptables' per-family jumps are.
+    let servers = all || !s4.is_empty() || (cfg.ipv6 && !s6.is_empty());
+    let owners = proxy_owners(cfg, true).next().is_some();
+    if servers || owners {
+        b.append(Raw, OUTPUT, vec![Stmt::Jump(OUTPUT_DNS)]);
+    }
+    if servers {
+        b.append(Nat, ISTIO_OUTPUT, vec![Stmt::Jump(OUTPUT_DNS)]);
+    }
     for proto in [Proto::Tcp, Proto::Udp] {
         if all {
             let mut stmts = Vec::new();
@@ -867,7 +877,9 @@ fn dns_rules(b: &mut Builder, cfg: &Config) {
             vec![sport(Proto::Udp, DNS_PROXY_PORT), owner, Stmt::CtZoneSet(2)],
         );
     }
-    b.append(Raw, PREROUTING, vec![Stmt::Jump(INBOUND)]);
+    if servers {
+        b.append(Raw, PREROUTING, vec![Stmt::Jump(INBOUND)]);
+    }
     if all {
         b.append(
             Raw,
