@@ -12,7 +12,8 @@ use std::process::{Command, Output, Stdio};
 
 use anyhow::{ensure, Context as _, Result};
 use e2e::interception::{
-    app_outbound_bypasses_the_proxy, dns_to_the_configured_server_lands_on_15053,
+    app_outbound_bypasses_the_proxy, app_outbound_is_captured,
+    dns_to_the_configured_server_lands_on_15053,
     inbound_lands_on_15006_and_an_excluded_port_does_not, ipv6_outbound_and_inbound_are_redirected,
     outbound_of_the_app_is_redirected_and_the_proxy_s_is_not,
     the_excluded_cidr_and_port_bypass_the_proxy, tproxy_inbound_reaches_a_transparent_listener,
@@ -545,6 +546,24 @@ fn traffic_dns_to_the_configured_server_goes_to_15053() {
     let p = pair("nft-d");
     init_ok(&p.pod, &with(DNS_TO_THE_PEER));
     dns_to_the_configured_server_lands_on_15053(&p);
+}
+
+/// DNS capture whose only server is IPv6 while IPv6 is off: Istio's transaction jumps to chains it never
+/// creates and the kernel refuses it whole; ours applies, and the app's TCP is still captured.
+#[test]
+fn dns_capture_with_only_an_ipv6_server_and_ipv6_off_applies() {
+    let p = pair("nft-dns6");
+    init_ok(
+        &p.pod,
+        &with(&[
+            "--ipv6",
+            "false",
+            "--redirect-dns",
+            "--dns-servers",
+            "fd00::53",
+        ]),
+    );
+    app_outbound_is_captured(&p.pod);
 }
 
 #[test]
