@@ -359,7 +359,6 @@ impl Engine {
             },
             revision: &s.revision,
             url_env,
-            status: None,
         };
         postprocess::post_process(merged, req.pod, template_pod, &params)?;
         Ok(())

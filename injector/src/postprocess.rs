@@ -44,9 +44,6 @@ pub struct PostProcessParams<'a> {
     /// to the end of the proxy env, sorted; `ISTIO_META_NETWORK` also becomes the
     /// `topology.istio.io/network` label.
     pub url_env: &'a BTreeMap<String, String>,
-    /// The status annotation's value when the caller already has it for this template pod and
-    /// revision; otherwise it is made here.
-    pub status: Option<&'a str>,
 }
 
 /// Why post-processing failed.
@@ -418,10 +415,7 @@ fn apply_metadata(pod: &mut Value, template_pod: &Value, params: &PostProcessPar
     set_annotation(
         pod,
         STATUS_ANNOTATION,
-        params.status.map_or_else(
-            || crate::status::build(template_pod, params.revision),
-            str::to_string,
-        ),
+        crate::status::build(template_pod, params.revision),
     );
     for (k, v) in params.injected_annotations {
         set_annotation(pod, k, v.clone());

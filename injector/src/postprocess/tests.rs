@@ -37,7 +37,6 @@ impl Env {
             injected_annotations: &self.injected,
             revision: &self.revision,
             url_env: &self.url_env,
-            status: None,
         }
     }
 }
