@@ -20,6 +20,7 @@
 // The subcommands' front ends and the YAML stream they read and write.
 pub mod certs;
 pub mod doctor;
+pub mod error_report;
 pub mod explain;
 pub mod kube_inject;
 pub mod server;

@@ -1,5 +1,7 @@
 //! Thin main: parse the command line and hand over to the library.
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 /// mimalloc instead of the system allocator (the default `mimalloc` feature; `--no-default-features`
@@ -37,14 +39,31 @@ enum Command {
     Explain(injector::explain::Args),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         Command::KubeInject(args) => injector::kube_inject::run(args),
         Command::Serve(args) => injector::server::run(args),
         Command::Certs(args) => injector::certs::run(args),
         Command::WebhookConfig(args) => injector::webhook_config::run(args),
-        Command::Doctor(args) => std::process::exit(i32::from(!injector::doctor::run(args)?)),
-        Command::Explain(args) => Ok(injector::explain::run(args)?),
+        // doctor's findings decide its status: 1 when one is an error.
+        Command::Doctor(args) => match injector::doctor::run(args) {
+            Ok(ok) => {
+                return if ok {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(e) => Err(e.into()),
+        },
+        Command::Explain(args) => injector::explain::run(args).map_err(anyhow::Error::from),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}", injector::error_report::error_report(&e));
+            ExitCode::FAILURE
+        }
     }
 }
