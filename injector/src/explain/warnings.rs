@@ -130,11 +130,11 @@ pub fn init_containers_before_proxy(injected: &Value) -> Vec<String> {
             if cni || istio_init.is_some_and(|r| i > r) {
                 let by = if cni { "the CNI plugin" } else { "istio-init" };
                 format!(
-                    "init container {name:?} runs {before}, with its traffic already redirected by {by}:                      if it needs the network its connections fail; run it as uid 1337, exclude its                      destinations (traffic.sidecar.istio.io/excludeOutboundIPRanges or                      excludeOutboundPorts), or use native sidecars"
+                    "init container {name:?} runs {before}, with its traffic already redirected by {by}: if it needs the network its connections fail; run it as uid 1337, exclude its destinations (traffic.sidecar.istio.io/excludeOutboundIPRanges or excludeOutboundPorts), or use native sidecars"
                 )
             } else {
                 format!(
-                    "init container {name:?} runs {before} and before istio-init: if it needs the                      network its connections bypass the mesh (no mTLS: servers that require it refuse                      them); use native sidecars to run it after the proxy"
+                    "init container {name:?} runs {before} and before istio-init: if it needs the network its connections bypass the mesh (no mTLS: servers that require it refuse them); use native sidecars to run it after the proxy"
                 )
             }
         })
@@ -285,6 +285,12 @@ mod tests {
             "{}",
             w[0]
         );
+        // Each warning is one sentence line: no run of spaces from a broken string continuation.
+        for pod in [&regular, &after_init, &native_before] {
+            for w in init_containers_before_proxy(pod) {
+                assert!(!w.contains("  "), "{w:?}");
+            }
+        }
         // No redirection at all: nothing to say.
         let no_redirect = json!({"spec": {"initContainers": [{"name": "migrate"}], "containers": [{"name": "istio-proxy"}]}});
         assert!(init_containers_before_proxy(&no_redirect).is_empty());
