@@ -664,10 +664,10 @@ fn explain_stream(ctx: &Context, input: &str, source: &str) -> Result<Vec<Item>,
 pub fn text(items: &[Item]) -> String {
     let mut out = items.iter().map(Item::text).collect::<Vec<_>>().join("\n");
     if items.iter().any(|i| !i.connections.is_empty()) {
-        out.push_str(&format!(
-            "\nTraffic verdicts assume: {}\n",
-            iptables_init::OFFLINE_ASSUMPTIONS
-        ));
+        out.push_str("\nTraffic verdicts assume:\n");
+        for a in iptables_init::assumptions() {
+            out.push_str(&format!("  - {a}\n"));
+        }
     }
     out
 }

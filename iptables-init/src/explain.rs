@@ -107,6 +107,11 @@ the destination itself to another address over lo), inbound from the peer 192.0.
 outbound connection over lo that OUTPUT does not redirect comes back in through raw and mangle \
 PREROUTING on lo with its mark (nat PREROUTING does not see it)";
 
+/// [`OFFLINE_ASSUMPTIONS`] one assumption at a time, as the text outputs list them.
+pub fn assumptions() -> impl Iterator<Item = &'static str> {
+    OFFLINE_ASSUMPTIONS.split("; ")
+}
+
 /// The surroundings of an explanation: fixed addresses, empty files.
 struct Offline {
     ipv6: bool,
@@ -201,7 +206,7 @@ impl Explanation {
     /// spec, the verdict and port, and the deciding `table/chain: rule`.
     pub fn text(&self) -> String {
         let mut out = format!("backend: {}\nassumed:\n", self.backend);
-        for a in OFFLINE_ASSUMPTIONS.split("; ") {
+        for a in assumptions() {
             out.push_str(&format!("  - {a}\n"));
         }
         for v in &self.connections {

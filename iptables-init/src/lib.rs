@@ -39,7 +39,8 @@ pub(crate) mod walk;
 
 pub use connection::{Connection, ConnectionError, Direction, Protocol};
 pub use explain::{
-    explain, Backend, ExplainError, Explanation, Verdict, VerdictKind, OFFLINE_ASSUMPTIONS,
+    assumptions, explain, Backend, ExplainError, Explanation, Verdict, VerdictKind,
+    OFFLINE_ASSUMPTIONS,
 };
 
 use std::ffi::OsString;
