@@ -83,8 +83,8 @@ fn declared_chains(text: &str) -> Option<(&str, Vec<&str>)> {
 
 /// Decides whether this run can end in an exec of the restore and prepares it, or returns `None`: then
 /// [`super::apply`] must run (nothing has been changed). The caller makes sure nothing follows the apply
-/// (no `--run-validation`).
-pub fn exec_restore(plan: &Plan, opts: &ApplyOptions) -> Option<ExecRestore> {
+/// (no `--run-validation`). `probe` is the run's nf_tables probe, if it has one open.
+pub fn exec_restore(plan: &Plan, opts: &ApplyOptions, probe: Option<Probe>) -> Option<ExecRestore> {
     // The usual path logs the restore input and the final state at debug level.
     if tracing::enabled!(tracing::Level::DEBUG) {
         return None;
@@ -95,7 +95,7 @@ pub fn exec_restore(plan: &Plan, opts: &ApplyOptions) -> Option<ExecRestore> {
     let (backend, program) = backend::locate_without_exec(Family::V4, force)?;
     let program = program?;
     let (table, chains) = declared_chains(&text)?;
-    match none_exists(table, &chains) {
+    match none_exists(probe, table, &chains) {
         Ok(true) => {}
         // A chain of ours exists (a rerun): the checked path decides, and says what it found.
         Ok(false) => return None,
@@ -117,8 +117,11 @@ pub fn exec_restore(plan: &Plan, opts: &ApplyOptions) -> Option<ExecRestore> {
 
 /// Whether none of `chains` exists in the IPv4 `table`. In the init container's namespace the table does
 /// not exist yet (nothing ran iptables-nft there), and that one answer covers every chain.
-fn none_exists(table: &str, chains: &[&str]) -> Result<bool, ProbeError> {
-    let mut probe = Probe::open()?;
+fn none_exists(probe: Option<Probe>, table: &str, chains: &[&str]) -> Result<bool, ProbeError> {
+    let mut probe = match probe {
+        Some(p) => p,
+        None => Probe::open()?,
+    };
     if !probe.table_exists(Family::V4, table)? {
         return Ok(true);
     }
@@ -219,12 +222,12 @@ mod tests {
         let chains = ["ISTIO_INBOUND", "ISTIO_OUTPUT"];
         in_fresh_netns(move || {
             // No nat table: one answer for all chains.
-            assert_eq!(none_exists("nat", &chains), Ok(true));
+            assert_eq!(none_exists(None, "nat", &chains), Ok(true));
             // A nat table without our chains: asked chain by chain.
             sh("printf '*nat\\n-N FOREIGN\\nCOMMIT\\n' | iptables-nft-restore --noflush");
-            assert_eq!(none_exists("nat", &chains), Ok(true));
+            assert_eq!(none_exists(None, "nat", &chains), Ok(true));
             sh("printf '*nat\\n-N ISTIO_OUTPUT\\nCOMMIT\\n' | iptables-nft-restore --noflush");
-            assert_eq!(none_exists("nat", &chains), Ok(false));
+            assert_eq!(none_exists(None, "nat", &chains), Ok(false));
         });
     }
 

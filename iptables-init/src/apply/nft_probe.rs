@@ -32,6 +32,7 @@ const NFT_MSG_GETCHAIN: u16 = SUBSYS_NFTABLES | 4;
 const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_CHAIN_TABLE: u16 = 1;
 const NFTA_CHAIN_NAME: u16 = 3;
+const NFPROTO_INET: u8 = 1;
 const NFPROTO_IPV4: u8 = 2;
 const NFPROTO_IPV6: u8 = 10;
 /// `NFT_NAME_MAXLEN`: the longest table or chain name nf_tables takes, terminating NUL included.
@@ -77,6 +78,18 @@ impl Probe {
     pub fn table_exists(&mut self, family: Family, table: &str) -> Result<bool, ProbeError> {
         self.seq = self.seq.wrapping_add(1);
         let request = gettable_request(family, table, self.seq)?;
+        self.exists(&request, NFT_MSG_NEWTABLE, "table")
+    }
+
+    /// Whether the `inet` table `table` exists: the tables of `--native-nftables`.
+    pub fn inet_table_exists(&mut self, table: &str) -> Result<bool, ProbeError> {
+        self.seq = self.seq.wrapping_add(1);
+        let request = request(
+            NFT_MSG_GETTABLE,
+            NFPROTO_INET,
+            &[(NFTA_TABLE_NAME, table)],
+            self.seq,
+        )?;
         self.exists(&request, NFT_MSG_NEWTABLE, "table")
     }
 
@@ -161,7 +174,12 @@ fn push_str_attr(out: &mut Vec<u8>, kind: u16, value: &str) -> Result<(), ProbeE
 
 /// The `NFT_MSG_GETTABLE` request for `family` `table`.
 fn gettable_request(family: Family, table: &str, seq: u32) -> Result<Vec<u8>, ProbeError> {
-    request(NFT_MSG_GETTABLE, family, &[(NFTA_TABLE_NAME, table)], seq)
+    request(
+        NFT_MSG_GETTABLE,
+        nfproto(family),
+        &[(NFTA_TABLE_NAME, table)],
+        seq,
+    )
 }
 
 /// The `NFT_MSG_GETCHAIN` request for `family` `table` `chain`.
@@ -173,22 +191,18 @@ fn getchain_request(
 ) -> Result<Vec<u8>, ProbeError> {
     request(
         NFT_MSG_GETCHAIN,
-        family,
+        nfproto(family),
         &[(NFTA_CHAIN_TABLE, table), (NFTA_CHAIN_NAME, chain)],
         seq,
     )
 }
 
-/// A request of type `kind` with string attributes `attrs` (kind, value).
-fn request(
-    kind: u16,
-    family: Family,
-    attrs: &[(u16, &str)],
-    seq: u32,
-) -> Result<Vec<u8>, ProbeError> {
+/// A request of type `kind` for the nf_tables family `nfproto` with string attributes `attrs` (kind,
+/// value).
+fn request(kind: u16, nfproto: u8, attrs: &[(u16, &str)], seq: u32) -> Result<Vec<u8>, ProbeError> {
     let mut out = Vec::with_capacity(64);
     let start = netlink::begin(&mut out, kind, NLM_F_REQUEST | NLM_F_ACK, seq);
-    out.extend_from_slice(&[nfproto(family), 0, 0, 0]); // nfgenmsg: family, version 0, res_id 0
+    out.extend_from_slice(&[nfproto, 0, 0, 0]); // nfgenmsg: family, version 0, res_id 0
     for (attr, value) in attrs {
         push_str_attr(&mut out, *attr, value)?;
     }

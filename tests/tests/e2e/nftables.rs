@@ -19,7 +19,7 @@ use e2e::interception::{
     the_excluded_cidr_and_port_bypass_the_proxy, tproxy_inbound_reaches_a_transparent_listener,
     DNS_TO_THE_PEER, EXCLUDED_CIDR, EXCLUDED_PORT,
 };
-use e2e::iptables_init::init_ok;
+use e2e::iptables_init::{init, init_ok};
 use e2e::netns::{NetNs, Pair};
 use e2e::nettool::PROXY_UID;
 use test_support::corpus::{load_run_cases, nftables_dir, RunCase};
@@ -504,6 +504,11 @@ fn native(replace: &[(&str, &'static str)], extra: &[&'static str]) -> Vec<&'sta
     injected_args_with(replace, &[&["--native-nftables"][..], extra].concat())
 }
 
+/// The injected arguments without `--native-nftables`, then `extra`.
+fn with_iptables(extra: &[&'static str]) -> Vec<&'static str> {
+    injected_args_with(&[], extra)
+}
+
 /// The injected arguments with `--native-nftables`, then `extra`.
 fn with(extra: &[&'static str]) -> Vec<&'static str> {
     native(&[], extra)
@@ -546,6 +551,37 @@ fn traffic_dns_to_the_configured_server_goes_to_15053() {
     let p = pair("nft-d");
     init_ok(&p.pod, &with(DNS_TO_THE_PEER));
     dns_to_the_configured_server_lands_on_15053(&p);
+}
+
+/// A namespace that already holds the other backend's rules gets a warning (both rule sets would see
+/// every packet); a fresh one does not.
+#[test]
+fn the_other_backends_rules_are_warned_about() {
+    require_root_and_nft();
+    let warned = |out: &std::process::Output, what: &str| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).contains(what)
+    };
+    let iptables_nft = with_iptables(&["--ipv6", "false", "--force-iptables-binary", "nft"]);
+    let native = with(&["--ipv6", "false"]);
+
+    let ns = new_ns("nft-mix-a");
+    assert!(!warned(&init(&ns, &iptables_nft), "also holds"));
+    assert!(warned(
+        &init(&ns, &native),
+        "also holds istio-iptables rules (iptables-nft: ip nat ISTIO_INBOUND)"
+    ));
+
+    let ns = new_ns("nft-mix-b");
+    assert!(!warned(&init(&ns, &native), "also holds"));
+    assert!(warned(
+        &init(&ns, &iptables_nft),
+        "also holds the tables of --native-nftables (inet istio-proxy-nat)"
+    ));
 }
 
 /// DNS capture whose only server is IPv6 while IPv6 is off: Istio's transaction jumps to chains it never
