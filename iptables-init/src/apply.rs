@@ -718,45 +718,24 @@ fn removal_of_plan(rules: &[Rule]) -> String {
     assemble(&[Ours::extract(&dump, &known).removal_lines()])
 }
 
-/// A netlink probe of nf_tables for this run, shared by [`warn_of_the_other_backend`] and
+/// A netlink probe of nf_tables for this run, shared by [`warn_of_native_tables`] and
 /// [`exec_restore`] so that the hot path opens one socket; `None` when it cannot be opened.
 pub fn probe() -> Option<Probe> {
     Probe::open().ok()
 }
 
-/// Warns when the namespace already holds the other backend's rules (`native`: this run applies
-/// `--native-nftables`): both rule sets would see every packet. Only what nf_tables shows is seen (an
-/// iptables-legacy ruleset is not), and a probe that cannot answer says nothing: this is advice, never a
-/// reason to stop.
-pub fn warn_of_the_other_backend(probe: Option<&mut Probe>, native: bool) {
+/// Warns when the namespace already holds the tables of `--native-nftables`: with this run's iptables
+/// rules both would see every packet (`nft::apply` warns the other way round). A probe that cannot answer
+/// says nothing: this is advice, never a reason to stop.
+pub fn warn_of_native_tables(probe: Option<&mut Probe>) {
     let Some(probe) = probe else {
         return;
     };
-    if native {
-        for family in [Family::V4, Family::V6] {
-            if probe
-                .chain_exists(family, "nat", "ISTIO_INBOUND")
-                .unwrap_or(false)
-            {
-                let (tool, flag) = match family {
-                    Family::V4 => ("iptables", "ip"),
-                    Family::V6 => ("ip6tables", "ip6"),
-                };
-                tracing::warn!(
-                    "this namespace also holds istio-iptables rules ({tool}-nft: {flag} nat ISTIO_INBOUND): \
-                     with the native tables both see every packet; remove them with \
-                     `iptables-init --cleanup-only` (without --native-nftables)"
-                );
-            }
-        }
-    } else if probe
-        .inet_table_exists(crate::nft::model::TableId::Nat.name())
-        .unwrap_or(false)
-    {
+    let nat = crate::nft::model::TableId::Nat.name();
+    if probe.inet_table_exists(nat).unwrap_or(false) {
         tracing::warn!(
-            "this namespace also holds the tables of --native-nftables (inet {}): with the iptables \
-             rules both see every packet; remove them with `iptables-init --native-nftables --cleanup-only`",
-            crate::nft::model::TableId::Nat.name()
+            "this namespace also holds the tables of --native-nftables (inet {nat}): with the iptables \
+             rules both see every packet; remove them with `iptables-init --native-nftables --cleanup-only`"
         );
     }
 }

@@ -185,9 +185,6 @@ pub fn run_with(
     } else if cfg.skip_rule_apply {
         tracing::info!("--skip-rule-apply: not applying rules");
     } else if cfg.native_nftables {
-        if !cfg.cleanup_only {
-            apply::warn_of_the_other_backend(apply::probe().as_mut(), true);
-        }
         if let Err(e) = nft::apply::run(&cfg) {
             report(&e.to_string());
             return ExitCode::from(EXIT_ERROR);
@@ -196,7 +193,7 @@ pub fn run_with(
         let opts = apply_options(&cfg);
         let mut probe = apply::probe();
         if !cfg.cleanup_only {
-            apply::warn_of_the_other_backend(probe.as_mut(), false);
+            apply::warn_of_native_tables(probe.as_mut());
         }
         // The exec path ends this process, so it is only for a run in which nothing follows the apply.
         if !cfg.run_validation {

@@ -100,6 +100,24 @@ fn send_current<'a>(
     }
 }
 
+/// Warns when istio-iptables rules (iptables-nft's nat `ISTIO_INBOUND`, which every run of theirs
+/// declares) are in the namespace too: both rule sets would see every packet. Asked over the apply's own
+/// socket; iptables-legacy rules are invisible to nf_tables, and a failed question says nothing.
+fn warn_of_iptables_rules(socket: &Socket) {
+    for (v6, tool, family) in [(false, "iptables", "ip"), (true, "ip6tables", "ip6")] {
+        if socket
+            .ip_chain_exists(v6, "nat", "ISTIO_INBOUND")
+            .unwrap_or(false)
+        {
+            tracing::warn!(
+                "this namespace also holds istio-iptables rules ({tool}-nft: {family} nat ISTIO_INBOUND): \
+                 with the native tables both see every packet; remove them with \
+                 `iptables-init --cleanup-only` (without --native-nftables)"
+            );
+        }
+    }
+}
+
 /// Applies `rs` in the current network namespace: idempotent, exact, atomic. When the kernel already
 /// holds exactly these tables nothing is sent (so counters survive a rerun), unless `force`.
 pub fn apply(rs: &Ruleset, force: bool) -> Result<(), NftApplyError> {
@@ -108,6 +126,7 @@ pub fn apply(rs: &Ruleset, force: bool) -> Result<(), NftApplyError> {
     // Resolve the group names before anything changes.
     check_groups(rs, &groups)?;
     let socket = Socket::open()?;
+    warn_of_iptables_rules(&socket);
     let added = rtnetlink::add_all(&rs.routes)?;
     // Reading back only pays when our tables are the ones this configuration has; it is a shortcut, so
     // on any doubt the tables are re-created.

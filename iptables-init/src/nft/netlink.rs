@@ -31,6 +31,9 @@ const NFT_MSG_NEWRULE: u16 = 6;
 const NFT_MSG_NEWSET: u16 = 9;
 const NFT_MSG_NEWSETELEM: u16 = 12;
 const NFT_MSG_GETTABLE: u16 = 1;
+const NFT_MSG_GETCHAIN: u16 = 4;
+const NFTA_CHAIN_TABLE: u16 = 1;
+const NFTA_CHAIN_NAME: u16 = 3;
 const NFT_MSG_NEWGEN: u16 = 15;
 const NFT_MSG_GETGEN: u16 = 16;
 const NLM_F_APPEND: u16 = 0x800;
@@ -706,6 +709,44 @@ impl Socket {
         want: u16,
         attrs: &[(u16, &str)],
     ) -> Result<Vec<Vec<u8>>, NetlinkError> {
+        self.query_family(NFPROTO_INET, kind, flags, want, attrs)
+    }
+
+    /// Whether the iptables-nft chain `chain` of table `table` exists in the `ip` (`v6`: `ip6`) family: one
+    /// `NFT_MSG_GETCHAIN`, answered with the chain or `ENOENT`.
+    pub fn ip_chain_exists(
+        &self,
+        v6: bool,
+        table: &str,
+        chain: &str,
+    ) -> Result<bool, NetlinkError> {
+        let family = if v6 { NFPROTO_IPV6 } else { NFPROTO_IPV4 };
+        let attrs = [(NFTA_CHAIN_TABLE, table), (NFTA_CHAIN_NAME, chain)];
+        match self.query_family(
+            family,
+            NFT_MSG_GETCHAIN,
+            NLM_F_ACK,
+            NFT_MSG_NEWCHAIN,
+            &attrs,
+        ) {
+            Ok(found) => Ok(!found.is_empty()),
+            Err(NetlinkError::Refused {
+                errno: Errno::ENOENT,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Socket::query`] for the nf_tables family `family`.
+    fn query_family(
+        &self,
+        family: u8,
+        kind: u16,
+        flags: u16,
+        want: u16,
+        attrs: &[(u16, &str)],
+    ) -> Result<Vec<Vec<u8>>, NetlinkError> {
         let mut req = Buf(Vec::with_capacity(64));
         let start = netlink::begin(
             &mut req.0,
@@ -713,7 +754,7 @@ impl Socket {
             NLM_F_REQUEST | flags,
             u32::MAX,
         );
-        req.0.extend_from_slice(&[NFPROTO_INET, 0, 0, 0]);
+        req.0.extend_from_slice(&[family, 0, 0, 0]);
         for (t, v) in attrs {
             req.str(*t, v);
         }
