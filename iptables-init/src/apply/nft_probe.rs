@@ -20,21 +20,18 @@ use std::os::fd::OwnedFd;
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, SockProtocol};
 
-use crate::netlink::{self, NLMSG_ERROR, NLM_F_ACK, NLM_F_REQUEST};
+use crate::netlink::{
+    self, NFNL_SUBSYS_NFTABLES, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6, NFTA_CHAIN_NAME,
+    NFTA_CHAIN_TABLE, NFTA_TABLE_NAME, NFT_MSG_GETCHAIN, NFT_MSG_GETTABLE, NFT_MSG_NEWCHAIN,
+    NFT_MSG_NEWTABLE, NLMSG_ERROR, NLM_F_ACK, NLM_F_REQUEST,
+};
 use crate::rules::Family;
 
-/// `NFNL_SUBSYS_NFTABLES << 8`: the nf_tables subsystem's message types.
-const SUBSYS_NFTABLES: u16 = 10 << 8;
-const NFT_MSG_NEWTABLE: u16 = SUBSYS_NFTABLES;
-const NFT_MSG_GETTABLE: u16 = SUBSYS_NFTABLES | 1;
-const NFT_MSG_NEWCHAIN: u16 = SUBSYS_NFTABLES | 3;
-const NFT_MSG_GETCHAIN: u16 = SUBSYS_NFTABLES | 4;
-const NFTA_TABLE_NAME: u16 = 1;
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
-const NFPROTO_INET: u8 = 1;
-const NFPROTO_IPV4: u8 = 2;
-const NFPROTO_IPV6: u8 = 10;
+/// The wire types of the messages the probe sends and expects.
+const GETTABLE: u16 = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETTABLE;
+const NEWTABLE: u16 = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWTABLE;
+const GETCHAIN: u16 = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETCHAIN;
+const NEWCHAIN: u16 = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWCHAIN;
 /// `NFT_NAME_MAXLEN`: the longest table or chain name nf_tables takes, terminating NUL included.
 const NAME_MAXLEN: usize = 256;
 
@@ -78,19 +75,19 @@ impl Probe {
     pub fn table_exists(&mut self, family: Family, table: &str) -> Result<bool, ProbeError> {
         self.seq = self.seq.wrapping_add(1);
         let request = gettable_request(family, table, self.seq)?;
-        self.exists(&request, NFT_MSG_NEWTABLE, "table")
+        self.exists(&request, NEWTABLE, "table")
     }
 
     /// Whether the `inet` table `table` exists: the tables of `--native-nftables`.
     pub fn inet_table_exists(&mut self, table: &str) -> Result<bool, ProbeError> {
         self.seq = self.seq.wrapping_add(1);
         let request = request(
-            NFT_MSG_GETTABLE,
+            GETTABLE,
             NFPROTO_INET,
             &[(NFTA_TABLE_NAME, table)],
             self.seq,
         )?;
-        self.exists(&request, NFT_MSG_NEWTABLE, "table")
+        self.exists(&request, NEWTABLE, "table")
     }
 
     /// Whether chain `chain` of table `table` exists in `family`'s nf_tables.
@@ -102,7 +99,7 @@ impl Probe {
     ) -> Result<bool, ProbeError> {
         self.seq = self.seq.wrapping_add(1);
         let request = getchain_request(family, table, chain, self.seq)?;
-        self.exists(&request, NFT_MSG_NEWCHAIN, "chain")
+        self.exists(&request, NEWCHAIN, "chain")
     }
 
     /// Sends one `GET*` request (sequence number `self.seq`) and reads its answer: the object
@@ -174,12 +171,7 @@ fn push_str_attr(out: &mut Vec<u8>, kind: u16, value: &str) -> Result<(), ProbeE
 
 /// The `NFT_MSG_GETTABLE` request for `family` `table`.
 fn gettable_request(family: Family, table: &str, seq: u32) -> Result<Vec<u8>, ProbeError> {
-    request(
-        NFT_MSG_GETTABLE,
-        nfproto(family),
-        &[(NFTA_TABLE_NAME, table)],
-        seq,
-    )
+    request(GETTABLE, nfproto(family), &[(NFTA_TABLE_NAME, table)], seq)
 }
 
 /// The `NFT_MSG_GETCHAIN` request for `family` `table` `chain`.
@@ -190,7 +182,7 @@ fn getchain_request(
     seq: u32,
 ) -> Result<Vec<u8>, ProbeError> {
     request(
-        NFT_MSG_GETCHAIN,
+        GETCHAIN,
         nfproto(family),
         &[(NFTA_CHAIN_TABLE, table), (NFTA_CHAIN_NAME, chain)],
         seq,
@@ -249,7 +241,7 @@ mod tests {
     #[test]
     fn parses_answers_and_rejects_garbage() {
         let mut two = Vec::new();
-        for (kind, seq) in [(NFT_MSG_NEWCHAIN, 5u32), (NLMSG_ERROR, 5)] {
+        for (kind, seq) in [(NEWCHAIN, 5u32), (NLMSG_ERROR, 5)] {
             two.extend_from_slice(&20u32.to_ne_bytes());
             two.extend_from_slice(&kind.to_ne_bytes());
             two.extend_from_slice(&0u16.to_ne_bytes());
@@ -261,7 +253,7 @@ mod tests {
             .map(|m| m.map(|m| (m.kind, m.seq, m.payload.len())))
             .collect::<Result<_, _>>()
             .expect("two messages");
-        assert_eq!(msgs, [(NFT_MSG_NEWCHAIN, 5, 4), (NLMSG_ERROR, 5, 4)]);
+        assert_eq!(msgs, [(NEWCHAIN, 5, 4), (NLMSG_ERROR, 5, 4)]);
         let mut long = two.clone();
         long[0] = 200;
         assert!(Messages(&long).next().is_some_and(|m| m.is_err()));

@@ -10,16 +10,10 @@
 use super::model::{Ruleset, Stmt, TableId};
 use super::netlink::{attr, encode_rule, Buf, Groups, NetlinkError, Socket, UnknownGroup};
 
-const NFT_MSG_NEWTABLE: u16 = 0;
-const NFT_MSG_GETTABLE: u16 = 1;
-const NFT_MSG_NEWCHAIN: u16 = 3;
-const NFT_MSG_GETCHAIN: u16 = 4;
-const NFT_MSG_NEWRULE: u16 = 6;
-const NFT_MSG_GETRULE: u16 = 7;
-const NFT_MSG_NEWSET: u16 = 9;
-const NFT_MSG_GETSET: u16 = 10;
-const NFT_MSG_NEWSETELEM: u16 = 12;
-const NFT_MSG_GETSETELEM: u16 = 13;
+use crate::netlink::{
+    NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETSETELEM, NFT_MSG_GETTABLE,
+    NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE,
+};
 
 /// An attribute value in canonical form.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
