@@ -12,7 +12,8 @@
 #
 # Usage: bench/webhook-load.sh [duration-seconds per max-rate run (default 2)] [connections (default 8)]
 # Env: ROUNDS (max-rate rounds, default 15), FIXED_SECONDS (the 1,000 req/s run, default 10),
-#      SERVE_EXTRA="--blocking-pool" (extra server flags),
+#      SERVE_EXTRA="--max-concurrent-injections 8" (extra server flags),
+#      INJECTOR_BIN=path (the server binary to measure, e.g. an older build for an A/B; default the release build),
 #      RUST_LOG (server log level, default info),
 #      BENCH_NO_BUILD=1 (use the release binaries as built).
 set -euo pipefail
@@ -42,7 +43,7 @@ cp "$corpus/base-injector-config.yaml" "$work/config.yaml"
 
 # Request logs at info cost a formatted line per request; production runs at info, so the bench does too,
 # writing to a file.
-RUST_LOG=${RUST_LOG:-info} "$bin/injector" serve --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+RUST_LOG=${RUST_LOG:-info} "${INJECTOR_BIN:-$bin/injector}" serve --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
   --port-file "$work/ports" --tls-cert "$work/certs/tls.crt" --tls-key "$work/certs/tls.key" \
   --values "$work/values.json" --mesh-config "$work/mesh.yaml" --injector-config "$work/config.yaml" \
   --native-sidecars true --log-format json ${SERVE_EXTRA:-} 2>"$work/server.log" &

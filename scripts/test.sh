@@ -20,18 +20,47 @@ command -v setpriv >/dev/null || need+=(util-linux)
 command -v kubectl >/dev/null || need+=(kubernetes-client)
 # The README's explain walk-through (replayed by the e2e readme test) pipes into jq.
 command -v jq >/dev/null || need+=(jq)
+# scripts/cluster.sh (the kube-apiserver tests): certificates, and its readiness probe with curl.
+command -v openssl >/dev/null || need+=(openssl)
+# The README's "Run it locally" block (replayed by the e2e readme test) talks to serve with curl.
+command -v curl >/dev/null || need+=(curl)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# Every `cargo test` goes through run_tests, so that the log ends with one line of counts (tests_summary).
+source scripts/test-counts.sh
+
 cargo fmt --all -- --check
 cargo build --workspace --bins --locked
+# etcd, kube-apiserver and kubectl for the kube-apiserver e2e tests, built from tools/k8s, and helm for the
+# chart's (tools/helm), with Go and cached outside the clone: the first run on a machine pays for the
+# builds (see the README), later runs reuse them.
+command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || { echo "scripts/test.sh: the kube-apiserver tests need Go to build the control plane" >&2; exit 1; }
+cluster_start=$(date +%s)
+cluster_bin="$(bash scripts/cluster.sh build 2>/tmp/cluster-build.$$.log)" || {
+  tail -40 /tmp/cluster-build.$$.log >&2
+  exit 1
+}
+echo "control plane and helm: ${cluster_bin//$'\n'/ } ($(($(date +%s) - cluster_start)) s; $(grep -c . /tmp/cluster-build.$$.log) lines of build output)"
+rm -f /tmp/cluster-build.$$.log
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The init container ships a static binary of at most 3 MiB.
 bash scripts/check-static-init.sh
-cargo test --workspace --locked
+# Istio's own binaries, the peers of the differential tests (issue 21): built from tools/istio's pinned
+# istio.io/istio module on a machine's first run (many minutes), then taken from the cache.
+peers_start=$(date +%s)
+bash scripts/istio-peers.sh build > target/istio-peers.txt 2> target/istio-peers.log || {
+  cat target/istio-peers.log >&2
+  echo "scripts/test.sh: building Istio's peers failed; the differential tests cannot run" >&2
+  exit 1
+}
+echo "istio peers ($(( $(date +%s) - peers_start )) s): $(tr '\n' ' ' < target/istio-peers.txt)"
+run_tests cargo test --workspace --locked
 # The netfilter end-to-end tests once more, against the binary the image ships (static musl release).
 E2E_IPTABLES_INIT="$(pwd)/target/x86_64-unknown-linux-musl/release/iptables-init" \
-  cargo test --locked -p e2e --test e2e -- iptables:: iptables_parity:: nftables:: explain_kernel::
+  run_tests cargo test --locked -p e2e --test e2e -- iptables:: iptables_parity:: nftables:: explain_kernel::
+
+tests_summary

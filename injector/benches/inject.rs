@@ -9,8 +9,9 @@
 //! Groups, each through `admission::Webhook` (the server's front end, with its cache of finished
 //! patches): `hello` (the same pod again and again, as a workload's replicas arrive: the cache answers
 //! from the third on), `hello-cold` (4096 distinct pods: never a cache hit, and more pods than the cache
-//! remembers, so none is stored either) and `large` (one large pod, repeated: cache hits). Figures are
-//! kept in `bench/README.md` and closing notes, not here.
+//! remembers, so none is stored either), `large` (one large pod, repeated: cache hits) and
+//! `grpc-agent-2000` (a `grpc-agent` pod of 2,000 containers, a new one each review). Figures are kept
+//! in `bench/README.md` and closing notes, not here.
 
 use criterion::{criterion_group, Criterion};
 use injector::Engine;
@@ -78,6 +79,27 @@ fn large_pod() -> Value {
     })
 }
 
+/// A `grpc-agent` pod of 2,000 containers (issue 18: the template patches every one, and the cost must
+/// grow linearly with them), its `app` label set to `label` so that every review is new to the cache.
+fn grpc_agent_pod(label: usize) -> Value {
+    let containers: Vec<Value> = (0..2000)
+        .map(|i| {
+            json!({"name": format!("app{i}"), "image": format!("registry.example.com/app{i}:1"),
+                   "env": [{"name": "APP", "value": i.to_string()}],
+                   "ports": [{"name": format!("p{i}"), "containerPort": 1024 + i}],
+                   "volumeMounts": [{"name": "data", "mountPath": format!("/data/{i}")}]})
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "grpc", "namespace": "default",
+                     "labels": {"app": format!("grpc-{label}")},
+                     "annotations": {"inject.istio.io/templates": "grpc-agent"}},
+        "spec": {"containers": containers, "volumes": [{"name": "data", "emptyDir": {}}]},
+        "status": {}
+    })
+}
+
 fn floor(body: &[u8]) -> Vec<u8> {
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     serde_json::to_vec(&v).unwrap_or_default()
@@ -93,6 +115,18 @@ fn distinct_hello_bodies(n: usize) -> Vec<Vec<u8>> {
             review(pod)
         })
         .collect()
+}
+
+/// Asserts that the webhook injects `body` (`what` names the benchmark): timing a refusal would
+/// measure the wrong path.
+fn assert_injects(engine: &Engine, webhook: &Webhook, body: &[u8], what: &str) {
+    let check = webhook.handle(engine, 0, body, "/inject");
+    assert_eq!(
+        check.kind,
+        injector::OutcomeKind::Injected,
+        "{what}: {}",
+        check.message
+    );
 }
 
 fn bench(c: &mut Criterion) {
@@ -116,15 +150,29 @@ fn bench(c: &mut Criterion) {
         });
         g.finish();
     }
+    {
+        // Each review a new pod (built outside the measurement): the full engine every time.
+        let mut g = c.benchmark_group("grpc-agent-2000");
+        g.sample_size(10);
+        let body = review(grpc_agent_pod(0));
+        assert_injects(&engine, &webhook, &body, "grpc-agent-2000");
+        g.bench_function("floor", |b| b.iter(|| floor(black_box(&body))));
+        let mut i = 0;
+        g.bench_function("inject", |b| {
+            b.iter_batched(
+                || {
+                    i += 1;
+                    review(grpc_agent_pod(i))
+                },
+                |body| webhook.handle(&engine, 0, black_box(&body), "/inject"),
+                criterion::BatchSize::PerIteration,
+            )
+        });
+        g.finish();
+    }
     for (name, pod) in [("hello", hello_pod()), ("large", large_pod())] {
         let body = review(pod);
-        let check = webhook.handle(&engine, 0, &body, "/inject");
-        assert_eq!(
-            check.kind,
-            injector::OutcomeKind::Injected,
-            "{name}: {}",
-            check.message
-        );
+        assert_injects(&engine, &webhook, &body, name);
         let mut g = c.benchmark_group(name);
         g.bench_function("floor", |b| b.iter(|| floor(black_box(&body))));
         g.bench_function("inject", |b| {

@@ -5,6 +5,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::fields::Fields;
 use crate::pod::{
     AGENT_LOG_LEVEL_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
     EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
@@ -100,7 +101,7 @@ pub fn validate(annotations: Option<&Map<String, Value>>) -> Result<(), Validati
     };
     let mut errs = Vec::new();
     for (name, check) in VALIDATORS {
-        let Some(v) = annotations.get(*name) else {
+        let Some(v) = annotations.field(name) else {
             continue;
         };
         let value = match v {

@@ -125,6 +125,16 @@ impl<K: Hash + Eq, V, S: BuildHasher> Cache<K, V, S> {
 
     /// The value stored for `key`, counted as a hit or a miss.
     pub fn get(&self, key: &Hashed<K>) -> Option<Arc<V>> {
+        self.lookup(key, true)
+    }
+
+    /// The value stored for `key`, counted only when found: for a first look whose miss is followed by
+    /// a [`Cache::get`] of the same key, so that one request counts once.
+    pub fn get_hit(&self, key: &Hashed<K>) -> Option<Arc<V>> {
+        self.lookup(key, false)
+    }
+
+    fn lookup(&self, key: &Hashed<K>, count_miss: bool) -> Option<Arc<V>> {
         let candidates: Vec<Arc<Entry<K, V>>> = self.read().map_or_else(Vec::new, |inner| {
             inner
                 .entries
@@ -137,12 +147,11 @@ impl<K: Hash + Eq, V, S: BuildHasher> Cache<K, V, S> {
             .iter()
             .find(|e| e.key == key.key)
             .map(|e| Arc::clone(&e.value));
-        let counter = if found.is_some() {
-            &self.counters.hits
-        } else {
-            &self.counters.misses
-        };
-        counter.inc();
+        if found.is_some() {
+            self.counters.hits.inc();
+        } else if count_miss {
+            self.counters.misses.inc();
+        }
         found
     }
 

@@ -208,9 +208,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let ca_key = args.out_dir.join(CA_KEY);
     let existing = if !args.new_ca && ca_cert.exists() && ca_key.exists() {
         Some((
-            fs::read_to_string(&ca_cert)
+            crate::input::read_text(&ca_cert)
                 .with_context(|| format!("reading {}", ca_cert.display()))?,
-            fs::read_to_string(&ca_key).with_context(|| format!("reading {}", ca_key.display()))?,
+            crate::input::read_text(&ca_key)
+                .with_context(|| format!("reading {}", ca_key.display()))?,
         ))
     } else {
         None

@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 
 use crate::kube_objects::ObjectsError;
-use crate::openshift::Namespaces;
+use crate::namespaces::Namespaces;
+use crate::native_sidecars::Nodes;
 use crate::proxy_config_resources::ProxyConfigResources;
 
 /// `--proxy-configs`, taken by `serve`, `kube-inject` and `explain`.
@@ -13,7 +14,7 @@ use crate::proxy_config_resources::ProxyConfigResources;
 pub struct ProxyConfigArgs {
     /// ProxyConfig resources (`networking.istio.io/v1beta1`), a YAML stream or a `List` as
     /// `kubectl get proxyconfigs -A -o yaml` prints it; merged into each pod's ProxyConfig with the
-    /// webhook's precedence (reloaded by `serve` when the file changes).
+    /// webhook's precedence (reloaded by `serve` when the file changes). At most 16 MiB.
     #[arg(long = "proxy-configs", value_name = "FILE")]
     pub proxy_configs: Option<PathBuf>,
 }
@@ -27,6 +28,7 @@ pub struct PlatformArgs {
     pub platform: String,
     /// Namespace objects, a YAML stream or a `List` as `kubectl get ns -o yaml` prints it, for
     /// `--platform openshift` (reloaded when the file changes); `explain` also routes by their labels.
+    /// At most 16 MiB.
     #[arg(long = "namespaces", value_name = "FILE")]
     pub namespaces: Option<PathBuf>,
 }
@@ -47,6 +49,9 @@ pub struct ClusterState {
     /// `--platform openshift`.
     pub(crate) openshift: bool,
     pub(crate) namespaces: Namespaces,
+    /// The Nodes' kubelet versions, watched with `serve --kubeconfig`; `None` from files (native
+    /// sidecars `auto` is then on, see `native_sidecars`).
+    pub(crate) nodes: Option<Nodes>,
     /// Flags that have no effect as given.
     pub(crate) warnings: Vec<String>,
 }

@@ -9,13 +9,15 @@ use serde_json::{Map, Value};
 
 use crate::decision::{LabelSelector, Policy};
 use crate::defaults::{builtin_mesh, builtin_values, deep_merge};
+use crate::fields::{self, Fields};
 use crate::user_template::{self, UserTemplates};
 
 /// `--native-sidecars` / `ENABLE_NATIVE_SIDECARS`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum NativeSidecars {
-    /// Istio detects native-sidecar support from the cluster's kubelet versions (all ≥ 1.33 → on). We
-    /// have no cluster client, and every supported Kubernetes (≥ 1.33, the version this project targets)
+    /// Istio detects native-sidecar support from the cluster's kubelet versions (the pod's node, else
+    /// all nodes ≥ 1.33 → on): so does `serve --kubeconfig` / `--in-cluster`.
+    /// Without a cluster client every supported Kubernetes (≥ 1.33, the version this project targets)
     /// runs native sidecars, so `auto` resolves to on — as in Istio's test environment.
     #[default]
     Auto,
@@ -36,22 +38,22 @@ impl NativeSidecars {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ConfigArgs {
     /// The `values` document of the istio-sidecar-injector ConfigMap (JSON or YAML), merged over the
-    /// built-in chart defaults; a null deletes a key.
+    /// built-in chart defaults; a null deletes a key. At most 16 MiB, as every input file.
     #[arg(long = "values", alias = "valuesFile", value_name = "FILE")]
     pub values: Option<PathBuf>,
     /// The injector `config` document (policy, selectors, injectedAnnotations, defaultTemplates,
-    /// aliases, and user `templates`; the chart's built-in texts are compiled in).
+    /// aliases, and user `templates`; the chart's built-in texts are compiled in). At most 16 MiB.
     #[arg(
         long = "injector-config",
         alias = "injectConfigFile",
         value_name = "FILE"
     )]
     pub injector_config: Option<PathBuf>,
-    /// The MeshConfig document (YAML), merged over Istio's MeshConfig defaults.
+    /// The MeshConfig document (YAML), merged over Istio's MeshConfig defaults. At most 16 MiB.
     #[arg(long = "mesh-config", alias = "meshConfigFile", value_name = "FILE")]
     pub mesh_config: Option<PathBuf>,
     /// A directory laid out like Istio's mounted ConfigMaps: files `values`, `config` and `mesh` (each
-    /// optional). An explicit file flag wins over the directory's file.
+    /// optional, each at most 16 MiB). An explicit file flag wins over the directory's file.
     #[arg(long = "config-dir", value_name = "DIR")]
     pub config_dir: Option<PathBuf>,
     /// Whether `istio-proxy` runs as a native sidecar.
@@ -97,12 +99,8 @@ impl ConfigArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] crate::input::FlagFileError),
     /// The file is not valid JSON/YAML.
     #[error("{path}: {source}")]
     Parse {
@@ -158,6 +156,8 @@ pub struct Settings {
     pub injector: InjectorConfig,
     /// The global native-sidecar decision.
     pub native_sidecars: bool,
+    /// `--native-sidecars auto`: with watched Nodes the webhook decides per pod (`native_sidecars`).
+    pub native_sidecars_auto: bool,
     /// Empty for the default revision.
     pub revision: String,
     pub compliance_policy: String,
@@ -184,6 +184,7 @@ impl Default for Settings {
             mesh: builtin_mesh().clone(),
             injector: InjectorConfig::default(),
             native_sidecars: true,
+            native_sidecars_auto: false,
             revision: String::new(),
             compliance_policy: String::new(),
             user_templates: UserTemplates::default(),
@@ -196,25 +197,22 @@ impl Default for Settings {
 /// Values blocks that replace the default whole instead of merging into it. A `values` document from an
 /// Istio ConfigMap is complete (Helm already merged the chart defaults and dropped nulls), so a resources
 /// block without `cpu` means "no cpu": merging the default `cpu` back in would undo the user's deletion.
-const ATOMIC_VALUES_BLOCKS: [&str; 1] = ["/global/proxy/resources"];
+const ATOMIC_VALUES_BLOCKS: [&[&str]; 1] = [&["global", "proxy", "resources"]];
 
 fn replace_atomic_blocks(merged: &mut Value, overlay: &Value) {
-    for ptr in ATOMIC_VALUES_BLOCKS {
-        if let Some(block @ Value::Object(_)) = overlay.pointer(ptr) {
+    for keys in ATOMIC_VALUES_BLOCKS {
+        if let Some(block @ Value::Object(_)) = fields::path(overlay, keys) {
             let mut fresh = Value::Object(Map::new());
             deep_merge(&mut fresh, block);
-            if let Some(slot) = merged.pointer_mut(ptr) {
+            if let Some(slot) = fields::path_mut(merged, keys) {
                 *slot = fresh;
             }
         }
     }
 }
 
-fn read_doc(path: &Path) -> Result<Value, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.display().to_string(),
-        source,
-    })?;
+fn read_doc(flag: &'static str, path: &Path) -> Result<Value, ConfigError> {
+    let text = crate::input::read_flag_file(flag, path)?;
     crate::yaml::parse_json_or_yaml(&text).map_err(|source| ConfigError::Parse {
         path: path.display().to_string(),
         source,
@@ -259,28 +257,93 @@ impl Settings {
             injector_config: pick(&args.injector_config, "config"),
             mesh_config: pick(&args.mesh_config, "mesh"),
         };
+        // The flag a read error names: the file's own flag, else the directory it was found in.
+        let flag = |own: &Option<PathBuf>, name: &'static str| {
+            if own.is_some() {
+                name
+            } else {
+                "--config-dir"
+            }
+        };
         let values = match &sources.values {
-            Some(p) => Some((p.display().to_string(), read_doc(p)?)),
+            Some(p) => Some((
+                p.display().to_string(),
+                read_doc(flag(&args.values, "--values"), p)?,
+            )),
             None => None,
         };
         let mesh = match &sources.mesh_config {
-            Some(p) => Some((p.display().to_string(), read_doc(p)?)),
+            Some(p) => Some((
+                p.display().to_string(),
+                read_doc(flag(&args.mesh_config, "--mesh-config"), p)?,
+            )),
             None => None,
         };
         let config = match &sources.injector_config {
-            Some(p) => Some((p.display().to_string(), read_doc(p)?)),
+            Some(p) => Some((
+                p.display().to_string(),
+                read_doc(flag(&args.injector_config, "--injector-config"), p)?,
+            )),
             None => None,
         };
-        let mut s = Settings::from_documents(
+        let mut s = Settings::with_args(
             values.as_ref().map(|(p, v)| (p.as_str(), v)),
             mesh.as_ref().map(|(p, v)| (p.as_str(), v)),
             config.as_ref().map(|(p, v)| (p.as_str(), v)),
+            args,
+        )?;
+        s.sources = sources;
+        Ok(s)
+    }
+
+    /// [`Settings::from_documents`] with the other settings of `args` (native sidecars, revision,
+    /// compliance).
+    fn with_args(
+        values: Option<(&str, &Value)>,
+        mesh: Option<(&str, &Value)>,
+        injector_config: Option<(&str, &Value)>,
+        args: &ConfigArgs,
+    ) -> Result<Settings, ConfigError> {
+        let mut s = Settings::from_documents(
+            values,
+            mesh,
+            injector_config,
             args.native_sidecars.resolve(),
             &args.revision,
             &args.compliance_policy,
         )?;
-        s.sources = sources;
+        s.native_sidecars_auto = args.native_sidecars == NativeSidecars::Auto;
         Ok(s)
+    }
+
+    /// Builds settings from documents' text (`(name for errors, text)`), e.g. ConfigMap keys read
+    /// through the API, with the other settings of `args` (native sidecars, revision, compliance).
+    pub fn from_texts(
+        values: Option<(&str, &str)>,
+        mesh: Option<(&str, &str)>,
+        injector_config: Option<(&str, &str)>,
+        args: &ConfigArgs,
+    ) -> Result<Settings, ConfigError> {
+        fn parse<'a>(
+            doc: Option<(&'a str, &str)>,
+        ) -> Result<Option<(&'a str, Value)>, ConfigError> {
+            doc.map(|(name, text)| {
+                crate::yaml::parse_json_or_yaml(text)
+                    .map(|v| (name, v))
+                    .map_err(|source| ConfigError::Parse {
+                        path: name.to_string(),
+                        source,
+                    })
+            })
+            .transpose()
+        }
+        let (values, mesh, config) = (parse(values)?, parse(mesh)?, parse(injector_config)?);
+        Settings::with_args(
+            values.as_ref().map(|(p, v)| (*p, v)),
+            mesh.as_ref().map(|(p, v)| (*p, v)),
+            config.as_ref().map(|(p, v)| (*p, v)),
+            args,
+        )
     }
 
     /// Builds settings from already-parsed documents (`(name for errors, document)`), e.g. from a
@@ -322,9 +385,8 @@ impl Settings {
             user_template::Sources {
                 config: injector_config
                     .filter(|(_, c)| c.is_object())
-                    .and_then(|(p, c)| c.get("templates").map(|t| (p, t))),
-                values: merged_values
-                    .pointer("/sidecarInjectorWebhook/templates")
+                    .and_then(|(p, c)| c.field("templates").map(|t| (p, t))),
+                values: fields::path(&merged_values, ["sidecarInjectorWebhook", "templates"])
                     .map(|t| (values.map_or("values", |(p, _)| p), t)),
             },
             &mut warnings,
@@ -336,6 +398,7 @@ impl Settings {
             mesh: merged_mesh,
             injector,
             native_sidecars,
+            native_sidecars_auto: false,
             revision: revision.to_string(),
             compliance_policy: compliance_policy.to_string(),
             user_templates,
@@ -345,14 +408,17 @@ impl Settings {
     }
 }
 
-fn get_path<'a>(v: &'a Value, dotted: &str) -> Option<&'a Value> {
-    dotted.split('.').try_fold(v, |cur, k| cur.get(k))
+fn type_error(path: &str, e: crate::config_types::TypeError) -> ConfigError {
+    invalid(path, &e.field, &e.value, e.reason)
 }
 
-/// Type and value checks of the values keys the injector reads; those that reach `istio-init` arguments
-/// get the same validation as the corresponding pod annotations.
+/// Type and value checks of the values keys the injector reads: their types as Istio's `Values` proto
+/// decodes them (`config_types::VALUES`), then the values that reach `istio-init` arguments get the same
+/// validation as the corresponding pod annotations.
 fn validate_values(path: &str, v: &Value) -> Result<(), ConfigError> {
     use crate::validate;
+    crate::config_types::check(&crate::config_types::VALUES, v, "")
+        .map_err(|e| type_error(path, e))?;
     type Check = fn(&str) -> Result<(), String>;
     let string_checks: &[(&str, Check)] = &[
         (
@@ -387,19 +453,9 @@ fn validate_values(path: &str, v: &Value) -> Result<(), ConfigError> {
             "" | "Always" | "IfNotPresent" | "Never" => Ok(()),
             _ => Err("expected Always, IfNotPresent or Never".to_string()),
         }),
-        ("global.hub", |_| Ok(())),
-        ("global.variant", |_| Ok(())),
-        ("global.proxy.image", |_| Ok(())),
-        ("global.proxy_init.image", |_| Ok(())),
-        ("global.proxy.clusterDomain", |_| Ok(())),
-        ("global.proxy.logLevel", |_| Ok(())),
-        ("global.proxy.componentLogLevel", |_| Ok(())),
-        ("global.proxy.autoInject", |_| Ok(())),
-        ("global.istioNamespace", |_| Ok(())),
-        ("global.pilotCertProvider", |_| Ok(())),
     ];
     for (key, check) in string_checks {
-        match get_path(v, key) {
+        match fields::path(v, key.split('.')) {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) => {
                 check(s).map_err(|r| invalid(path, key, &Value::String(s.clone()), r))?
@@ -407,63 +463,11 @@ fn validate_values(path: &str, v: &Value) -> Result<(), ConfigError> {
             Some(other) => return Err(invalid(path, key, other, "expected a string")),
         }
     }
-    match get_path(v, "global.tag") {
-        None | Some(Value::Null) | Some(Value::String(_)) | Some(Value::Number(_)) => {}
-        Some(other) => {
-            return Err(invalid(
-                path,
-                "global.tag",
-                other,
-                "expected a string or number",
-            ))
-        }
-    }
-    match get_path(v, "global.proxy.statusPort") {
-        None | Some(Value::Null) => {}
-        Some(p) if p.as_u64().is_some_and(|p| p <= 65535) => {}
-        Some(other) => {
-            return Err(invalid(
-                path,
-                "global.proxy.statusPort",
-                other,
-                "expected a port number 0-65535",
-            ))
-        }
-    }
-    for key in [
-        "global.proxy.readinessInitialDelaySeconds",
-        "global.proxy.readinessPeriodSeconds",
-        "global.proxy.readinessFailureThreshold",
-        "global.proxy.startupProbe.failureThreshold",
-    ] {
-        match get_path(v, key) {
-            None | Some(Value::Null) => {}
-            Some(n) if n.as_u64().is_some_and(|n| n <= u64::from(u32::MAX)) => {}
-            Some(other) => {
-                return Err(invalid(path, key, other, "expected a non-negative integer"))
-            }
-        }
-    }
-    for key in [
-        "global.proxy.privileged",
-        "global.logAsJson",
-        "global.nativeNftables",
-        "global.proxy_init.forceApplyIptables",
-        "pilot.cni.enabled",
-        "sidecarInjectorWebhook.rewriteAppHTTPProbe",
-        "global.proxy.holdApplicationUntilProxyStarts",
-        "global.mountMtlsCerts",
-    ] {
-        match get_path(v, key) {
-            None | Some(Value::Null) | Some(Value::Bool(_)) => {}
-            Some(other) => return Err(invalid(path, key, other, "expected a boolean")),
-        }
-    }
-    if let Some(r) = get_path(v, "global.proxy.resources") {
+    if let Some(r) = fields::path(v, ["global", "proxy", "resources"]) {
         if !r.is_null() {
             expect_object(path, "global.proxy.resources", r)?;
             for kind in ["limits", "requests"] {
-                if let Some(Value::Object(m)) = r.get(kind) {
+                if let Some(Value::Object(m)) = r.field(kind) {
                     for (res, q) in m {
                         let key = format!("global.proxy.resources.{kind}.{res}");
                         let ok = match q {
@@ -479,79 +483,52 @@ fn validate_values(path: &str, v: &Value) -> Result<(), ConfigError> {
             }
         }
     }
-    if let Some(s) = get_path(v, "global.imagePullSecrets") {
-        match s {
-            Value::Null => {}
-            Value::Array(items) if items.iter().all(Value::is_string) => {}
-            other => {
-                return Err(invalid(
-                    path,
-                    "global.imagePullSecrets",
-                    other,
-                    "expected a list of names",
-                ))
-            }
-        }
-    }
     Ok(())
 }
 
+/// The mesh config's types as Istio decodes a MeshConfig (`config_types::MESH_CONFIG`, the
+/// `defaultConfig` included), then the values the injector reads.
 fn validate_mesh(path: &str, m: &Value) -> Result<(), ConfigError> {
-    for key in ["proxyListenPort", "proxyInboundListenPort"] {
-        match m.get(key) {
-            None | Some(Value::Null) => {}
-            Some(p) if p.as_u64().is_some_and(|p| (1..=65535).contains(&p)) => {}
-            Some(other) => return Err(invalid(path, key, other, "expected a port number 1-65535")),
-        }
-    }
-    if let Some(dc) = m.get("defaultConfig") {
+    crate::config_types::check(&crate::config_types::MESH_CONFIG, m, "")
+        .map_err(|e| type_error(path, e))?;
+    if let Some(dc) = m.field("defaultConfig") {
         expect_object(path, "defaultConfig", dc)?;
         let mut pc = crate::defaults::builtin_proxy_config();
         crate::effective_proxy_config::apply_overlay(&mut pc, dc);
         crate::effective_proxy_config::validate(&pc)
             .map_err(|r| invalid(path, "defaultConfig", dc, r))?;
     }
-    if let Some(mode) = m.pointer("/inboundTrafficPolicy/mode") {
-        if !mode.is_string() {
-            return Err(invalid(
-                path,
-                "inboundTrafficPolicy.mode",
-                mode,
-                "expected a string",
-            ));
-        }
-    }
-    if let Some(v) = m.get("enablePrometheusMerge") {
-        if !(v.is_boolean() || v.is_null()) {
-            return Err(invalid(
-                path,
-                "enablePrometheusMerge",
-                v,
-                "expected a boolean",
-            ));
-        }
-    }
     Ok(())
 }
 
-fn selectors(path: &str, key: &str, v: Option<&Value>) -> Result<Vec<LabelSelector>, ConfigError> {
+/// The list at `key` (absent or null: empty), each item read by `item`; `what` says what the list holds.
+fn list<T>(
+    path: &str,
+    key: &str,
+    v: Option<&Value>,
+    what: &str,
+    item: impl Fn(&Value) -> Result<T, String>,
+) -> Result<Vec<T>, ConfigError> {
     match v {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(items)) => items
             .iter()
             .enumerate()
-            .map(|(i, s)| {
-                LabelSelector::from_json(s)
-                    .map_err(|e| invalid(path, &format!("{key}[{i}]"), s, e.0))
-            })
+            .map(|(i, x)| item(x).map_err(|r| invalid(path, &format!("{key}[{i}]"), x, r)))
             .collect(),
         Some(other) => Err(invalid(
             path,
             key,
             other,
-            "expected a list of label selectors",
+            format!("expected a list of {what}"),
         )),
     }
+}
+
+fn selectors(path: &str, key: &str, v: Option<&Value>) -> Result<Vec<LabelSelector>, ConfigError> {
+    list(path, key, v, "label selectors", |s| {
+        LabelSelector::from_json(s).map_err(|e| e.0)
+    })
 }
 
 fn string_map(
@@ -578,19 +555,11 @@ fn string_map(
 }
 
 fn string_list(path: &str, key: &str, v: Option<&Value>) -> Result<Vec<String>, ConfigError> {
-    match v {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, x)| {
-                x.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| invalid(path, &format!("{key}[{i}]"), x, "expected a string"))
-            })
-            .collect(),
-        Some(other) => Err(invalid(path, key, other, "expected a list of strings")),
-    }
+    list(path, key, v, "strings", |x| {
+        x.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| "expected a string".to_string())
+    })
 }
 
 fn parse_injector_config(
@@ -599,7 +568,7 @@ fn parse_injector_config(
     warnings: &mut Vec<String>,
 ) -> Result<InjectorConfig, ConfigError> {
     expect_object(path, "(document)", c)?;
-    let policy = match c.get("policy") {
+    let policy = match c.field("policy") {
         None | Some(Value::Null) => {
             warnings.push(format!(
                 "{path}: no `policy`: Istio treats an empty policy as \"never inject\""
@@ -624,11 +593,11 @@ fn parse_injector_config(
             ))
         }
     };
-    let mut default_templates = string_list(path, "defaultTemplates", c.get("defaultTemplates"))?;
+    let mut default_templates = string_list(path, "defaultTemplates", c.field("defaultTemplates"))?;
     if default_templates.is_empty() {
         default_templates.push("sidecar".to_string());
     }
-    let aliases = match c.get("aliases") {
+    let aliases = match c.field("aliases") {
         None | Some(Value::Null) => BTreeMap::new(),
         Some(Value::Object(m)) => m
             .iter()
@@ -653,17 +622,17 @@ fn parse_injector_config(
         always_inject_selector: selectors(
             path,
             "alwaysInjectSelector",
-            c.get("alwaysInjectSelector"),
+            c.field("alwaysInjectSelector"),
         )?,
         never_inject_selector: selectors(
             path,
             "neverInjectSelector",
-            c.get("neverInjectSelector"),
+            c.field("neverInjectSelector"),
         )?,
         injected_annotations: string_map(
             path,
             "injectedAnnotations",
-            c.get("injectedAnnotations"),
+            c.field("injectedAnnotations"),
         )?,
         default_templates,
         aliases,
@@ -676,8 +645,8 @@ fn injector_config_from_values(
     warnings: &mut Vec<String>,
 ) -> Result<InjectorConfig, ConfigError> {
     let path = "values";
-    let w = values.get("sidecarInjectorWebhook");
-    let policy = get_path(values, "global.proxy.autoInject")
+    let w = values.field("sidecarInjectorWebhook");
+    let policy = fields::path(values, ["global", "proxy", "autoInject"])
         .and_then(Value::as_str)
         .map(Policy::parse)
         .unwrap_or(Policy::Enabled);
@@ -689,7 +658,7 @@ fn injector_config_from_values(
     let mut default_templates = string_list(
         path,
         "sidecarInjectorWebhook.defaultTemplates",
-        w.and_then(|w| w.get("defaultTemplates")),
+        w.and_then(|w| w.field("defaultTemplates")),
     )?;
     if default_templates.is_empty() {
         default_templates.push("sidecar".to_string());
@@ -699,17 +668,17 @@ fn injector_config_from_values(
         always_inject_selector: selectors(
             path,
             "sidecarInjectorWebhook.alwaysInjectSelector",
-            w.and_then(|w| w.get("alwaysInjectSelector")),
+            w.and_then(|w| w.field("alwaysInjectSelector")),
         )?,
         never_inject_selector: selectors(
             path,
             "sidecarInjectorWebhook.neverInjectSelector",
-            w.and_then(|w| w.get("neverInjectSelector")),
+            w.and_then(|w| w.field("neverInjectSelector")),
         )?,
         injected_annotations: string_map(
             path,
             "sidecarInjectorWebhook.injectedAnnotations",
-            w.and_then(|w| w.get("injectedAnnotations")),
+            w.and_then(|w| w.field("injectedAnnotations")),
         )?,
         default_templates,
         aliases: BTreeMap::new(),
@@ -729,7 +698,7 @@ mod tests {
 
     #[test]
     fn base_documents_only_spell_out_the_defaults() {
-        let base_values = read_doc(&testdata("base-values.json")).unwrap();
+        let base_values = read_doc("--values", &testdata("base-values.json")).unwrap();
         let mut merged = builtin_values().clone();
         deep_merge(&mut merged, &base_values);
         // Only hub and tag (the test registry) differ from the chart defaults.
@@ -737,7 +706,7 @@ mod tests {
         expect["global"]["hub"] = json!("registry.istio.io/testing");
         expect["global"]["tag"] = json!("latest");
         assert_eq!(merged, expect);
-        let base_mesh = read_doc(&testdata("base-mesh.yaml")).unwrap();
+        let base_mesh = read_doc("--mesh-config", &testdata("base-mesh.yaml")).unwrap();
         let mut merged = builtin_mesh().clone();
         deep_merge(&mut merged, &base_mesh);
         assert_eq!(&merged, builtin_mesh());
@@ -809,6 +778,74 @@ mod tests {
             "{err}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn type_errors_are_refused_naming_file_field_and_value() {
+        let load = |values: Value, mesh: Value| {
+            Settings::from_documents(
+                Some(("values.yaml", &values)),
+                Some(("mesh.yaml", &mesh)),
+                None,
+                true,
+                "",
+                "",
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        };
+        for (mesh, expect) in [
+            (
+                json!({"trustDomain": {"a": 1}}),
+                r#"mesh.yaml: key trustDomain: invalid value {"a":1}: expected a string"#,
+            ),
+            (
+                json!({"defaultConfig": {"proxyMetadata": {"A\tB": "1"}}}),
+                r#"mesh.yaml: key defaultConfig.proxyMetadata: invalid value "A\tB": is not a valid environment variable name"#,
+            ),
+            (
+                json!({"defaultConfig": {"proxyMetadata": {"A=B": "1"}}}),
+                r#"invalid value "A=B""#,
+            ),
+            (
+                json!({"defaultConfig": {"proxyMetadata": {"": "1"}}}),
+                r#"invalid value """#,
+            ),
+            (
+                json!({"rootNamespace": 7}),
+                "mesh.yaml: key rootNamespace: invalid value 7: expected a string",
+            ),
+            (
+                json!({"enablePrometheusMerge": "no"}),
+                r#"mesh.yaml: key enablePrometheusMerge: invalid value "no": expected a boolean"#,
+            ),
+        ] {
+            let e = load(json!({}), mesh.clone()).unwrap_err();
+            assert!(e.contains(expect), "{mesh}: {e}");
+        }
+        let e = load(
+            json!({"global": {"proxy": {"seccompProfile": "str"}}}),
+            json!({}),
+        )
+        .unwrap_err();
+        assert!(
+            e.starts_with(r#"values.yaml: key global.proxy.seccompProfile: invalid value "str": expected a mapping"#),
+            "{e}"
+        );
+        let e = load(
+            json!({"global": {"proxy": {"readinessPeriodSeconds": "15"}}}),
+            json!({}),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("key global.proxy.readinessPeriodSeconds: invalid value \"15\""),
+            "{e}"
+        );
+        load(
+            json!({"global": {"proxy": {"seccompProfile": {"type": "RuntimeDefault"}}}}),
+            json!({"trustDomain": "td", "defaultConfig": {"proxyMetadata": {"A_B.c-d": "1"}}}),
+        )
+        .unwrap();
     }
 
     #[test]

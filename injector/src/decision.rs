@@ -133,13 +133,13 @@ impl Requirement {
     /// Whether `labels` meet this requirement.
     pub fn holds(&self, labels: Option<&Map<String, Value>>) -> bool {
         let v = labels
-            .and_then(|l| l.get(&self.key))
+            .and_then(|l| l.field(&self.key))
             .and_then(Value::as_str);
         match self.operator {
             Operator::In => v.is_some_and(|v| self.values.iter().any(|x| x == v)),
             Operator::NotIn => v.is_none_or(|v| !self.values.iter().any(|x| x == v)),
-            Operator::Exists => labels.is_some_and(|l| l.contains_key(&self.key)),
-            Operator::DoesNotExist => !labels.is_some_and(|l| l.contains_key(&self.key)),
+            Operator::Exists => labels.is_some_and(|l| l.has_field(&self.key)),
+            Operator::DoesNotExist => !labels.is_some_and(|l| l.has_field(&self.key)),
         }
     }
 }
@@ -330,14 +330,14 @@ pub fn injection_required(
     never: &[LabelSelector],
     always: &[LabelSelector],
 ) -> Decision {
-    if fields::path(pod, &["spec", "hostNetwork"]).and_then(Value::as_bool) == Some(true) {
+    if fields::path(pod, ["spec", "hostNetwork"]).and_then(Value::as_bool) == Some(true) {
         return Decision::new(
             Step::HostNetwork,
             false,
             "the pod uses the host network (spec.hostNetwork)",
         );
     }
-    let namespace = fields::path(pod, &["metadata", "namespace"])
+    let namespace = fields::path(pod, ["metadata", "namespace"])
         .and_then(Value::as_str)
         .unwrap_or("");
     if IGNORED_NAMESPACES.contains(&namespace) {
@@ -351,13 +351,13 @@ pub fn injection_required(
     let annotations = pod::annotations(pod);
 
     // The label wins whenever its key is present, even with an empty value.
-    let (source, step, value) = match labels.and_then(|l| l.get(INJECT_KEY)) {
+    let (source, step, value) = match labels.and_then(|l| l.field(INJECT_KEY)) {
         Some(v) => ("label", Step::Label, v.as_str().unwrap_or("")),
         None => (
             "annotation",
             Step::Annotation,
             annotations
-                .and_then(|a| a.get(INJECT_KEY))
+                .and_then(|a| a.field(INJECT_KEY))
                 .and_then(Value::as_str)
                 .unwrap_or(""),
         ),

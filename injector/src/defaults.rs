@@ -3,6 +3,7 @@
 
 use std::sync::OnceLock;
 
+use crate::fields::Fields;
 use serde_json::{Map, Value};
 
 /// Istio's chart defaults for the injector `values` (`defaults/values.json`: the chart rendered with the
@@ -30,7 +31,7 @@ pub fn builtin_proxy_config() -> Value {
     DEFAULT
         .get_or_init(|| {
             builtin_mesh()
-                .get("defaultConfig")
+                .field("defaultConfig")
                 .cloned()
                 .unwrap_or_else(|| Value::Object(Map::new()))
         })
@@ -47,7 +48,7 @@ pub fn deep_merge(base: &mut Value, overlay: &Value) {
                     Value::Null => {
                         b.remove(k);
                     }
-                    Value::Object(_) => match b.get_mut(k) {
+                    Value::Object(_) => match b.field_mut(k) {
                         Some(existing @ Value::Object(_)) => deep_merge(existing, v),
                         _ => {
                             let mut fresh = Value::Object(Map::new());
@@ -86,7 +87,7 @@ mod tests {
     fn the_builtin_proxy_config_is_the_mesh_default() {
         assert_eq!(
             Some(&builtin_proxy_config()),
-            builtin_mesh().get("defaultConfig")
+            builtin_mesh().field("defaultConfig")
         );
         assert_eq!(builtin_proxy_config()["statusPort"], json!(15020));
     }

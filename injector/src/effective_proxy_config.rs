@@ -6,7 +6,9 @@
 
 use serde_json::{Map, Value};
 
+use crate::config_types::{format_duration_nanos, parse_duration_nanos};
 use crate::defaults::{builtin_proxy_config, deep_merge};
+use crate::fields::Fields;
 
 /// Parses a `proxy.istio.io/config` value (YAML or JSON) into an overlay object.
 pub fn parse_overlay(text: &str) -> Result<Value, String> {
@@ -32,7 +34,7 @@ fn normalize(pc: &mut Value) {
         "terminationDrainDuration",
         "parentShutdownDuration",
     ] {
-        if let Some(Value::String(s)) = pc.get(key) {
+        if let Some(Value::String(s)) = pc.field(key) {
             if let Some(n) = normalize_duration(s) {
                 pc[key] = Value::String(n);
             }
@@ -40,59 +42,12 @@ fn normalize(pc: &mut Value) {
     }
 }
 
-/// Parses a protobuf JSON duration (`<seconds>[.<fraction>]s`) into nanoseconds.
-pub fn parse_duration_nanos(s: &str) -> Option<i128> {
-    let body = s.strip_suffix('s')?;
-    let (neg, body) = match body.strip_prefix('-') {
-        Some(b) => (true, b),
-        None => (false, body),
-    };
-    let (whole, frac) = match body.split_once('.') {
-        Some((w, f)) => (w, f),
-        None => (body, ""),
-    };
-    if whole.is_empty() && frac.is_empty() {
-        return None;
-    }
-    if !whole.bytes().all(|b| b.is_ascii_digit())
-        || !frac.bytes().all(|b| b.is_ascii_digit())
-        || frac.len() > 9
-    {
-        return None;
-    }
-    let secs: i128 = if whole.is_empty() {
-        0
-    } else {
-        whole.parse().ok()?
-    };
-    let mut nanos_str = frac.to_string();
-    while nanos_str.len() < 9 {
-        nanos_str.push('0');
-    }
-    let nanos: i128 = nanos_str.parse().ok()?;
-    let total = secs.checked_mul(1_000_000_000)? + nanos;
-    Some(if neg { -total } else { total })
-}
-
 fn normalize_duration(s: &str) -> Option<String> {
-    let n = parse_duration_nanos(s)?;
-    let sign = if n < 0 { "-" } else { "" };
-    let n = n.abs();
-    let secs = n / 1_000_000_000;
-    let frac = n % 1_000_000_000;
-    Some(if frac == 0 {
-        format!("{sign}{secs}s")
-    } else if frac % 1_000_000 == 0 {
-        format!("{sign}{secs}.{:03}s", frac / 1_000_000)
-    } else if frac % 1_000 == 0 {
-        format!("{sign}{secs}.{:06}s", frac / 1_000)
-    } else {
-        format!("{sign}{secs}.{frac:09}s")
-    })
+    parse_duration_nanos(s).map(format_duration_nanos)
 }
 
 fn check_port(pc: &Value, key: &str) -> Result<(), String> {
-    match pc.get(key) {
+    match pc.field(key) {
         None | Some(Value::Null) => Ok(()),
         Some(v) => match v.as_i64() {
             Some(p) if (1..=65535).contains(&p) => Ok(()),
@@ -104,7 +59,7 @@ fn check_port(pc: &Value, key: &str) -> Result<(), String> {
 }
 
 fn check_duration(pc: &Value, key: &str) -> Result<(), String> {
-    match pc.get(key) {
+    match pc.field(key) {
         None | Some(Value::Null) => Ok(()),
         Some(Value::String(s)) => match parse_duration_nanos(s) {
             Some(n) if n >= 1_000_000 && n % 1_000_000 == 0 => Ok(()),
@@ -118,7 +73,7 @@ fn check_duration(pc: &Value, key: &str) -> Result<(), String> {
 }
 
 fn check_host_port(pc: &Value, key: &str) -> Result<(), String> {
-    match pc.get(key) {
+    match pc.field(key) {
         None | Some(Value::Null) => Ok(()),
         Some(Value::String(s)) => {
             let (host, port) = s
@@ -137,14 +92,14 @@ fn check_host_port(pc: &Value, key: &str) -> Result<(), String> {
 }
 
 fn check_non_empty(pc: &Value, key: &str) -> Result<(), String> {
-    match pc.get(key) {
+    match pc.field(key) {
         Some(Value::String(s)) if !s.is_empty() => Ok(()),
         _ => Err(format!("{key} must be set")),
     }
 }
 
-/// Istio's ProxyConfig validation (the parts that matter for injection), plus type checks of the fields
-/// the injector reads.
+/// Istio's ProxyConfig validation (the parts that matter for injection), plus the type of every field and
+/// the `proxyMetadata` names.
 pub fn validate(pc: &Value) -> Result<(), String> {
     if !pc.is_object() {
         return Err("proxy config must be a mapping".to_string());
@@ -158,7 +113,7 @@ pub fn validate(pc: &Value) -> Result<(), String> {
     check_host_port(pc, "envoyMetricsService")?;
     check_port(pc, "proxyAdminPort")?;
     check_port(pc, "statusPort")?;
-    match pc.get("interceptionMode") {
+    match pc.field("interceptionMode") {
         None | Some(Value::Null) => {}
         Some(Value::String(m)) if matches!(m.as_str(), "REDIRECT" | "TPROXY" | "NONE") => {}
         Some(v) => {
@@ -167,14 +122,14 @@ pub fn validate(pc: &Value) -> Result<(), String> {
             ))
         }
     }
-    match pc.get("concurrency") {
+    match pc.field("concurrency") {
         None | Some(Value::Null) => {}
         Some(v)
             if v.as_i64()
                 .is_some_and(|c| (0..=i64::from(i32::MAX)).contains(&c)) => {}
         Some(v) => return Err(format!("concurrency: {v} is not a non-negative integer")),
     }
-    match pc.get("holdApplicationUntilProxyStarts") {
+    match pc.field("holdApplicationUntilProxyStarts") {
         None | Some(Value::Null) | Some(Value::Bool(_)) => {}
         Some(v) => {
             return Err(format!(
@@ -182,7 +137,7 @@ pub fn validate(pc: &Value) -> Result<(), String> {
             ))
         }
     }
-    match pc.get("proxyMetadata") {
+    match pc.field("proxyMetadata") {
         None | Some(Value::Null) => {}
         Some(Value::Object(m)) => {
             if let Some((k, v)) = m.iter().find(|(_, v)| !v.is_string()) {
@@ -191,7 +146,10 @@ pub fn validate(pc: &Value) -> Result<(), String> {
         }
         Some(v) => return Err(format!("proxyMetadata: {v} is not a mapping")),
     }
-    Ok(())
+    // Every other field's type as jsonpb decodes a ProxyConfig (Istio's `mesh.ApplyProxyConfig`), and the
+    // `proxyMetadata` names, which become the proxy's env entries.
+    crate::config_types::check(&crate::config_types::PROXY_CONFIG, pc, "")
+        .map_err(|e| format!("{}: {}: {}", e.field, e.value, e.reason))
 }
 
 /// The effective ProxyConfig for a pod: default ⊕ mesh `defaultConfig` ⊕ `proxy.istio.io/config`.
@@ -205,7 +163,7 @@ pub fn effective(
         apply_overlay(&mut pc, d);
     }
     if let Some(Value::String(text)) =
-        annotations.and_then(|a| a.get(crate::pod::PROXY_CONFIG_ANNOTATION))
+        annotations.and_then(|a| a.field(crate::pod::PROXY_CONFIG_ANNOTATION))
     {
         let overlay = parse_overlay(text)?;
         apply_overlay(&mut pc, &overlay);

@@ -4,9 +4,9 @@
 //! the pod, re-apply user-set container fields, post-process, and diff.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
-use crate::fields::Fields;
+use crate::fields::{self, Fields};
 use serde_json::{Map, Value};
 
 use crate::annotations;
@@ -104,15 +104,13 @@ impl Engine {
                     crate::defaults::builtin_proxy_config()
                 });
         let base_proxy_config_env = render::proxy_config_env(&base_proxy_config).ok();
-        let values_str = |path: &str| {
-            settings
-                .values
-                .pointer(path)
+        let values_str = |path: &[&str]| {
+            fields::path(&settings.values, path)
                 .and_then(Value::as_str)
                 .map(str::to_string)
         };
-        let values_cluster = values_str("/global/multiCluster/clusterName");
-        let values_network = values_str("/global/network");
+        let values_cluster = values_str(&["global", "multiCluster", "clusterName"]);
+        let values_network = values_str(&["global", "network"]);
         Engine {
             base_proxy_config,
             base_proxy_config_env,
@@ -195,6 +193,20 @@ impl Engine {
         }
     }
 
+    /// The native-sidecar decision for a pod: with `auto` and watched Nodes, Istio's
+    /// `DetectNativeSidecar` on the pod's `spec.nodeName` (webhook only, as `kube-inject` has no
+    /// cluster); else the global one.
+    fn native_sidecars(&self, req: &InjectRequest<'_>) -> bool {
+        match (&self.cluster.nodes, req.mode) {
+            (Some(nodes), Mode::Webhook) if self.settings.native_sidecars_auto => nodes.detect(
+                fields::path(req.pod, ["spec", "nodeName"])
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            ),
+            _ => self.settings.native_sidecars,
+        }
+    }
+
     /// Istio's `injectRequired` with this engine's policy and selectors; kube-inject forces policy
     /// `enabled` without selectors (as Istio's `inject.go` `IntoObject`).
     pub fn decide(&self, pod: &Value, mode: Mode) -> Decision {
@@ -224,7 +236,8 @@ impl Engine {
                 annotations,
             )
             .map(Cow::Owned)
-            .map_err(EngineError::Template),
+            // Named, since the pod may not even be injected (kube-inject parses it first).
+            .map_err(|e| EngineError::Template(format!("{}: {e}", pod::PROXY_CONFIG_ANNOTATION))),
         }
     }
 
@@ -311,7 +324,7 @@ impl Engine {
             mesh,
             values: &s.values,
             revision: &s.revision,
-            native_sidecars: s.native_sidecars,
+            native_sidecars: self.native_sidecars(req),
             proxy_uid,
             proxy_gid,
             compliance_policy: &s.compliance_policy,
@@ -411,7 +424,7 @@ impl Engine {
         {
             Some("true") => true,
             Some("false") => false,
-            _ => self.settings.native_sidecars,
+            _ => self.native_sidecars(req),
         };
         let mut merged = req.pod.clone();
         // `None` while the template pod is still empty.
@@ -434,9 +447,10 @@ impl Engine {
         Ok((merged, template_pod.unwrap_or_else(empty_template_pod)))
     }
 
-    /// The RFC 6902 patch from the request's pod to the injected pod.
-    pub fn patch(&self, original: &Value, injected: &Value) -> Value {
-        crate::patch::create_patch(original, injected)
+    /// The RFC 6902 patch from the request's pod to the injected pod, serialised (what the webhook's
+    /// AdmissionReview response carries before base64).
+    pub fn patch(&self, original: &Value, injected: &Value) -> Result<Vec<u8>, serde_json::Error> {
+        crate::patch::create_patch_json(original, injected)
     }
 }
 
@@ -545,10 +559,11 @@ fn template_skeleton(rendered: &Value) -> Skeleton {
             } else if LISTS.contains(&k.as_str()) {
                 let skeleton = match v {
                     Value::Array(items) => {
-                        let mut names: Vec<&str> = Vec::with_capacity(items.len());
+                        // A set, not a scan per item: a template lists every app container (grpc-agent).
+                        let mut names: HashSet<&str> = HashSet::with_capacity(items.len());
                         for item in items {
                             match item.field("name").and_then(Value::as_str) {
-                                Some(n) if !names.contains(&n) => names.push(n),
+                                Some(n) if names.insert(n) => {}
                                 _ => special = true,
                             }
                         }
@@ -759,12 +774,7 @@ mod tests {
                          "spec": {"containers": [{"name": "hello", "image": "fake.docker.io/google-samples/hello-go-gke:1.0"}]}});
         let (merged, template_pod) = apply_static(&pod, &["replace".to_string()], &overlays);
         assert_eq!(merged["metadata"]["labels"], json!({"foo": "bar"}));
-        let names: Vec<&str> = merged["spec"]["containers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["name"].as_str().unwrap())
-            .collect();
+        let names = test_support::pods::names(&merged["spec"]["containers"]);
         assert_eq!(names, ["injected", "hello"]);
         assert_eq!(
             template_pod["spec"]["containers"],

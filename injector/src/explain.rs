@@ -2,11 +2,12 @@
 //! what it would get, and where its connections would go — offline, through the code that decides in
 //! the cluster. Every stage calls the code the webhook, kube-inject and iptables-init run:
 //!
-//! - **manifests**: kube-inject's stream walk and pod-template extraction (`kube_inject::visit_stream`,
-//!   `kube_inject::pod_template`), with the same document errors;
+//! - **manifests**: kube-inject's documents and pod-template extraction (`manifest::documents`,
+//!   `manifest::pod_template`), with the same document errors;
 //! - **webhook**: the API server's routing of a Pod CREATE over the MutatingWebhookConfigurations
 //!   (`--webhook-config`, default: what `injector webhook-config` generates for the same `--revision`
-//!   and `enableNamespacesByDefault` of `--values`), with `decision`'s label selectors (`webhook`);
+//!   and `enableNamespacesByDefault` of `--values`), with `decision`'s label selectors
+//!   (`webhook_entry::routing`);
 //! - **decision**: the engine's webhook-mode decision (Istio's `injectRequired` with the configuration's
 //!   policy and never/always selectors), the deciding [`Step`] marked;
 //! - **result**: the engine's webhook-mode injection (the configuration's `defaultTemplates` and
@@ -36,10 +37,7 @@
 
 mod traffic;
 mod warnings;
-mod webhook;
 
-use std::collections::BTreeMap;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -48,15 +46,19 @@ use serde_json::{json, Map, Value};
 use crate::cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
 use crate::config::{ConfigArgs, ConfigError, Settings};
 use crate::decision::{Decision, LabelSelector, Step};
-use crate::doctor::{self, DoctorError, Output};
-use crate::engine::{Engine, InjectRequest, Mode};
-use crate::kube_inject::{self, DocumentError, KubeInjectError, Position, StreamVisitor};
-use crate::kube_objects::{self, ObjectsError};
+use crate::engine::{Engine, Mode};
+use crate::fields::{self, Fields};
+use crate::kube_client::KubeArgs;
+use crate::kube_objects::ObjectsError;
+use crate::kube_read::{self, ClusterError, SelectArgs};
+use crate::manifest::{self, DocumentError, ManifestError, Position};
+use crate::namespaces::Namespaces;
+use crate::output::{self, Output};
 use crate::pod::{self, INJECT_KEY};
 use crate::webhook_config;
-use crate::workload::{self, Workload};
-
-use webhook::{Entry, EntryError, Routing};
+use crate::webhook_entry::routing::{EntryError, Router, Routing};
+use crate::webhook_entry::{self, Entry, ReadError};
+use crate::webhook_request;
 
 /// The label the API server sets on every namespace, holding its name.
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -65,7 +67,7 @@ const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 /// one definition, flattened here.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Input manifest file, `-` for stdin (any stream kube-inject takes).
+    /// Input manifest file, `-` for stdin (any stream kube-inject takes; at most 16 MiB).
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     pub filename: String,
     /// Labels of every workload's namespace, `k=v,...` (over those of the namespace in `--namespaces`;
@@ -75,7 +77,7 @@ pub struct Args {
     /// The MutatingWebhookConfigurations the API server holds (`kubectl get
     /// mutatingwebhookconfigurations -o yaml`: a YAML stream or a List); default: what `injector
     /// webhook-config` generates for `--revision` (with `auto.` when the values'
-    /// `sidecarInjectorWebhook.enableNamespacesByDefault` is true).
+    /// `sidecarInjectorWebhook.enableNamespacesByDefault` is true). At most 16 MiB.
     #[arg(long, value_name = "FILE")]
     pub webhook_config: Option<PathBuf>,
     /// A connection to walk through the pod's interception rules (repeatable):
@@ -94,13 +96,23 @@ pub struct Args {
     /// OpenShift their annotations give the proxy's uid).
     #[command(flatten)]
     pub platform: PlatformArgs,
+    /// `--kubeconfig` / `--in-cluster`: the Namespaces (in place of `--namespaces`, which then serves
+    /// only OpenShift's annotations) and, without `--webhook-config`, this injector's
+    /// MutatingWebhookConfigurations are read from the cluster.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    #[command(flatten)]
+    pub select: SelectArgs,
 }
 
 /// Why explain could not run; each names the flag or document, the field and the value.
 #[derive(Debug, thiserror::Error)]
 pub enum ExplainError {
+    /// `--kubeconfig` / `--in-cluster` gave no Namespaces or configurations (the object named).
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
     /// The manifest could not be read.
-    #[error("cannot read {path}: {error}")]
+    #[error("-f {path}: {error}")]
     Read { path: String, error: std::io::Error },
     /// The injector configuration is invalid.
     #[error(transparent)]
@@ -113,7 +125,7 @@ pub enum ExplainError {
     NamespaceLabels { value: String, reason: String },
     /// `--webhook-config` cannot be read or holds no configuration.
     #[error(transparent)]
-    WebhookConfig(#[from] DoctorError),
+    WebhookConfig(#[from] ReadError),
     /// A webhook entry cannot be evaluated.
     #[error("--webhook-config {path}: {error}")]
     Entry { path: String, error: EntryError },
@@ -125,10 +137,7 @@ pub enum ExplainError {
     Connection(#[from] traffic::ConnectionError),
     /// A document of the manifest cannot be explained.
     #[error("{path}: {error}")]
-    Manifest {
-        path: String,
-        error: KubeInjectError,
-    },
+    Manifest { path: String, error: ManifestError },
 }
 
 /// The webhook entry called.
@@ -255,52 +264,6 @@ impl Item {
     }
 }
 
-/// Namespace labels by namespace name.
-type NamespaceLabels = BTreeMap<String, Map<String, Value>>;
-
-/// Reads the Namespace objects of `--namespaces`: labels by name.
-fn read_namespaces(path: &Path) -> Result<NamespaceLabels, ObjectsError> {
-    let source = path.display().to_string();
-    let mut out = BTreeMap::new();
-    for (i, obj) in kube_objects::read(path)?.iter().enumerate() {
-        let err = |field: &str, reason: String| ObjectsError::Invalid {
-            path: source.clone(),
-            object: kube_objects::describe(obj, i),
-            field: field.to_string(),
-            reason,
-        };
-        if obj.pointer("/kind").and_then(Value::as_str) != Some("Namespace") {
-            let kind = obj.pointer("/kind").unwrap_or(&Value::Null);
-            return Err(err("kind", format!("{kind} is not Namespace")));
-        }
-        let name = obj
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| err("metadata.name", "is required".to_string()))?;
-        let labels = match obj.pointer("/metadata/labels") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(m)) => {
-                if let Some((k, v)) = m.iter().find(|(_, v)| !v.is_string()) {
-                    return Err(err(
-                        &format!("metadata.labels.{k}"),
-                        format!("value {v} must be a string"),
-                    ));
-                }
-                m.clone()
-            }
-            Some(other) => {
-                return Err(err(
-                    "metadata.labels",
-                    format!("must be a mapping of strings, got {other}"),
-                ))
-            }
-        };
-        out.insert(name.to_string(), labels);
-    }
-    Ok(out)
-}
-
 /// Parses `--namespace-labels k=v,...`, each label checked as a selector's `matchLabels` would be.
 fn parse_namespace_labels(value: &str) -> Result<Map<String, Value>, ExplainError> {
     let mut out = Map::new();
@@ -320,14 +283,10 @@ fn parse_namespace_labels(value: &str) -> Result<Map<String, Value>, ExplainErro
 }
 
 /// The webhook entries, in call order: from `--webhook-config`, else generated.
-fn load_entries(args: &Args, settings: &Settings) -> Result<Vec<Entry>, ExplainError> {
+fn load_entries(args: &Args, settings: &Settings) -> Result<Router, ExplainError> {
     match &args.webhook_config {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| DoctorError::Read {
-                flag: "--webhook-config",
-                path: path.clone(),
-                source,
-            })?;
+            let text = webhook_entry::read_file(path)?;
             entries_from(Some((path, &text)), settings)
         }
         None => entries_from(None, settings),
@@ -336,51 +295,48 @@ fn load_entries(args: &Args, settings: &Settings) -> Result<Vec<Entry>, ExplainE
 
 /// The entries of `file` (path and text), else of the configurations `injector webhook-config`
 /// generates for the settings' revision.
-fn entries_from(
-    file: Option<(&Path, &str)>,
-    settings: &Settings,
-) -> Result<Vec<Entry>, ExplainError> {
-    let (hooks, path, objects) = match file {
-        Some((path, text)) => {
-            let hooks = doctor::read_hooks(path, text)?;
-            let objects = kube_objects::parse(text, &path.display().to_string())?;
-            (hooks, path.display().to_string(), objects)
-        }
-        None => {
-            let gen_err = |reason: String| ExplainError::Generate {
-                revision: settings.revision.clone(),
-                reason,
-            };
-            let by_default = settings
-                .values
-                .pointer("/sidecarInjectorWebhook/enableNamespacesByDefault")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            let mut wc = webhook_config::Args::for_revision(&settings.revision, false)
-                .map_err(|e| gen_err(e.to_string()))?;
-            // Istio's charts emit `auto.` only for the default revision.
-            wc.enable_namespaces_by_default = by_default && wc.named_revision().is_none();
-            let configs = wc
-                .configurations(None)
-                .map_err(|e| gen_err(e.to_string()))?;
-            let hooks = webhook::hooks_of(&configs).map_err(|e| gen_err(e.to_string()))?;
-            let objects = configs
-                .iter()
-                .map(serde_json::to_value)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| gen_err(e.to_string()))?;
-            (hooks, "(generated)".to_string(), objects)
-        }
+fn entries_from(file: Option<(&Path, &str)>, settings: &Settings) -> Result<Router, ExplainError> {
+    if let Some((path, text)) = file {
+        return router(
+            webhook_entry::read(path, text)?,
+            &path.display().to_string(),
+        );
+    }
+    let gen_err = |reason: String| ExplainError::Generate {
+        revision: settings.revision.clone(),
+        reason,
     };
-    Entry::parse_all(&hooks, &objects).map_err(|error| ExplainError::Entry { path, error })
+    let by_default = fields::path(
+        &settings.values,
+        ["sidecarInjectorWebhook", "enableNamespacesByDefault"],
+    )
+    .and_then(Value::as_bool)
+    .unwrap_or(false);
+    let mut wc = webhook_config::Args::for_revision(&settings.revision, false)
+        .map_err(|e| gen_err(e.to_string()))?;
+    // Istio's charts emit `auto.` only for the default revision.
+    wc.enable_namespaces_by_default = by_default && wc.named_revision().is_none();
+    let configs = wc
+        .configurations(None)
+        .map_err(|e| gen_err(e.to_string()))?;
+    let entries = webhook_entry::generated(&configs).map_err(|e| gen_err(e.to_string()))?;
+    router(entries, "(generated)")
+}
+
+/// The entries in call order, every one of them evaluable (`path` names where they come from).
+fn router(entries: Vec<Entry>, path: &str) -> Result<Router, ExplainError> {
+    Router::new(entries).map_err(|error| ExplainError::Entry {
+        path: path.to_string(),
+        error,
+    })
 }
 
 /// Everything loaded once for a run.
 struct Context {
     engine: Engine,
-    entries: Vec<Entry>,
-    /// `--namespaces`, when given: labels by namespace.
-    namespaces: Option<(String, NamespaceLabels)>,
+    entries: Router,
+    /// `--namespaces` (or the cluster's), when given, and where they came from.
+    namespaces: Option<(String, Namespaces)>,
     /// `--namespace-labels`.
     namespace_labels: Map<String, Value>,
     connections: Vec<traffic::Connection>,
@@ -393,11 +349,11 @@ impl Context {
         let mut labels = Map::new();
         let mut warning = None;
         if let Some((path, known)) = &self.namespaces {
-            match known.get(namespace) {
+            match known.labels(namespace) {
                 Some(l) => labels.extend(l.clone()),
                 None => {
                     warning = Some(format!(
-                        "namespace {namespace:?} is not in --namespaces {path}: taken to have no labels but {NAMESPACE_NAME_LABEL}{}",
+                        "namespace {namespace:?} is not in {path}: taken to have no labels but {NAMESPACE_NAME_LABEL}{}",
                         if self.namespace_labels.is_empty() { "" } else { " and --namespace-labels" }
                     ))
                 }
@@ -413,33 +369,36 @@ impl Context {
 
     /// Explains one workload object.
     fn explain(&self, obj: &Value, kind: &str, at: Position) -> Result<Item, DocumentError> {
-        let tmpl = kube_inject::pod_template(obj, kind)?;
+        let tmpl = manifest::pod_template(obj, kind)?;
         let mut pod = tmpl.pod;
         if kind == "CronJob" {
             // kube-inject writes a CronJob's labels on the Job template (as Istio's does); the pod the
             // webhook sees carries the pod template's.
             let at = "spec.jobTemplate.spec.template.metadata";
-            let meta = match obj.pointer("/spec/jobTemplate/spec/template/metadata") {
-                Some(m @ Value::Object(_)) => m.clone(),
-                None | Some(Value::Null) => Value::Object(Map::new()),
-                Some(_) => return Err(kube_inject::field(at, "expected a mapping")),
-            };
-            kube_inject::check_metadata(&meta, at)?;
+            let meta =
+                match fields::path(obj, ["spec", "jobTemplate", "spec", "template", "metadata"]) {
+                    Some(m @ Value::Object(_)) => m.clone(),
+                    None | Some(Value::Null) => Value::Object(Map::new()),
+                    Some(_) => return Err(manifest::field(at, "expected a mapping")),
+                };
+            manifest::check_metadata(&meta, at)?;
             pod["metadata"] = meta;
         }
         let namespace = Some(tmpl.obj_namespace.as_str())
             .filter(|n| !n.is_empty())
-            .or_else(|| pod.pointer("/metadata/namespace").and_then(Value::as_str))
+            .or_else(|| fields::path(&pod, ["metadata", "namespace"]).and_then(Value::as_str))
             .filter(|n| !n.is_empty())
             .unwrap_or("default")
             .to_string();
         // As the webhook's pod: namespace defaulted from the request.
-        pod["metadata"]["namespace"] = Value::String(namespace.clone());
+        webhook_request::normalise(&mut pod, Some(&namespace));
 
         let mut warnings = warnings::own_metadata(obj, kind, &tmpl.what);
         let (ns_labels, ns_warning) = self.namespace_labels(&namespace);
         warnings.extend(ns_warning);
-        let routing = webhook::route(&self.entries, &namespace, &ns_labels, pod::labels(&pod));
+        let routing = self
+            .entries
+            .route(&namespace, &ns_labels, pod::labels(&pod));
         let mut item = Item {
             document: at.index,
             item: at.item,
@@ -493,7 +452,9 @@ impl Context {
 
     /// Per entry not called, why (the configuration named when there are several).
     fn missed(&self, routing: &Routing<'_>) -> Vec<String> {
-        let several = self.entries.windows(2).any(|w| w[0].config != w[1].config);
+        let mut configs = self.entries.entries().map(|e| &e.config);
+        let first = configs.next();
+        let several = configs.any(|c| Some(c) != first);
         routing
             .missed
             .iter()
@@ -521,7 +482,7 @@ impl Context {
         }
         let mut labels = pod::labels(pod).cloned().unwrap_or_default();
         labels.insert(INJECT_KEY.to_string(), Value::String("true".to_string()));
-        let with_label = webhook::route(&self.entries, namespace, ns_labels, Some(&labels));
+        let with_label = self.entries.route(namespace, ns_labels, Some(&labels));
         with_label
             .called
             .first()
@@ -538,38 +499,20 @@ impl Context {
         kind: &str,
         entry: &Entry,
     ) -> Result<(), DocumentError> {
-        if self.engine.openshift() {
-            crate::openshift::clear_proxy_user_equal_to_app(pod);
+        if let Some(cleared) = webhook_request::openshift_cleared(&self.engine, pod) {
+            *pod = cleared;
         }
-        let workload = if kind == "Pod" {
-            workload::deploy_meta_from_pod(pod)
-        } else {
-            Workload {
-                kind: kind.to_string(),
-                api_version: obj
-                    .get("apiVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-                name: item.name.clone(),
-                namespace: item.namespace.clone(),
-            }
-        };
-        let req = InjectRequest {
-            pod: &*pod,
-            workload: &workload,
-            url_env: crate::admission::parse_inject_envs(&entry.path),
-            mode: Mode::Webhook,
-        };
-        let injected = match self.engine.inject(&req) {
-            Ok(p) => p,
-            Err(e) => {
-                warnings.push(format!(
-                    "the webhook answers with an error, so the API server refuses the pod: {e}"
-                ));
-                return Ok(());
-            }
-        };
+        let workload = manifest::workload(obj, kind, pod, &item.namespace);
+        let injected =
+            match webhook_request::inject(&self.engine, pod, Some(&workload), &entry.path) {
+                Ok(p) => p,
+                Err(e) => {
+                    warnings.push(format!(
+                        "the webhook answers with an error, so the API server refuses the pod: {e}"
+                    ));
+                    return Ok(());
+                }
+            };
         item.injected = true;
         item.templates = self.engine.templates(pod::annotations(pod), Mode::Webhook);
         warnings.extend(warnings::job_without_native_sidecar(kind, &injected));
@@ -578,7 +521,7 @@ impl Context {
         item.init_args = pod::find_named(inits, pod::INIT_CONTAINER)
             .or_else(|| pod::find_named(inits, pod::VALIDATION_CONTAINER))
             .map(|c| {
-                c.get("args")
+                c.field("args")
                     .and_then(Value::as_array)
                     .into_iter()
                     .flatten()
@@ -589,7 +532,7 @@ impl Context {
         match &item.init_args {
             Some(args) if !self.connections.is_empty() => {
                 item.connections = traffic::walk(args, &self.connections).map_err(|e| {
-                    kube_inject::field("initContainers[istio-init].args", e.to_string())
+                    manifest::field("initContainers[istio-init].args", e.to_string())
                 })?;
             }
             None if !self.connections.is_empty() => warnings.push(
@@ -601,37 +544,26 @@ impl Context {
     }
 }
 
-/// Explains every workload of a manifest stream.
-struct Explainer<'a> {
-    ctx: &'a Context,
-    items: Vec<Item>,
-}
-
-impl StreamVisitor for Explainer<'_> {
-    fn workload(&mut self, obj: &mut Value, kind: &str, at: Position) -> Result<(), DocumentError> {
-        let item = self.ctx.explain(obj, kind, at)?;
-        self.items.push(item);
-        Ok(())
-    }
-
-    fn document(&mut self, _raw: &str, _doc: Option<&mut Value>) -> Result<(), DocumentError> {
-        Ok(())
-    }
-}
-
 /// Loads everything `args` names (configuration, cluster state, webhook entries, namespaces,
 /// connections).
 fn context(args: &Args) -> Result<Context, ExplainError> {
     let settings = Settings::load(&args.config)?;
-    let entries = load_entries(args, &settings)?;
     // `--namespaces` gives labels here; its annotations matter only on OpenShift (as for serve).
     let cluster = ClusterState::load(
         &args.cluster,
         args.platform.is_openshift().then_some(&args.platform),
     )?;
-    let namespaces = match &args.platform.namespaces {
-        Some(p) => Some((p.display().to_string(), read_namespaces(p)?)),
-        None => None,
+    let (entries, namespaces) = if args.kube.wanted() {
+        from_cluster(args, &settings)?
+    } else {
+        let namespaces = match &args.platform.namespaces {
+            Some(p) => Some((
+                format!("--namespaces {}", p.display()),
+                Namespaces::load(p)?,
+            )),
+            None => None,
+        };
+        (load_entries(args, &settings)?, namespaces)
     };
     let namespace_labels = match &args.namespace_labels {
         Some(v) => parse_namespace_labels(v)?,
@@ -647,17 +579,47 @@ fn context(args: &Args) -> Result<Context, ExplainError> {
     })
 }
 
+/// The entries (the cluster's configurations, unless `--webhook-config` names a file) and the Namespaces
+/// read through `--kubeconfig` / `--in-cluster`.
+fn from_cluster(
+    args: &Args,
+    settings: &Settings,
+) -> Result<(Router, Option<(String, Namespaces)>), ExplainError> {
+    let (rt, client) = kube_read::connect(&args.kube)?;
+    let source = kube_read::source(&args.kube);
+    let objects = rt
+        .block_on(kube_read::namespaces(&client))
+        .map_err(ClusterError::from)?;
+    let namespaces = Namespaces::from_objects(objects, &source)?;
+    let entries = match &args.webhook_config {
+        Some(_) => load_entries(args, settings)?,
+        None => {
+            let configs = rt
+                .block_on(kube_read::webhook_configurations(&client, &args.select))
+                .map_err(ClusterError::from)?;
+            router(kube_read::entries(&configs, &args.kube)?, &source)?
+        }
+    };
+    Ok((entries, Some((source, namespaces))))
+}
+
 /// Explains the manifest `input` (`source` names it in errors).
 fn explain_stream(ctx: &Context, input: &str, source: &str) -> Result<Vec<Item>, ExplainError> {
-    let mut explainer = Explainer {
-        ctx,
-        items: Vec::new(),
-    };
-    kube_inject::visit_stream(input, &mut explainer).map_err(|error| ExplainError::Manifest {
+    let failed = |error| ExplainError::Manifest {
         path: source.to_string(),
         error,
-    })?;
-    Ok(explainer.items)
+    };
+    let mut items = Vec::new();
+    for doc in manifest::documents(input) {
+        let doc = doc.map_err(failed)?;
+        for (at, kind) in doc.workloads() {
+            let item = ctx
+                .explain(doc.object(at), &kind, at)
+                .map_err(|e| failed(doc.error(at.item, e)))?;
+            items.push(item);
+        }
+    }
+    Ok(items)
 }
 
 /// The text form: each item's, and once, when a connection was walked, what the walk assumes.
@@ -683,29 +645,15 @@ pub fn run(args: Args) -> Result<(), ExplainError> {
     for w in &ctx.engine.settings.warnings {
         eprintln!("warning: {w}");
     }
-    let input = if args.filename == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .map_err(|error| ExplainError::Read {
-                path: "-".to_string(),
-                error,
-            })?;
-        s
-    } else {
-        std::fs::read_to_string(&args.filename).map_err(|error| ExplainError::Read {
+    let input =
+        crate::input::read_text_or_stdin(&args.filename).map_err(|error| ExplainError::Read {
             path: args.filename.clone(),
             error,
-        })?
-    };
+        })?;
     let items = explain_stream(&ctx, &input, &args.filename)?;
     match args.output {
         Output::Text => print!("{}", text(&items)),
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&json(&items))
-                .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-        ),
+        Output::Json => output::print_json(&json(&items)),
     }
     Ok(())
 }

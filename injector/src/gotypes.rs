@@ -39,6 +39,7 @@ pub(crate) enum F {
     IntOrStr,
 }
 
+use crate::fields::Fields;
 use F::*;
 
 pub(crate) const CONTAINER: &[(&str, F)] = &[
@@ -186,7 +187,7 @@ pub(crate) fn go_struct(v: &Value, fields: &[(&str, F)]) -> Value {
     let obj = v.as_object().unwrap_or(&empty);
     let mut out = Map::with_capacity(fields.len());
     for (name, kind) in fields {
-        let field = obj.get(*name).filter(|f| !f.is_null());
+        let field = obj.field(name).filter(|f| !f.is_null());
         let printed = match (*kind, field) {
             (StrAlways, None) => Some(Value::String(String::new())),
             (IntAlways | IntOrStr, None) => Some(Value::from(0)),
@@ -237,7 +238,8 @@ pub(crate) fn go_container(v: &Value) -> Value {
     go_struct(v, CONTAINER)
 }
 
-fn canonical_quantity_value(v: &Value) -> Value {
+/// A quantity as `resource.Quantity.MarshalJSON` writes it: the canonical text of a string or number.
+pub(crate) fn canonical_quantity_value(v: &Value) -> Value {
     let text = match v {
         Value::String(s) => s.clone(),
         Value::Number(n) => n.to_string(),

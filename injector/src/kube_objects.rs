@@ -6,18 +6,15 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use crate::fields::{self, Fields};
 use crate::yaml::{self, YamlError};
 
 /// A file of objects that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectsError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] crate::input::FlagFileError),
     /// A document is not valid YAML.
     #[error("{path}: document {document}: {source}")]
     Parse {
@@ -37,12 +34,9 @@ pub enum ObjectsError {
     },
 }
 
-/// Reads the objects of `path`.
-pub fn read(path: &Path) -> Result<Vec<Value>, ObjectsError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ObjectsError::Read {
-        path: path.display().to_string(),
-        source,
-    })?;
+/// Reads the objects of `path`, which `flag` names.
+pub fn read(flag: &'static str, path: &Path) -> Result<Vec<Value>, ObjectsError> {
+    let text = crate::input::read_flag_file(flag, path)?;
     parse(&text, &path.display().to_string())
 }
 
@@ -50,15 +44,15 @@ pub fn read(path: &Path) -> Result<Vec<Value>, ObjectsError> {
 /// `source` names the text in errors.
 pub fn parse(text: &str, source: &str) -> Result<Vec<Value>, ObjectsError> {
     let mut out = Vec::new();
-    for (document, doc) in yaml::split_documents(text).into_iter().enumerate() {
-        let v = yaml::parse(doc).map_err(|e| ObjectsError::Parse {
+    for (document, doc) in yaml::documents(text).into_iter().enumerate() {
+        let v = yaml::parse_at(doc).map_err(|e| ObjectsError::Parse {
             path: source.to_string(),
             document,
             source: e,
         })?;
         match v {
             Value::Null => {}
-            Value::Object(mut o) if o.get("kind").and_then(Value::as_str) == Some("List") => {
+            Value::Object(mut o) if o.field("kind").and_then(Value::as_str) == Some("List") => {
                 match o.remove("items") {
                     None | Some(Value::Null) => {}
                     Some(Value::Array(items)) => out.extend(items),
@@ -80,11 +74,11 @@ pub fn parse(text: &str, source: &str) -> Result<Vec<Value>, ObjectsError> {
 
 /// `Kind namespace/name` of an object for messages (`#index` stands in for a missing name).
 pub fn describe(obj: &Value, index: usize) -> String {
-    let s = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("");
-    let kind = Some(s("/kind"))
+    let s = |p: &[&str]| fields::path(obj, p).and_then(Value::as_str).unwrap_or("");
+    let kind = Some(s(&["kind"]))
         .filter(|k| !k.is_empty())
         .unwrap_or("object");
-    match (s("/metadata/namespace"), s("/metadata/name")) {
+    match (s(&["metadata", "namespace"]), s(&["metadata", "name"])) {
         (_, "") => format!("{kind} #{index}"),
         ("", name) => format!("{kind} {name}"),
         (ns, name) => format!("{kind} {ns}/{name}"),

@@ -28,7 +28,8 @@ enum Command {
     /// Inject sidecars into Kubernetes manifests offline (like `istioctl kube-inject`).
     KubeInject(injector::kube_inject::Args),
     /// Serve the MutatingAdmissionWebhook over HTTPS.
-    Serve(injector::server::Args),
+    // Boxed: serve's flags are most of the enum's size, and it is parsed once.
+    Serve(Box<injector::server::Args>),
     /// Generate a CA, a serving certificate and the MutatingWebhookConfigurations.
     Certs(injector::certs::Args),
     /// Print the MutatingWebhookConfigurations Istio's charts would register for this injector.
@@ -43,7 +44,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::KubeInject(args) => injector::kube_inject::run(args),
-        Command::Serve(args) => injector::server::run(args),
+        Command::Serve(args) => injector::server::run(*args),
         Command::Certs(args) => injector::certs::run(args),
         Command::WebhookConfig(args) => injector::webhook_config::run(args),
         // doctor's findings decide its status: 1 when one is an error.

@@ -29,6 +29,11 @@ pub enum FailureType {
     Decode,
     /// Injection failed for a decoded review (answered `allowed: false`).
     Inject,
+    /// No injection slot before the review's deadline, or the injection ran past it (answered
+    /// `allowed: false`; see `--review-deadline-ms`).
+    Deadline,
+    /// The budget of request-body bytes in flight was spent (answered 503 with `Retry-After`).
+    Overloaded,
 }
 
 impl FailureType {
@@ -39,6 +44,8 @@ impl FailureType {
             FailureType::ContentType => "content_type",
             FailureType::Decode => "decode",
             FailureType::Inject => "inject",
+            FailureType::Deadline => "deadline",
+            FailureType::Overloaded => "overloaded",
         }
     }
 }
@@ -74,8 +81,19 @@ pub struct Metrics {
     pub cert_last_success: Gauge<f64, AtomicU64>,
     pub cert_expiry_seconds: Gauge<i64>,
     pub connections: Gauge<i64>,
-    /// The webhook's cache of finished patches (`admission::Webhook`).
+    /// Idle connections closed to make room for a new one at `--max-connections`.
+    pub connections_closed_idle: Counter,
+    /// Injections running, including those whose review was already answered past its deadline.
+    pub injections_in_flight: Gauge<i64>,
+    /// Bytes of request bodies reserved in the global budget (`--max-body-bytes-in-flight`).
+    pub body_bytes_in_flight: Gauge<i64>,
+    /// The webhook's cache of finished patches (`server::admission::Webhook`).
     pub patch_cache: CacheCounters,
+    /// Failed list or watch calls of `serve --kubeconfig`, by resource (`cluster_watch`, `ca_bundle_patch`).
+    cluster_watch_errors: Family<Labels, Counter>,
+    /// caBundle patches sent to our webhook configurations, and those that failed (`ca_bundle_patch`).
+    pub webhook_patch_attempts: Counter,
+    pub webhook_patch_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -103,6 +121,12 @@ impl Metrics {
         let cert_last_success = Gauge::<f64, AtomicU64>::default();
         let cert_expiry_seconds = Gauge::<i64>::default();
         let connections = Gauge::<i64>::default();
+        let connections_closed_idle = Counter::default();
+        let injections_in_flight = Gauge::<i64>::default();
+        let body_bytes_in_flight = Gauge::<i64>::default();
+        let cluster_watch_errors = Family::<Labels, Counter>::default();
+        let webhook_patch_attempts = Counter::default();
+        let webhook_patch_failures = Counter::default();
 
         // prometheus-client appends `_total` to counters.
         registry.register(
@@ -160,6 +184,37 @@ impl Metrics {
             "Open HTTPS connections",
             connections.clone(),
         );
+        registry.register(
+            "injector_connections_closed_idle",
+            "Idle HTTPS connections closed to make room for a new one at the connection cap",
+            connections_closed_idle.clone(),
+        );
+        registry.register(
+            "injector_injections_in_flight",
+            "Injections running, including those already answered past their deadline",
+            injections_in_flight.clone(),
+        );
+        registry.register(
+            "injector_body_bytes_in_flight",
+            "Bytes of request bodies held across all connections",
+            body_bytes_in_flight.clone(),
+        );
+        registry.register(
+            "injector_cluster_watch_errors",
+            "Failed list or watch calls to the API server, by resource (the last state is kept)",
+            cluster_watch_errors.clone(),
+        );
+        // Istio's names (`pkg/webhooks/monitoring.go`).
+        registry.register(
+            "webhook_patch_attempts",
+            "caBundle patches sent to the revision's webhook configurations",
+            webhook_patch_attempts.clone(),
+        );
+        registry.register(
+            "webhook_patch_failures",
+            "caBundle patches that failed (retried)",
+            webhook_patch_failures.clone(),
+        );
         // The family keeps its historical name (`render_memo`, from when the cache held rendered
         // templates) so that dashboards and alerts on it go on working.
         let patch_cache = CacheCounters::default();
@@ -205,8 +260,21 @@ impl Metrics {
             cert_last_success,
             cert_expiry_seconds,
             connections,
+            connections_closed_idle,
+            injections_in_flight,
+            body_bytes_in_flight,
             patch_cache,
+            cluster_watch_errors,
+            webhook_patch_attempts,
+            webhook_patch_failures,
         }
+    }
+
+    /// Counts one failed list or watch of `resource` (its plural name).
+    pub fn cluster_watch_error(&self, resource: &'static str) {
+        self.cluster_watch_errors
+            .get_or_create(&vec![("resource", resource)])
+            .inc();
     }
 
     pub fn failure(&self, kind: FailureType) {

@@ -1,14 +1,11 @@
 //! OpenShift (istiod's `PLATFORM=openshift`): the proxy's uid and gid come from the pod's Namespace
 //! annotations (Istio's `inject.go` `GetProxyIDs` and `openshift.go`), and a user `istio-proxy` that runs as
-//! the app's uid loses that uid before injection (Istio's `webhook.go` `inject`).
-
-use std::collections::HashMap;
-use std::path::Path;
+//! the app's uid loses that uid before injection (Istio's `webhook.go` `inject`). The Namespaces are read
+//! by `namespaces`.
 
 use serde_json::{Map, Value};
 
 use crate::fields::Fields;
-use crate::kube_objects::{self, ObjectsError};
 
 /// Istio's proxy uid and gid off OpenShift, and whenever an annotation is missing or invalid.
 pub const DEFAULT_PROXY_ID: i64 = 1337;
@@ -17,83 +14,15 @@ pub const UID_RANGE_ANNOTATION: &str = "openshift.io/sa.scc.uid-range";
 /// The namespace annotation with the supplemental group blocks (comma-separated).
 pub const SUPPLEMENTAL_GROUPS_ANNOTATION: &str = "openshift.io/sa.scc.supplemental-groups";
 
-/// Namespace annotations by namespace name (`kubectl get ns -o yaml`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Namespaces {
-    annotations: HashMap<String, Map<String, Value>>,
-}
-
-impl Namespaces {
-    /// Reads the Namespace objects of a file.
-    pub fn load(path: &Path) -> Result<Namespaces, ObjectsError> {
-        Self::from_objects(kube_objects::read(path)?, &path.display().to_string())
-    }
-
-    /// Indexes parsed Namespace objects; `source` names them in errors.
-    pub fn from_objects(objects: Vec<Value>, source: &str) -> Result<Namespaces, ObjectsError> {
-        let mut annotations = HashMap::new();
-        for (i, obj) in objects.iter().enumerate() {
-            let err = |field: &str, reason: String| ObjectsError::Invalid {
-                path: source.to_string(),
-                object: kube_objects::describe(obj, i),
-                field: field.to_string(),
-                reason,
-            };
-            if obj.pointer("/kind").and_then(Value::as_str) != Some("Namespace") {
-                return Err(err(
-                    "kind",
-                    format!(
-                        "{} is not Namespace",
-                        obj.pointer("/kind").unwrap_or(&Value::Null)
-                    ),
-                ));
-            }
-            let name = obj
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty())
-                .ok_or_else(|| err("metadata.name", "is required".to_string()))?;
-            let ann = match obj.pointer("/metadata/annotations") {
-                None | Some(Value::Null) => Map::new(),
-                Some(Value::Object(m)) => {
-                    if let Some((k, v)) = m.iter().find(|(_, v)| !v.is_string()) {
-                        return Err(err(
-                            &format!("metadata.annotations.{k}"),
-                            format!("value {v} must be a string"),
-                        ));
-                    }
-                    m.clone()
-                }
-                Some(other) => {
-                    return Err(err(
-                        "metadata.annotations",
-                        format!("must be a mapping of strings, got {other}"),
-                    ))
-                }
-            };
-            annotations.insert(name.to_string(), ann);
-        }
-        Ok(Namespaces { annotations })
-    }
-
-    /// The proxy (uid, gid) for a pod in `namespace`; 1337/1337 when the namespace is unknown.
-    pub fn proxy_ids(&self, namespace: &str) -> (i64, i64) {
-        match self.annotations.get(namespace) {
-            Some(a) => proxy_ids(a),
-            None => (DEFAULT_PROXY_ID, DEFAULT_PROXY_ID),
-        }
-    }
-}
-
 /// Istio's `GetProxyIDs`: uid = end of the uid-range block; gid = end of the first supplemental-groups
 /// block (the uid range when that key is absent); anything missing or invalid gives 1337.
 pub fn proxy_ids(annotations: &Map<String, Value>) -> (i64, i64) {
-    let get = |k: &str| annotations.get(k).and_then(Value::as_str);
+    let get = |k: &str| annotations.field(k).and_then(Value::as_str);
     let uid = get(UID_RANGE_ANNOTATION)
         .filter(|t| !t.is_empty())
         .and_then(parse_block)
         .map_or(DEFAULT_PROXY_ID, i64::from);
-    let groups = if annotations.contains_key(SUPPLEMENTAL_GROUPS_ANNOTATION) {
+    let groups = if annotations.has_field(SUPPLEMENTAL_GROUPS_ANNOTATION) {
         get(SUPPLEMENTAL_GROUPS_ANNOTATION)
     } else {
         get(UID_RANGE_ANNOTATION)
@@ -177,7 +106,7 @@ pub fn clear_proxy_user_equal_to_app(pod: &mut Value) -> bool {
     };
     if spec
         .field(list)
-        .and_then(|cs| cs.get(index))
+        .and_then(|cs| cs.as_array()?.get(index))
         .and_then(|c| c.field("securityContext"))
         .is_none_or(Value::is_null)
     {
@@ -199,7 +128,7 @@ pub fn clear_proxy_user_equal_to_app(pod: &mut Value) -> bool {
     let Some(sc) = pod
         .field_mut("spec")
         .and_then(|s| s.field_mut(list))
-        .and_then(|cs| cs.get_mut(index))
+        .and_then(|cs| cs.as_array_mut()?.get_mut(index))
         .and_then(|c| c.field_mut("securityContext"))
         .and_then(Value::as_object_mut)
     else {
@@ -214,6 +143,7 @@ pub fn clear_proxy_user_equal_to_app(pod: &mut Value) -> bool {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::namespaces::Namespaces;
     use serde_json::json;
 
     fn ids(ann: Value) -> (i64, i64) {

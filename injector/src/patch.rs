@@ -9,7 +9,7 @@
 //! Paths are RFC 6901 pointers with `~` → `~0` and `/` → `~1` in keys.
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::fields::{same, Fields};
 
@@ -22,18 +22,6 @@ struct Op<'a> {
     value: Option<&'a Value>,
 }
 
-impl Op<'_> {
-    fn into_value(self) -> Value {
-        let mut m = Map::with_capacity(3);
-        m.insert("op".to_string(), Value::String(self.op.to_string()));
-        m.insert("path".to_string(), Value::String(self.path));
-        if let Some(v) = self.value {
-            m.insert("value".to_string(), v.clone());
-        }
-        Value::Object(m)
-    }
-}
-
 /// The operations that turn `original` into `result`, in patch order.
 fn operations<'a>(original: &Value, result: &'a Value) -> Vec<Op<'a>> {
     let mut ops = Vec::new();
@@ -42,18 +30,9 @@ fn operations<'a>(original: &Value, result: &'a Value) -> Vec<Op<'a>> {
     ops
 }
 
-/// The patch (a JSON array of operations) that turns `original` into `result`.
-pub fn create_patch(original: &Value, result: &Value) -> Value {
-    Value::Array(
-        operations(original, result)
-            .into_iter()
-            .map(Op::into_value)
-            .collect(),
-    )
-}
-
-/// [`create_patch`] serialised (what the AdmissionReview carries, before base64), with the values
-/// written from `result` by reference instead of being copied into a `Value` first.
+/// The patch (a JSON array of operations) that turns `original` into `result`, serialised (what the
+/// AdmissionReview carries, before base64), with the values written from `result` by reference instead
+/// of being copied into a `Value` first. The one patch path: the webhook calls it through `Engine::patch`.
 pub fn create_patch_json(original: &Value, result: &Value) -> Result<Vec<u8>, serde_json::Error> {
     let mut out = Vec::with_capacity(4096);
     serde_json::to_writer(&mut out, &operations(original, result))?;
@@ -197,6 +176,11 @@ mod tests {
         assert_eq!(apply(&a, &p), b);
     }
 
+    /// The patch as a JSON value, read back from the bytes the webhook sends.
+    fn create_patch(a: &Value, b: &Value) -> Value {
+        serde_json::from_slice(&create_patch_json(a, b).unwrap()).unwrap()
+    }
+
     #[test]
     fn json_bytes() {
         let a = json!({"a": 1});
@@ -323,9 +307,6 @@ mod tests {
         #[test]
         fn patch_applies_arbitrary(a in arb_json(), b in arb_json()) {
             let p = create_patch(&a, &b);
-            // the byte form is the same patch
-            let bytes = create_patch_json(&a, &b).unwrap();
-            prop_assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), p.clone());
             prop_assert_eq!(apply(&a, &p), b);
         }
 

@@ -2,7 +2,7 @@
 //! (`stripPod` and `reinsertOverrides` in Istio's `inject.go`), and `postProcessPod` in Istio's
 //! `webhook.go` (cluster env, Prometheus merge, probe rewrite, status annotation, container order).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{Map, Value};
 
@@ -114,7 +114,9 @@ pub fn strip_pod(pod: &Value, mesh: &Value) -> Value {
             ("initContainers", &status.init_containers),
         ] {
             if let Some(cs) = spec.field_mut(list).and_then(Value::as_array_mut) {
-                cs.retain(|c| !names.iter().any(|n| n == name_of(c)));
+                // A set: the annotation is the pod's own and may list any number of names.
+                let names: HashSet<&str> = names.iter().map(String::as_str).collect();
+                cs.retain(|c| !names.contains(name_of(c)));
             }
         }
     }
@@ -142,11 +144,14 @@ pub fn reinsert_overrides(pod: &mut Value) -> Result<(), PostProcessError> {
         ("containers", saved_containers),
         ("initContainers", saved_inits),
     ] {
+        // The names present, kept up to date as containers are appended (a scan per saved container
+        // would be quadratic in the annotation's size).
+        let mut present: HashSet<String> = containers(pod, list)
+            .iter()
+            .map(|x| name_of(x).to_string())
+            .collect();
         for c in saved {
-            let present = containers(pod, list)
-                .iter()
-                .any(|x| name_of(x) == name_of(&c));
-            if present {
+            if !present.insert(name_of(&c).to_string()) {
                 continue;
             }
             if let Some(spec) = ensure_map(pod, &["spec"]) {

@@ -64,7 +64,7 @@ fn prober_entry(
         let mut action = handler[kind].clone();
         match action.field("port") {
             Some(Value::String(name)) => {
-                let resolved = ports.get(name)?.clone();
+                let resolved = ports.field(name)?.clone();
                 action["port"] = resolved;
             }
             Some(p) if p.as_i64() == Some(target_port) => return None,

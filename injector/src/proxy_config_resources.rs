@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use crate::fields::{self, Fields};
 use crate::kube_objects::{self, ObjectsError};
 
 /// One ProxyConfig resource, converted to the mesh ProxyConfig fields it sets (Istio's
@@ -34,13 +35,18 @@ pub struct ProxyConfigResources {
 
 /// Fields of a resource's `spec` (istio/api `networking/v1beta1/proxy_config.proto`).
 const SPEC_FIELDS: [&str; 4] = ["selector", "concurrency", "environmentVariables", "image"];
+/// The only version of the ProxyConfig resource the API server serves.
+const API_VERSION: &str = "networking.istio.io/v1beta1";
 /// Istio's limit on an `environmentVariables` value.
 const MAX_ENV_VALUE: usize = 2048;
 
 impl ProxyConfigResources {
     /// Reads the resources of a file (`kubectl get proxyconfigs -A -o yaml`).
     pub fn load(path: &Path) -> Result<ProxyConfigResources, ObjectsError> {
-        Self::from_objects(kube_objects::read(path)?, &path.display().to_string())
+        Self::from_objects(
+            kube_objects::read("--proxy-configs", path)?,
+            &path.display().to_string(),
+        )
     }
 
     /// Validates and indexes parsed objects; `source` names them in errors.
@@ -48,7 +54,9 @@ impl ProxyConfigResources {
         objects: Vec<Value>,
         source: &str,
     ) -> Result<ProxyConfigResources, ObjectsError> {
-        let mut by_namespace: HashMap<String, Vec<ProxyConfigResource>> = HashMap::new();
+        let mut resources = Vec::new();
+        // The API server keeps one object per namespace/name; two in the file would silently shadow.
+        let mut seen: HashMap<(String, String), usize> = HashMap::new();
         for (i, obj) in objects.iter().enumerate() {
             let r = resource(obj).map_err(|(field, reason)| ObjectsError::Invalid {
                 path: source.to_string(),
@@ -56,12 +64,54 @@ impl ProxyConfigResources {
                 field,
                 reason,
             })?;
+            if let Some(first) = seen.insert((r.namespace.clone(), r.name.clone()), i) {
+                return Err(ObjectsError::Invalid {
+                    path: source.to_string(),
+                    object: format!("{} (object #{i})", kube_objects::describe(obj, i)),
+                    field: "metadata.name".to_string(),
+                    reason: format!(
+                        "object #{first} has the same namespace and name; a cluster holds one"
+                    ),
+                });
+            }
+            resources.push(r);
+        }
+        Ok(Self::index(resources))
+    }
+
+    /// The resources of a watch (`serve --kubeconfig`): an object the webhook cannot use (the CRD keeps
+    /// unknown fields, so the API server stores some) is left out and returned as an error to log, and
+    /// the others still apply, as Istio's `GetProxyConfigs` lists only what its config store converted.
+    pub fn from_cluster(
+        objects: &[Value],
+        source: &str,
+    ) -> (ProxyConfigResources, Vec<ObjectsError>) {
+        let mut resources = Vec::new();
+        let mut errors = Vec::new();
+        for (i, obj) in objects.iter().enumerate() {
+            match resource(obj) {
+                Ok(r) => resources.push(r),
+                Err((field, reason)) => errors.push(ObjectsError::Invalid {
+                    path: source.to_string(),
+                    object: kube_objects::describe(obj, i),
+                    field,
+                    reason,
+                }),
+            }
+        }
+        (Self::index(resources), errors)
+    }
+
+    /// Groups resources by namespace, each group oldest first, then by name.
+    fn index(resources: Vec<ProxyConfigResource>) -> ProxyConfigResources {
+        let mut by_namespace: HashMap<String, Vec<ProxyConfigResource>> = HashMap::new();
+        for r in resources {
             by_namespace.entry(r.namespace.clone()).or_default().push(r);
         }
         for group in by_namespace.values_mut() {
             group.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
         }
-        Ok(ProxyConfigResources { by_namespace })
+        ProxyConfigResources { by_namespace }
     }
 
     /// The oldest namespace-wide resource of `namespace`.
@@ -82,7 +132,7 @@ impl ProxyConfigResources {
             r.selector.as_ref().is_some_and(|sel| {
                 !sel.is_empty()
                     && sel.iter().all(|(k, v)| {
-                        labels.and_then(|l| l.get(k)).and_then(Value::as_str) == Some(v.as_str())
+                        labels.and_then(|l| l.field(k)).and_then(Value::as_str) == Some(v.as_str())
                     })
             })
         })
@@ -133,7 +183,7 @@ pub fn merge_with_precedence(acc: &mut Map<String, Value>, level: &Map<String, V
             continue;
         }
         if k == "proxyMetadata" {
-            if let (Some(Value::Object(lower)), Value::Object(higher)) = (acc.get_mut(k), v) {
+            if let (Some(Value::Object(lower)), Value::Object(higher)) = (acc.field_mut(k), v) {
                 for (mk, mv) in higher {
                     lower.insert(mk.clone(), mv.clone());
                 }
@@ -202,30 +252,33 @@ fn string_map(v: &Value, field: &str) -> Result<BTreeMap<String, String>, FieldE
 }
 
 fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
-    let s = |p: &str| obj.pointer(p).and_then(Value::as_str);
-    let api = s("/apiVersion").unwrap_or("");
-    if !api.starts_with("networking.istio.io/") {
+    let s = |p: &[&str]| fields::path(obj, p).and_then(Value::as_str);
+    // The ProxyConfig CRD serves one version (istio/api `networking/v1beta1/proxy_config.proto`).
+    if s(&["apiVersion"]) != Some(API_VERSION) {
         return Err(invalid(
             "apiVersion",
-            format!("{api:?} is not networking.istio.io/v1beta1"),
+            format!(
+                "{} is not {API_VERSION}",
+                fields::path(obj, ["apiVersion"]).unwrap_or(&Value::Null)
+            ),
         ));
     }
-    if s("/kind") != Some("ProxyConfig") {
+    if s(&["kind"]) != Some("ProxyConfig") {
         return Err(invalid(
             "kind",
             format!(
                 "{} is not ProxyConfig",
-                obj.pointer("/kind").unwrap_or(&Value::Null)
+                fields::path(obj, ["kind"]).unwrap_or(&Value::Null)
             ),
         ));
     }
-    let name = s("/metadata/name")
+    let name = s(&["metadata", "name"])
         .filter(|n| !n.is_empty())
         .ok_or_else(|| invalid("metadata.name", "is required"))?;
-    let namespace = s("/metadata/namespace")
+    let namespace = s(&["metadata", "namespace"])
         .filter(|n| !n.is_empty())
         .ok_or_else(|| invalid("metadata.namespace", "is required (list with -A)"))?;
-    let created = match obj.pointer("/metadata/creationTimestamp") {
+    let created = match fields::path(obj, ["metadata", "creationTimestamp"]) {
         None | Some(Value::Null) => 0,
         Some(Value::String(t)) => kube_objects::parse_timestamp(t).ok_or_else(|| {
             invalid(
@@ -241,7 +294,7 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
         }
     };
     let empty = Map::new();
-    let spec = match obj.get("spec") {
+    let spec = match obj.field("spec") {
         None | Some(Value::Null) => &empty,
         Some(Value::Object(m)) => m,
         Some(other) => return Err(invalid("spec", format!("must be a mapping, got {other}"))),
@@ -255,7 +308,7 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
             ),
         ));
     }
-    let selector = match spec.get("selector") {
+    let selector = match spec.field("selector") {
         None | Some(Value::Null) => None,
         Some(Value::Object(sel)) => {
             if let Some(k) = sel.keys().find(|k| *k != "matchLabels") {
@@ -265,7 +318,7 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
                 ));
             }
             Some(string_map(
-                sel.get("matchLabels").unwrap_or(&Value::Null),
+                sel.field("matchLabels").unwrap_or(&Value::Null),
                 "spec.selector.matchLabels",
             )?)
         }
@@ -277,7 +330,7 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
         }
     };
     let mut overlay = Map::new();
-    match spec.get("concurrency") {
+    match spec.field("concurrency") {
         None | Some(Value::Null) => {}
         Some(v) => match v.as_i64() {
             Some(c) if (0..=i64::from(i32::MAX)).contains(&c) => {
@@ -291,8 +344,18 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
             }
         },
     }
-    if let Some(env) = spec.get("environmentVariables").filter(|v| !v.is_null()) {
+    if let Some(env) = spec.field("environmentVariables").filter(|v| !v.is_null()) {
         let env = string_map(env, "spec.environmentVariables")?;
+        if let Some(k) = env.keys().find(|k| !crate::validate::is_env_var_name(k)) {
+            return Err(invalid(
+                "spec.environmentVariables",
+                format!(
+                    "{:?} is not a valid environment variable name (not empty, printable ASCII, \
+                     no '=')",
+                    k
+                ),
+            ));
+        }
         if let Some((k, v)) = env.iter().find(|(_, v)| v.len() > MAX_ENV_VALUE) {
             return Err(invalid(
                 &format!("spec.environmentVariables.{k}"),
@@ -308,7 +371,7 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
             .collect();
         overlay.insert("proxyMetadata".to_string(), Value::Object(env));
     }
-    match spec.get("image") {
+    match spec.field("image") {
         None | Some(Value::Null) => {}
         Some(Value::Object(img)) => {
             if let Some(k) = img.keys().find(|k| *k != "imageType") {
@@ -317,7 +380,7 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
                     "unknown field (an image has imageType only)",
                 ));
             }
-            match img.get("imageType") {
+            match img.field("imageType") {
                 None | Some(Value::Null) | Some(Value::String(_)) => {}
                 Some(other) => {
                     return Err(invalid(
@@ -394,6 +457,47 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("metadata.namespace"), "{e}");
+        for name in ["A\\tB", "", "A\\nB", "A=B"] {
+            let e = load(&format!(
+                "{head}spec: {{environmentVariables: {{\"{name}\": v}}}}\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("field spec.environmentVariables: ")
+                    && e.contains("not a valid environment variable name"),
+                "{name:?}: {e}"
+            );
+        }
+        for api in [
+            "networking.istio.io/v9",
+            "networking.istio.io/v1",
+            "v1beta1",
+        ] {
+            let e = load(&head.replace("networking.istio.io/v1beta1", api))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("field apiVersion: ") && e.contains(api),
+                "{api}: {e}"
+            );
+        }
+        let e = load(&format!(
+            "{head}spec: {{concurrency: 1}}\n---\n{head}spec: {{concurrency: 2}}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "pc.yaml: ProxyConfig ns/x (object #1): field metadata.name: object #0 has the same \
+             namespace and name; a cluster holds one"
+        );
+        // The same name in two namespaces is two resources.
+        load(&format!(
+            "{head}---\n{}",
+            head.replace("namespace: ns", "namespace: other")
+        ))
+        .unwrap();
         let long = "x".repeat(2049);
         let e = load(&format!(
             "{head}spec: {{environmentVariables: {{A: {long}}}}}\n"

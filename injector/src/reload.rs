@@ -10,6 +10,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::fs;
 use std::hash::{Hash, Hasher};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// A set of watched paths and the fingerprint last seen.
@@ -83,16 +84,36 @@ fn hash_path(p: &Path, h: &mut DefaultHasher, depth: u32) {
                 hash_path(&n, h, depth + 1);
             }
         }
-        Ok(_) => match fs::read(p) {
-            Ok(bytes) => {
+        // Streamed in chunks and bounded like the loaders (`input`): a watched file swapped for an endless
+        // one costs one chunk of memory and the limit's worth of reading, and its loader then refuses it.
+        Ok(md) => match fs::File::open(p) {
+            Ok(f) => {
                 2u8.hash(h);
-                bytes.hash(h);
+                md.len().hash(h);
+                if let Err(e) = hash_content(f, h) {
+                    3u8.hash(h);
+                    e.kind().hash(h);
+                }
             }
             Err(e) => {
                 3u8.hash(h);
                 e.kind().hash(h);
             }
         },
+    }
+}
+
+/// Feeds at most `MAX_INPUT_BYTES + 1` bytes of `f` to `h`, 64 KiB at a time.
+fn hash_content(f: fs::File, h: &mut DefaultHasher) -> std::io::Result<()> {
+    let mut f = f.take(crate::input::MAX_INPUT_BYTES + 1);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => h.write(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 

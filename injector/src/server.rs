@@ -3,44 +3,60 @@
 //! The webhook is fail-closed in the cluster (a down or slow webhook blocks pod creation), so this module is
 //! about staying up and answering fast: HTTP/1.1 and HTTP/2 over rustls, Istio's status codes (Istio's `webhook.go`
 //! `serveInject`),
-//! timeouts for slow clients, a cap on connections, hot reload of the certificate and of the configuration
+//! timeouts for slow clients, injections off the I/O threads under a concurrency limit and a per-review
+//! deadline, a global budget of request-body bytes, a cap on connections that closes the oldest idle one
+//! for a new one, hot reload of the certificate and of the configuration
 //! (a broken new file keeps the last good one), metrics on a separate plain-HTTP port, and a graceful
 //! shutdown on SIGTERM that finishes the requests in flight.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Incoming};
-use hyper::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
-use crate::admission::{self, OutcomeKind};
 use crate::cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
+use crate::cluster_watch::ClusterWatch;
 use crate::config::{ConfigArgs, Settings};
+use crate::config_map_watch::{self, ConfigMapArgs, Documents};
 use crate::engine::Engine;
+use crate::kube_client::KubeArgs;
 use crate::metrics::{FailureType, Metrics, ReloadResult};
 use crate::reload::Watch;
 use crate::tls::{self, CertStore};
+use crate::webhook_config::{read_ca_bundle, CaBundleArgs};
+
+pub(crate) mod admission;
+
+use admission::OutcomeKind;
 
 /// Istio's `MaxRequestBodyBytes` (`pkg/kube/util.go`): larger bodies are answered 400.
 pub const MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
 /// After an oversized body, read (and discard) at most this much more so the client gets the 400 instead of
 /// a connection reset from unread data; beyond it the connection is simply closed.
 const MAX_DRAIN_BYTES: usize = 32 * 1024 * 1024;
+/// Bodies from this size on are "large": they may use only part of the injection slots and of the body
+/// budget, so that a few huge pods cannot starve ordinary ones (a typical pod's review is 2–20 KiB).
+pub const LARGE_BODY_BYTES: usize = 256 * 1024;
+/// Reviews smaller than this get their cheap part (decode, decision, cache) on the I/O thread: about
+/// 0.1 ms of parsing at most, less than a hand-off to the blocking pool costs a typical review.
+pub const INLINE_BODY_BYTES: usize = 64 * 1024;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -58,8 +74,19 @@ pub struct Args {
     pub proxy_configs: ProxyConfigArgs,
     #[command(flatten)]
     pub platform: PlatformArgs,
+    /// With either, ProxyConfigs (and Namespaces with `--platform openshift`, Nodes with
+    /// `--native-sidecars auto`) are watched in the cluster instead of read from `--proxy-configs` /
+    /// `--namespaces` (`/readyz` fails until the first full list).
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    #[command(flatten)]
+    pub ca: CaBundleArgs,
+    #[command(flatten)]
+    pub webhook_config_names: crate::ca_bundle_patch::WebhookConfigNamesArgs,
+    #[command(flatten)]
+    pub config_maps: ConfigMapArgs,
     /// HTTPS address of the webhook (`127.0.0.1:0` picks a free port; see `--port-file`).
-    #[arg(long, env = "INJECTOR_LISTEN", default_value = "0.0.0.0:15017")]
+    #[arg(long, env = "INJECTOR_LISTEN", default_value = "0.0.0.0:15017", value_parser = listen_address)]
     pub listen: SocketAddr,
     /// PEM certificate chain served (reloaded when the file changes).
     #[arg(long, env = "INJECTOR_TLS_CERT")]
@@ -68,7 +95,12 @@ pub struct Args {
     #[arg(long, env = "INJECTOR_TLS_KEY")]
     pub tls_key: PathBuf,
     /// Plain-HTTP address for `/metrics`, `/healthz` and `/readyz`.
-    #[arg(long, env = "INJECTOR_METRICS_LISTEN", default_value = "0.0.0.0:15014")]
+    #[arg(
+        long,
+        env = "INJECTOR_METRICS_LISTEN",
+        default_value = "0.0.0.0:15014",
+        value_parser = listen_address
+    )]
     pub metrics_listen: SocketAddr,
     /// Write the bound addresses here once listening (`https=ADDR` and `metrics=ADDR` lines; written
     /// atomically), for callers that asked for port 0.
@@ -80,10 +112,15 @@ pub struct Args {
     /// How often the certificate and configuration files are checked for changes, in milliseconds.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(10..))]
     pub reload_interval_ms: u64,
-    /// Most HTTPS connections served at once; further ones wait in the kernel's accept queue.
+    /// Most HTTPS connections open at once. At the cap, a new connection is accepted and the oldest idle
+    /// one (in its TLS handshake or between requests) is closed; only when every connection has a request
+    /// in flight do new ones wait in the kernel's accept queue.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
-    /// Seconds a client has to complete the TLS handshake and send a request's headers.
+    /// Seconds a client has to complete the TLS handshake.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub handshake_timeout_secs: u64,
+    /// Seconds a client has to send a request's headers.
     #[arg(long, default_value_t = 10)]
     pub header_timeout_secs: u64,
     /// Seconds a client has to send a request's body.
@@ -99,23 +136,52 @@ pub struct Args {
     /// Worker threads (default: one per CPU).
     #[arg(long)]
     pub worker_threads: Option<usize>,
-    /// Run injections on tokio's blocking pool instead of inline on the worker (measurably slower for the
-    /// sub-millisecond injections here; kept for very large pods or templates).
-    #[arg(long)]
+    /// Injections running at once (default: twice the CPUs, at least 4). Reviews wait for a slot until
+    /// their deadline.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_injections: Option<u32>,
+    /// Of those, injections of bodies of 256 KiB or more (at most a quarter of the slots, at least one):
+    /// their working set is many times their body (a 5 MiB review's injection peaks near 100 MiB), so
+    /// by default one at a time.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_large_injections: u32,
+    /// Milliseconds from a review's arrival until it is answered `allowed: false` if its injection has
+    /// not finished (or not started); keep it below the webhook entry's `timeoutSeconds` (10 s by
+    /// default), so that the API server gets this answer rather than its own timeout.
+    #[arg(long, default_value_t = 8000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub review_deadline_ms: u64,
+    /// Bytes of request bodies held at once across all connections; a request that would pass it is
+    /// answered 503 with `Retry-After: 1`. Bodies of 256 KiB or more may use only three quarters of it.
+    #[arg(long, default_value_t = DEFAULT_BODY_BUDGET, value_parser = clap::value_parser!(u64).range(MAX_BODY_BYTES as u64..))]
+    pub max_body_bytes_in_flight: u64,
+    /// No effect: injections always run off the I/O threads now (kept so that existing command lines
+    /// still parse).
+    #[arg(long, hide = true)]
     pub blocking_pool: bool,
 }
+
+/// The default of `--max-body-bytes-in-flight`: five bodies at Istio's 6 MiB limit (see README, "what
+/// fits in 128 Mi").
+pub const DEFAULT_BODY_BUDGET: u64 = 32 * 1024 * 1024;
 
 /// State shared by all connections.
 struct State {
     /// The engine of the current configuration and the configuration's generation number (bumped on
     /// every reload, for the patch cache's key).
     engine: RwLock<(u64, Arc<Engine>)>,
+    /// Held from reading what a new engine is built from to its swap, so that a configuration reload
+    /// and a cluster change never build from each other's stale half.
+    rebuild: Mutex<()>,
+    /// The watches of `--kubeconfig` / `--in-cluster`, for readiness.
+    cluster: Option<ClusterWatch>,
     webhook: admission::Webhook,
     metrics: Arc<Metrics>,
     certs: Arc<CertStore>,
     shutting_down: AtomicBool,
     body_timeout: Duration,
-    blocking_pool: bool,
+    review_deadline: Duration,
+    limiter: Limiter,
+    bodies: Arc<BodyBudget>,
 }
 
 impl State {
@@ -125,11 +191,255 @@ impl State {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+
+    /// Swaps in a new engine under a new generation (the patch cache's key).
+    fn swap_engine(&self, engine: Engine) {
+        let engine = Arc::new(engine);
+        let mut current = self.engine.write().unwrap_or_else(|e| e.into_inner());
+        *current = (current.0.wrapping_add(1), engine);
+    }
+}
+
+/// The injection slots: every injection holds one of `all`; one with a large body also holds one of
+/// `large` (at most a quarter of them), so that huge pods leave most slots to ordinary ones and their
+/// working sets do not add up.
+struct Limiter {
+    all: Arc<Semaphore>,
+    large: Arc<Semaphore>,
+}
+
+/// The slots an injection holds until it ends, answered or not.
+struct Slots {
+    _all: OwnedSemaphorePermit,
+    _large: Option<OwnedSemaphorePermit>,
+}
+
+impl Limiter {
+    fn new(slots: usize, large: usize) -> Limiter {
+        Limiter {
+            all: Arc::new(Semaphore::new(slots.max(1))),
+            large: Arc::new(Semaphore::new(large.min(slots / 4).max(1))),
+        }
+    }
+
+    /// Waits for the slots of a review with a `body_len`-byte body (`None` only if closed, which never
+    /// happens).
+    async fn acquire(&self, body_len: usize) -> Option<Slots> {
+        let large = if body_len >= LARGE_BODY_BYTES {
+            Some(self.large.clone().acquire_owned().await.ok()?)
+        } else {
+            None
+        };
+        let all = self.all.clone().acquire_owned().await.ok()?;
+        Some(Slots {
+            _all: all,
+            _large: large,
+        })
+    }
+}
+
+/// The global budget of request-body bytes held across all connections.
+#[derive(Debug)]
+struct BodyBudget {
+    limit: usize,
+    /// What large bodies may use at most: the rest stays for ordinary reviews.
+    large_limit: usize,
+    used: AtomicUsize,
+    metrics: Arc<Metrics>,
+}
+
+/// Bytes reserved in a [`BodyBudget`], given back when dropped.
+#[derive(Debug)]
+struct Reservation {
+    budget: Arc<BodyBudget>,
+    bytes: usize,
+}
+
+impl BodyBudget {
+    fn new(limit: usize, metrics: Arc<Metrics>) -> BodyBudget {
+        BodyBudget {
+            limit,
+            large_limit: limit - limit / 4,
+            used: AtomicUsize::new(0),
+            metrics,
+        }
+    }
+
+    /// Takes `n` more bytes if they fit under the limit for a body that will be `total` bytes (large
+    /// bodies fit under the lower limit).
+    fn take(&self, n: usize, total: usize) -> bool {
+        let limit = if total >= LARGE_BODY_BYTES {
+            self.large_limit
+        } else {
+            self.limit
+        };
+        let ok = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|&u| u <= limit)
+            })
+            .is_ok();
+        if ok {
+            self.metrics.body_bytes_in_flight.inc_by(n as i64);
+        }
+        ok
+    }
+
+    fn reserve(self: &Arc<Self>, n: usize) -> Option<Reservation> {
+        self.take(n, n).then(|| Reservation {
+            budget: self.clone(),
+            bytes: n,
+        })
+    }
+}
+
+impl Reservation {
+    /// Grows the reservation to `total` bytes; false (and unchanged) when over budget.
+    fn grow_to(&mut self, total: usize) -> bool {
+        if total <= self.bytes {
+            return true;
+        }
+        if !self.budget.take(total - self.bytes, total) {
+            return false;
+        }
+        self.bytes = total;
+        true
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.budget
+            .metrics
+            .body_bytes_in_flight
+            .dec_by(self.bytes as i64);
+    }
+}
+
+/// One open HTTPS connection as the accept loop sees it.
+#[derive(Debug)]
+struct ConnState {
+    started: Instant,
+    /// Requests in flight; 0 means idle (in the handshake or between requests).
+    busy: AtomicUsize,
+    /// Notified when the connection is to close to make room at the cap.
+    close: Notify,
+}
+
+/// The open connections, for closing the oldest idle one at the cap.
+#[derive(Debug, Default)]
+struct Registry {
+    next: AtomicU64,
+    conns: Mutex<HashMap<u64, Arc<ConnState>>>,
+}
+
+/// A registered connection; unregisters when dropped.
+struct Registered {
+    registry: Arc<Registry>,
+    id: u64,
+    state: Arc<ConnState>,
+}
+
+impl Registry {
+    fn register(self: &Arc<Self>) -> Registered {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let state = Arc::new(ConnState {
+            started: Instant::now(),
+            busy: AtomicUsize::new(0),
+            close: Notify::new(),
+        });
+        self.conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, state.clone());
+        Registered {
+            registry: self.clone(),
+            id,
+            state,
+        }
+    }
+
+    /// Tells the oldest idle connection to close (and forgets it, so it is not picked twice); false when
+    /// every connection is busy.
+    fn close_oldest_idle(&self) -> bool {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let victim = conns
+            .iter()
+            .filter(|(_, c)| c.busy.load(Ordering::Acquire) == 0)
+            .min_by_key(|(_, c)| c.started)
+            .map(|(id, _)| *id);
+        match victim.and_then(|id| conns.remove(&id)) {
+            Some(c) => {
+                c.close.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.registry
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+    }
+}
+
+/// Counts a request in flight on its connection while alive.
+struct Busy(Arc<ConnState>);
+
+impl Busy {
+    fn new(c: Arc<ConnState>) -> Busy {
+        c.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(c)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Counts an injection in `injector_injections_in_flight` while alive.
+struct Running(Arc<Metrics>);
+
+impl Running {
+    fn new(m: Arc<Metrics>) -> Running {
+        m.injections_in_flight.inc();
+        Running(m)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.injections_in_flight.dec();
+    }
+}
+
+/// Raises the soft limit of open files to the hard one, as Go's runtime does for Istio's injector at start
+/// (`os/rlimit.go`): the default soft limit of 1024 is below `--max-connections` plus the process' own files.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(soft, hard, error = %e, "could not raise the open-files limit");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not read the open-files limit"),
+    }
 }
 
 /// Runs `injector serve` until SIGTERM/SIGINT.
 pub fn run(args: Args) -> anyhow::Result<()> {
     init_logging(args.log_format);
+    raise_open_files_limit();
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     rt.enable_all();
     if let Some(n) = args.worker_threads {
@@ -142,11 +452,43 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     result
 }
 
+/// A listen address, `IP:PORT`: std's parser says only "invalid socket address syntax", so a port out
+/// of range or a missing port is named here.
+fn listen_address(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    let expected = "expected IP:PORT, e.g. 0.0.0.0:15017 or [::]:15017";
+    // A bare IPv6 address (`::1`) has colons but no port.
+    let split = s
+        .rsplit_once(':')
+        .filter(|_| s.parse::<std::net::Ipv6Addr>().is_err());
+    match split {
+        Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) && !port.is_empty() => {
+            let host_ok = host.parse::<std::net::Ipv4Addr>().is_ok()
+                || host
+                    .strip_prefix('[')
+                    .and_then(|h| h.strip_suffix(']'))
+                    .is_some_and(|h| h.parse::<std::net::Ipv6Addr>().is_ok());
+            if host_ok {
+                Err(format!("port {port} is out of range (0-65535)"))
+            } else {
+                Err(format!("{host:?} is not an IP address ({expected})"))
+            }
+        }
+        _ => Err(format!("{expected}, with a port 0-65535")),
+    }
+}
+
 fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal: a log written to a file or a pipe (kubectl logs, a CI log) would
+    // otherwise carry ANSI escape codes.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     // A second initialisation (tests calling run twice) is not an error worth failing for.
     let _ = match format {
@@ -160,12 +502,16 @@ pub fn config_paths(args: &ConfigArgs) -> Vec<PathBuf> {
     args.watched_paths()
 }
 
-/// What the engine is built from: the configuration files and the cluster state files, reloaded together.
+/// What the engine is built from: the configuration files and the cluster state files, reloaded together;
+/// or, with a cluster client, the configuration files and the last state the watches handed over.
 #[derive(Debug, Clone)]
 struct Sources {
     config: ConfigArgs,
     proxy_configs: ProxyConfigArgs,
     platform: PlatformArgs,
+    watched: Option<Arc<Mutex<ClusterState>>>,
+    /// `--injector-configmap` / `--mesh-configmap`: the documents last read through the API.
+    config_maps: Option<(ConfigMapArgs, Arc<Mutex<Documents>>)>,
 }
 
 impl Sources {
@@ -180,10 +526,36 @@ impl Sources {
 
     /// Loads every file; the first failure names its file, so a reload keeps the previous engine.
     fn load(&self) -> anyhow::Result<Engine> {
-        let settings =
-            Settings::load(&self.config).context("loading the injector configuration")?;
-        let cluster = ClusterState::load(&self.proxy_configs, Some(&self.platform))
-            .context("loading the cluster state (--proxy-configs, --namespaces)")?;
+        let settings = match &self.config_maps {
+            Some((args, docs)) => {
+                let d = docs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                fn text(d: &Option<config_map_watch::Document>) -> Option<(&str, &str)> {
+                    d.as_ref().map(|d| (d.source.as_str(), d.text.as_str()))
+                }
+                // A deleted ConfigMap is not a configuration: the last one stays (Istio's watcher
+                // only ever hands over a ConfigMap it read).
+                if args.injector.is_some() && d.values.is_none() && d.config.is_none() {
+                    anyhow::bail!(
+                        "ConfigMap {}/{} has neither a config nor a values key (deleted?)",
+                        args.namespace,
+                        args.injector.as_deref().unwrap_or_default()
+                    );
+                }
+                Settings::from_texts(
+                    text(&d.values),
+                    text(&d.mesh),
+                    text(&d.config),
+                    &self.config,
+                )
+                .context("loading the injector configuration from its ConfigMaps")?
+            }
+            None => Settings::load(&self.config).context("loading the injector configuration")?,
+        };
+        let cluster = match &self.watched {
+            Some(w) => w.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            None => ClusterState::load(&self.proxy_configs, Some(&self.platform))
+                .context("loading the cluster state (--proxy-configs, --namespaces)")?,
+        };
         for w in &cluster.warnings {
             tracing::warn!("{w}");
         }
@@ -192,13 +564,54 @@ impl Sources {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
+    // Installed before anything is announced (the log line, --port-file): a SIGTERM right after the
+    // announcement must find the handler, not the default action that kills without draining.
+    let signals = Signals::install()?;
     let provider = tls::crypto_provider();
     let metrics = Arc::new(Metrics::new());
 
+    let client = args.kube.client().await?;
+    if client.is_some() {
+        if let Some(flag) = [
+            args.proxy_configs
+                .proxy_configs
+                .as_ref()
+                .map(|_| "--proxy-configs"),
+            args.platform.namespaces.as_ref().map(|_| "--namespaces"),
+        ]
+        .into_iter()
+        .flatten()
+        .next()
+        {
+            anyhow::bail!("{flag} is read from files; with --kubeconfig or --in-cluster the cluster is watched instead, so give one or the other");
+        }
+    }
+    let config_maps = match &client {
+        _ if !args.config_maps.wanted() => None,
+        None => anyhow::bail!(
+            "--injector-configmap and --mesh-configmap read the cluster: give --kubeconfig or --in-cluster"
+        ),
+        Some(_) if !args.config.watched_paths().is_empty() => anyhow::bail!(
+            "--injector-configmap / --mesh-configmap replace --values, --injector-config, --mesh-config and --config-dir; give one or the other"
+        ),
+        Some(client) => {
+            let docs = config_map_watch::read(client, &args.config_maps).await?;
+            Some((args.config_maps.clone(), Arc::new(Mutex::new(docs))))
+        }
+    };
     let sources = Sources {
+        config_maps,
         config: args.config.clone(),
         proxy_configs: args.proxy_configs.clone(),
         platform: args.platform.clone(),
+        // Until the first sync: no resources, and readiness fails.
+        watched: client.as_ref().map(|_| {
+            Arc::new(Mutex::new(ClusterState {
+                proxy_configs: Some(Default::default()),
+                openshift: args.platform.is_openshift(),
+                ..ClusterState::default()
+            }))
+        }),
     };
     let engine = sources.load()?;
     metrics.config_reload(ReloadResult::Success);
@@ -209,18 +622,90 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     metrics
         .cert_expiry_seconds
         .set(certs.seconds_until_expiry());
+    // The CA our webhook configurations must carry, patched in by `ca_bundle_patch`.
+    let ca = match (&client, &args.ca.ca_bundle) {
+        (Some(client), Some(path)) => {
+            let (tx, rx) = watch::channel(Arc::new(read_ca_bundle(path)?));
+            let revision = crate::ca_bundle_patch::revision_label(&args.config.revision);
+            crate::ca_bundle_patch::start(
+                client.clone(),
+                revision.to_string(),
+                args.webhook_config_names.webhook_config_names.clone(),
+                rx,
+                metrics.clone(),
+            );
+            Some((path.clone(), tx))
+        }
+        (None, Some(path)) => {
+            tracing::warn!(path = %path.display(), "--ca-bundle has no effect on serve without --kubeconfig or --in-cluster");
+            None
+        }
+        _ => None,
+    };
     let tls_config = tls::server_config(certs.clone(), provider.clone())?;
     let acceptor = TlsAcceptor::from(Arc::new(tls_config));
 
-    let state = Arc::new(State {
+    let state = Arc::new_cyclic(|weak: &std::sync::Weak<State>| State {
         engine: RwLock::new((0, Arc::new(engine))),
+        rebuild: Mutex::new(()),
+        cluster: match (&client, &sources.watched) {
+            (Some(client), Some(watched)) => {
+                let (weak, watched) = (weak.clone(), watched.clone());
+                Some(ClusterWatch::start(
+                    client.clone(),
+                    args.platform.is_openshift(),
+                    args.config.native_sidecars == crate::config::NativeSidecars::Auto,
+                    metrics.clone(),
+                    move |cluster| {
+                        if let Some(st) = weak.upgrade() {
+                            cluster_changed(&st, &watched, cluster);
+                        }
+                    },
+                ))
+            }
+            _ => None,
+        },
         webhook: admission::Webhook::new(metrics.patch_cache.clone()),
         metrics: metrics.clone(),
         certs: certs.clone(),
         shutting_down: AtomicBool::new(false),
         body_timeout: Duration::from_secs(args.body_timeout_secs),
-        blocking_pool: args.blocking_pool,
+        review_deadline: Duration::from_millis(args.review_deadline_ms),
+        limiter: Limiter::new(
+            args.max_concurrent_injections.map_or_else(
+                || {
+                    std::thread::available_parallelism()
+                        .map_or(2, |n| n.get())
+                        .saturating_mul(2)
+                        .max(4)
+                },
+                |n| n as usize,
+            ),
+            args.max_large_injections as usize,
+        ),
+        bodies: Arc::new(BodyBudget::new(
+            usize::try_from(args.max_body_bytes_in_flight).unwrap_or(usize::MAX),
+            metrics.clone(),
+        )),
     });
+    if let (Some(client), Some((cm_args, docs))) = (&client, &sources.config_maps) {
+        let initial = docs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let (weak, sources, docs) = (Arc::downgrade(&state), sources.clone(), docs.clone());
+        config_map_watch::start(
+            client.clone(),
+            cm_args,
+            initial,
+            metrics.clone(),
+            move |d| {
+                if let Some(st) = weak.upgrade() {
+                    config_maps_changed(&st, &sources, &docs, d);
+                }
+            },
+        );
+    }
+    if args.blocking_pool {
+        tracing::warn!("--blocking-pool has no effect: injections always run off the I/O threads");
+    }
 
     let listener = TcpListener::bind(args.listen)
         .await
@@ -243,6 +728,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         sources,
         args.tls_cert.clone(),
         args.tls_key.clone(),
+        ca,
         Duration::from_millis(args.reload_interval_ms),
     ));
     tokio::spawn(metrics_server(
@@ -257,12 +743,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         acceptor,
         state.clone(),
         connections.clone(),
-        Duration::from_secs(args.header_timeout_secs),
+        Timeouts {
+            handshake: Duration::from_secs(args.handshake_timeout_secs),
+            header: Duration::from_secs(args.header_timeout_secs),
+        },
         shutdown_rx.clone(),
     );
     let accept = tokio::spawn(accept);
 
-    let signal = wait_for_signal().await?;
+    let signal = signals.recv().await;
     tracing::info!(
         signal,
         "shutting down: readiness off, finishing requests in flight"
@@ -290,14 +779,28 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
-async fn wait_for_signal() -> anyhow::Result<&'static str> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
+/// The signals that stop the server, handled from [`Signals::install`] on.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        })
+    }
+
+    /// The name of the first signal received.
+    async fn recv(mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
 }
 
 fn write_port_file(path: &PathBuf, https: SocketAddr, metrics: SocketAddr) -> std::io::Result<()> {
@@ -306,23 +809,29 @@ fn write_port_file(path: &PathBuf, https: SocketAddr, metrics: SocketAddr) -> st
     std::fs::rename(&tmp, path)
 }
 
+/// How long the accept loop waits at the cap before looking again for an idle connection to close.
+const CAP_RECHECK: Duration = Duration::from_millis(50);
+
+/// How long an idle connection told to close may take to finish (an HTTP/2 GOAWAY; an HTTP/1 connection
+/// between requests closes at once).
+const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+struct Timeouts {
+    handshake: Duration,
+    header: Duration,
+}
+
 async fn accept_loop(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     state: Arc<State>,
     connections: Arc<Semaphore>,
-    header_timeout: Duration,
+    timeouts: Timeouts,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let registry = Arc::new(Registry::default());
+    let timeouts = Arc::new(timeouts);
     loop {
-        // Take a connection slot first: at the cap, connections wait in the kernel's backlog.
-        let permit = tokio::select! {
-            p = connections.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => return,
-            },
-            _ = stopped(&mut shutdown) => return,
-        };
         let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(c) => c,
@@ -335,12 +844,43 @@ async fn accept_loop(
             },
             _ = stopped(&mut shutdown) => return,
         };
+        // At the cap, close the oldest idle connection for this one: otherwise clients that connect and
+        // never speak would keep the API server's connections waiting in the backlog. When all are busy,
+        // wait (looking again for one that became idle).
+        let permit = loop {
+            if let Ok(p) = connections.clone().try_acquire_owned() {
+                break p;
+            }
+            if registry.close_oldest_idle() {
+                state.metrics.connections_closed_idle.inc();
+            }
+            tokio::select! {
+                p = connections.clone().acquire_owned() => match p {
+                    Ok(p) => break p,
+                    Err(_) => return,
+                },
+                _ = tokio::time::sleep(CAP_RECHECK) => {}
+                _ = stopped(&mut shutdown) => return,
+            }
+        };
         let acceptor = acceptor.clone();
         let state = state.clone();
         let shutdown = shutdown.clone();
+        let registered = registry.register();
+        let timeouts = timeouts.clone();
         tokio::spawn(async move {
             state.metrics.connections.inc();
-            serve_connection(tcp, peer, acceptor, state.clone(), header_timeout, shutdown).await;
+            serve_connection(
+                tcp,
+                peer,
+                acceptor,
+                state.clone(),
+                &registered.state,
+                &timeouts,
+                shutdown,
+            )
+            .await;
+            drop(registered);
             state.metrics.connections.dec();
             drop(permit);
         });
@@ -352,31 +892,45 @@ async fn serve_connection(
     peer: SocketAddr,
     acceptor: TlsAcceptor,
     state: Arc<State>,
-    header_timeout: Duration,
+    conn_state: &Arc<ConnState>,
+    timeouts: &Timeouts,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let _ = tcp.set_nodelay(true);
-    let tls = match tokio::time::timeout(header_timeout, acceptor.accept(tcp)).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
-            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            tracing::debug!(%peer, "TLS handshake timed out");
+    let tls = tokio::select! {
+        r = tokio::time::timeout(timeouts.handshake, acceptor.accept(tcp)) => match r {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "TLS handshake timed out");
+                return;
+            }
+        },
+        _ = conn_state.close.notified() => {
+            tracing::debug!(%peer, "closed in the TLS handshake to make room at the connection cap");
             return;
         }
     };
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let counted = conn_state.clone();
     let service = service_fn(move |req| {
         let state = state.clone();
-        async move { Ok::<_, Infallible>(route(state, req).await) }
+        // Counted as soon as the headers are in, so the connection is not taken for idle.
+        let busy = Busy::new(counted.clone());
+        async move {
+            let resp = route(state, req).await;
+            drop(busy);
+            Ok::<_, Infallible>(resp)
+        }
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout)
+        .header_read_timeout(timeouts.header)
         .keep_alive(true);
     builder
         .http2()
@@ -396,6 +950,14 @@ async fn serve_connection(
         _ = stopped(&mut shutdown) => {
             conn.as_mut().graceful_shutdown();
             conn.await
+        }
+        _ = conn_state.close.notified() => {
+            tracing::debug!(%peer, "closing an idle connection to make room at the connection cap");
+            conn.as_mut().graceful_shutdown();
+            match tokio::time::timeout(IDLE_CLOSE_GRACE, conn).await {
+                Ok(r) => r,
+                Err(_) => Ok(()),
+            }
         }
     };
     if let Err(e) = result {
@@ -430,6 +992,11 @@ async fn route(state: Arc<State>, req: Request<Incoming>) -> Resp {
 fn readiness(state: &State) -> Resp {
     if state.shutting_down.load(Ordering::SeqCst) {
         text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    } else if state.cluster.as_ref().is_some_and(|c| !c.synced()) {
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for the first list of the cluster watches\n",
+        )
     } else {
         text(StatusCode::OK, "ok\n")
     }
@@ -439,20 +1006,30 @@ fn readiness(state: &State) -> Resp {
 enum BodyError {
     TooLarge,
     TimedOut,
+    /// The global budget of body bytes in flight (`--max-body-bytes-in-flight`) would be passed.
+    OverBudget,
     Broken(String),
 }
 
-/// Reads the body up to `limit` bytes within `timeout`. An oversized body is drained (bounded) so that the
-/// client, still writing, reads the 400 rather than a reset.
+/// Reads the body up to `limit` bytes within `timeout`, holding its bytes in `budget`: a declared length
+/// is reserved (and allocated) up front, a body of unknown length (chunked, or HTTP/2 without the header)
+/// as its buffer grows. An oversized body is drained (bounded, not kept) so that the client, still
+/// writing, reads the 400 rather than a reset.
 async fn read_body(
     mut body: Incoming,
     limit: usize,
     timeout: Duration,
-) -> Result<Bytes, BodyError> {
+    budget: &Arc<BodyBudget>,
+) -> Result<(Bytes, Reservation), BodyError> {
     let declared = body.size_hint().exact();
-    let mut buf =
-        BytesMut::with_capacity(declared.map_or(16 * 1024, |n| n.min(limit as u64) as usize));
     let deadline = tokio::time::Instant::now() + timeout;
+    let oversized = declared.is_some_and(|n| n > limit as u64);
+    let initial = match declared {
+        Some(n) if !oversized => n as usize,
+        _ => 0,
+    };
+    let mut reservation = budget.reserve(initial).ok_or(BodyError::OverBudget)?;
+    let mut buf = BytesMut::with_capacity(initial);
     let mut seen = 0usize;
     loop {
         let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
@@ -463,34 +1040,51 @@ async fn read_body(
         };
         if let Ok(data) = frame.into_data() {
             seen = seen.saturating_add(data.len());
-            if seen > limit {
-                if seen > MAX_DRAIN_BYTES || declared.is_some_and(|n| n > MAX_DRAIN_BYTES as u64) {
+            if seen > limit || oversized {
+                if seen > MAX_DRAIN_BYTES {
                     return Err(BodyError::TooLarge);
                 }
-                buf.clear();
+                buf = BytesMut::new();
                 continue;
+            }
+            if seen > buf.capacity() {
+                // Unknown length: grow by doubling (at most to the limit), reserving before allocating.
+                let want = seen.max(buf.capacity().saturating_mul(2)).min(limit);
+                if !reservation.grow_to(want) {
+                    return Err(BodyError::OverBudget);
+                }
+                buf.reserve(want - buf.len());
             }
             buf.extend_from_slice(&data);
         }
     }
-    if seen > limit {
+    if seen > limit || oversized {
         return Err(BodyError::TooLarge);
     }
-    Ok(buf.freeze())
+    Ok((buf.freeze(), reservation))
 }
 
 async fn inject(state: Arc<State>, req: Request<Incoming>) -> Resp {
     let start = Instant::now();
     let metrics = &state.metrics;
     metrics.requests.inc();
-    let resp = inject_inner(&state, req).await;
+    let resp = inject_inner(&state, req, start).await;
     metrics.time.observe(start.elapsed().as_secs_f64());
     resp
 }
 
-async fn inject_inner(state: &Arc<State>, req: Request<Incoming>) -> Resp {
-    let start = Instant::now();
+/// Marks an HTTP/1 answer as the connection's last (the rest of the body may still be in flight; HTTP/2
+/// resets just the stream, and forbids the header).
+fn close_after(r: &mut Resp, version: hyper::Version) {
+    if version < hyper::Version::HTTP_2 {
+        r.headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+}
+
+async fn inject_inner(state: &Arc<State>, req: Request<Incoming>, start: Instant) -> Resp {
     let metrics = &state.metrics;
+    let deadline = start + state.review_deadline;
     let (parts, body) = req.into_parts();
     let path = percent_decode(parts.uri.path());
 
@@ -503,10 +1097,22 @@ async fn inject_inner(state: &Arc<State>, req: Request<Incoming>) -> Resp {
     let body = if declared_too_large {
         Err(BodyError::TooLarge)
     } else {
-        read_body(body, MAX_BODY_BYTES, state.body_timeout).await
+        read_body(body, MAX_BODY_BYTES, state.body_timeout, &state.bodies).await
     };
-    let body = match body {
+    let (body, reservation) = match body {
         Ok(b) => b,
+        Err(BodyError::OverBudget) => {
+            metrics.failure(FailureType::Overloaded);
+            tracing::warn!(path = %path, "rejected request: request bodies in flight over --max-body-bytes-in-flight");
+            let mut r = text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many request bodies in flight (--max-body-bytes-in-flight); retry\n",
+            );
+            r.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            close_after(&mut r, parts.version);
+            return r;
+        }
         Err(e) => {
             metrics.failure(FailureType::BodyRead);
             let msg = match e {
@@ -515,15 +1121,11 @@ async fn inject_inner(state: &Arc<State>, req: Request<Incoming>) -> Resp {
                 }
                 BodyError::TimedOut => "timed out reading the request body".to_string(),
                 BodyError::Broken(e) => format!("reading the request body: {e}"),
+                BodyError::OverBudget => String::new(),
             };
             tracing::warn!(path = %path, error = %msg, "rejected request");
             let mut r = text(StatusCode::BAD_REQUEST, msg);
-            // The rest of the body may still be in flight: do not reuse this HTTP/1 connection (HTTP/2
-            // resets just the stream, and forbids the header).
-            if parts.version < hyper::Version::HTTP_2 {
-                r.headers_mut()
-                    .insert(CONNECTION, HeaderValue::from_static("close"));
-            }
+            close_after(&mut r, parts.version);
             return r;
         }
     };
@@ -542,25 +1144,58 @@ async fn inject_inner(state: &Arc<State>, req: Request<Incoming>) -> Resp {
         );
     }
 
+    // A small review's cheap part (decoding, the decision, a cached patch) costs about its parse, so it
+    // is answered here: most reviews are skips or a workload's replicas, and a hand-off to the blocking
+    // pool would cost them more than the work. Only the engine's injection leaves the I/O threads.
     let (generation, engine) = state.engine();
-    let outcome = if state.blocking_pool {
-        let path = path.clone();
-        let state = Arc::clone(state);
-        match tokio::task::spawn_blocking(move || {
-            std::panic::catch_unwind(AssertUnwindSafe(|| {
-                state.webhook.handle(&engine, generation, &body, &path)
-            }))
-        })
-        .await
-        {
-            Ok(r) => r,
-            Err(_) => Err(Box::new("injection task cancelled") as Box<dyn std::any::Any + Send>),
-        }
-    } else {
-        // A panic in the engine is a bug, but must cost one request, not the connection or the process.
+    let cheap = if body.len() < INLINE_BODY_BYTES {
         std::panic::catch_unwind(AssertUnwindSafe(|| {
-            state.webhook.handle(&engine, generation, &body, &path)
+            state
+                .webhook
+                .answer_cheap(&engine, generation, &body, &path)
         }))
+        .transpose()
+    } else {
+        None
+    };
+    let outcome = match cheap {
+        Some(answered) => answered,
+        None => {
+            // Injections run on the blocking pool, never on the I/O threads that also answer probes and other
+            // reviews, each holding its slots (and its body's bytes) until it actually ends.
+            let deadline_at = tokio::time::Instant::from_std(deadline);
+            let slots =
+                match tokio::time::timeout_at(deadline_at, state.limiter.acquire(body.len())).await
+                {
+                    Ok(Some(slots)) => slots,
+                    _ => {
+                        return past_deadline(state, body, path, "waiting for an injection slot")
+                            .await
+                    }
+                };
+            let task = {
+                let state = Arc::clone(state);
+                let body = body.clone();
+                let path = path.clone();
+                let running = Running::new(state.metrics.clone());
+                tokio::task::spawn_blocking(move || {
+                    let held = (slots, reservation, running);
+                    // A panic in the engine is a bug, but must cost one request, not the connection or the process.
+                    let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        state.webhook.handle(&engine, generation, &body, &path)
+                    }));
+                    drop(held);
+                    r
+                })
+            };
+            match tokio::time::timeout_at(deadline_at, task).await {
+                Err(_) => return past_deadline(state, body, path, "injecting").await,
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => {
+                    Err(Box::new("injection task cancelled") as Box<dyn std::any::Any + Send>)
+                }
+            }
+        }
     };
     let outcome = match outcome {
         Ok(o) => o,
@@ -590,8 +1225,19 @@ async fn inject_inner(state: &Arc<State>, req: Request<Incoming>) -> Resp {
             "undecodable"
         }
     };
-    // Istio counts every written review as a success, `allowed: false` included.
-    metrics.success.inc();
+    respond(state, outcome, decision, &path, start)
+}
+
+/// Writes a review's answer, logs it and counts it (Istio counts every written review as a success,
+/// `allowed: false` included).
+fn respond(
+    state: &State,
+    outcome: admission::ReviewOutcome,
+    decision: &str,
+    path: &str,
+    start: Instant,
+) -> Resp {
+    state.metrics.success.inc();
     let latency_us = start.elapsed().as_micros() as u64;
     if matches!(outcome.kind, OutcomeKind::Failed | OutcomeKind::Undecodable) {
         tracing::warn!(uid = %outcome.uid, namespace = %outcome.namespace, pod = %outcome.pod,
@@ -604,6 +1250,25 @@ async fn inject_inner(state: &Arc<State>, req: Request<Incoming>) -> Resp {
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
+}
+
+/// The answer to a review not injected by its deadline: `allowed: false` saying so, counted as a
+/// `deadline` failure. Its uid is read off the I/O threads (the body may be megabytes).
+async fn past_deadline(state: &Arc<State>, body: Bytes, path: String, doing: &str) -> Resp {
+    let start = Instant::now();
+    let limit = state.review_deadline;
+    let message = format!(
+        "sidecar injection did not finish within the webhook's deadline of {} ms \
+         (--review-deadline-ms; the injector was busy {doing}); the pod was not injected",
+        limit.as_millis()
+    );
+    state.metrics.failure(FailureType::Deadline);
+    let outcome = match tokio::task::spawn_blocking(move || admission::refuse(&body, message)).await
+    {
+        Ok(o) => o,
+        Err(_) => return text(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
+    };
+    respond(state, outcome, "deadline", &path, start)
 }
 
 /// Decodes `%XX` escapes, as Go's `r.URL.Path` is decoded (Istio's `webhook.go` `parseInjectEnvs` parses the decoded path).
@@ -637,10 +1302,12 @@ async fn reload_loop(
     config: Sources,
     cert: PathBuf,
     key: PathBuf,
+    ca: Option<(PathBuf, watch::Sender<Arc<Vec<u8>>>)>,
     interval: Duration,
 ) {
     let mut config_watch = Watch::new(config.paths());
     let mut cert_watch = Watch::new(vec![cert.clone(), key.clone()]);
+    let mut ca_watch = Watch::new(ca.iter().map(|(p, _)| p.clone()).collect());
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
@@ -650,15 +1317,15 @@ async fn reload_loop(
         let provider = provider.clone();
         let config = config.clone();
         let (cert, key) = (cert.clone(), key.clone());
+        let ca = ca.clone();
         // File reads and config parsing block; keep them off the request workers.
         let moved = tokio::task::spawn_blocking(move || {
             if config_watch.changed() {
+                let rebuild = st.rebuild.lock().unwrap_or_else(|e| e.into_inner());
                 match config.load() {
                     Ok(engine) => {
-                        let engine = Arc::new(engine);
-                        let mut current = st.engine.write().unwrap_or_else(|e| e.into_inner());
-                        *current = (current.0.wrapping_add(1), engine);
-                        drop(current);
+                        st.swap_engine(engine);
+                        drop(rebuild);
                         st.metrics.config_reload(ReloadResult::Success);
                         tracing::info!(paths = ?config_watch.paths(), "configuration reloaded");
                     }
@@ -682,22 +1349,64 @@ async fn reload_loop(
                     }
                 }
             }
+            if let Some((path, tx)) = ca.filter(|_| ca_watch.changed()) {
+                match read_ca_bundle(&path) {
+                    Ok(pem) => {
+                        tracing::info!(path = %path.display(), "serving CA reloaded");
+                        tx.send_replace(Arc::new(pem));
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "CA bundle reload failed; keeping the previous CA");
+                    }
+                }
+            }
             st.metrics
                 .cert_expiry_seconds
                 .set(st.certs.seconds_until_expiry());
-            (config_watch, cert_watch)
+            (config_watch, cert_watch, ca_watch)
         })
         .await;
         match moved {
-            Ok((c, k)) => {
+            Ok((c, k, a)) => {
                 config_watch = c;
                 cert_watch = k;
+                ca_watch = a;
             }
             Err(e) => {
                 // Only a panic in a loader gets here; reloading stops but serving goes on.
                 tracing::error!(error = %e, "reload task failed; hot reload disabled");
                 return;
             }
+        }
+    }
+}
+
+/// A new cluster state from the watches: the current configuration rebuilt with it (the engine's
+/// precomputed parts depend on both), swapped in for the next admission.
+fn cluster_changed(state: &State, watched: &Mutex<ClusterState>, cluster: ClusterState) {
+    let _rebuild = state.rebuild.lock().unwrap_or_else(|e| e.into_inner());
+    *watched.lock().unwrap_or_else(|e| e.into_inner()) = cluster.clone();
+    let settings = state.engine().1.settings.clone();
+    state.swap_engine(Engine::new(settings).with_cluster(cluster));
+    tracing::info!("cluster state changed; engine rebuilt");
+}
+
+/// New ConfigMap documents: the engine rebuilt from them with the current cluster state, or the last
+/// configuration kept when they do not load.
+fn config_maps_changed(state: &State, sources: &Sources, docs: &Mutex<Documents>, new: Documents) {
+    let _rebuild = state.rebuild.lock().unwrap_or_else(|e| e.into_inner());
+    let old = std::mem::replace(&mut *docs.lock().unwrap_or_else(|e| e.into_inner()), new);
+    match sources.load() {
+        Ok(engine) => {
+            state.swap_engine(engine);
+            state.metrics.config_reload(ReloadResult::Success);
+            tracing::info!("configuration reloaded from its ConfigMaps");
+        }
+        Err(e) => {
+            // The documents that built the running engine stay the ones the next cluster change uses.
+            *docs.lock().unwrap_or_else(|e| e.into_inner()) = old;
+            state.metrics.config_reload(ReloadResult::Failure);
+            tracing::error!(error = %format!("{e:#}"), "configuration from the ConfigMaps failed to load; keeping the previous configuration");
         }
     }
 }
@@ -759,6 +1468,105 @@ async fn metrics_server(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listen_address_out_of_range_names_the_port_range() {
+        assert_eq!(
+            listen_address("127.0.0.1:15017"),
+            Ok(SocketAddr::from(([127, 0, 0, 1], 15017)))
+        );
+        assert_eq!(
+            listen_address("[::1]:0"),
+            Ok("[::1]:0".parse().expect("address"))
+        );
+        for (value, want) in [
+            ("127.0.0.1:99999", "port 99999 is out of range (0-65535)"),
+            ("[::]:65536", "port 65536 is out of range (0-65535)"),
+            (
+                "localhost:15017",
+                "\"localhost\" is not an IP address (expected IP:PORT, e.g. 0.0.0.0:15017 or [::]:15017)",
+            ),
+            (
+                "::1",
+                "expected IP:PORT, e.g. 0.0.0.0:15017 or [::]:15017, with a port 0-65535",
+            ),
+            (
+                "127.0.0.1",
+                "expected IP:PORT, e.g. 0.0.0.0:15017 or [::]:15017, with a port 0-65535",
+            ),
+        ] {
+            assert_eq!(listen_address(value), Err(want.to_string()), "{value}");
+        }
+    }
+
+    #[test]
+    fn body_budget_reserves_releases_and_keeps_room_for_small_bodies() {
+        let metrics = Arc::new(Metrics::new());
+        let budget = Arc::new(BodyBudget::new(8 << 20, metrics.clone()));
+        // Large bodies may use three quarters (6 MiB) of the 8 MiB.
+        let big = budget.reserve(5 << 20).unwrap();
+        assert!(
+            budget.reserve(2 << 20).is_none(),
+            "over the large bodies' share"
+        );
+        let small = budget.reserve(100 << 10).unwrap();
+        assert_eq!(metrics.body_bytes_in_flight.get(), (5 << 20) + (100 << 10));
+        // A growing (chunked) body is held to the same limits.
+        let mut chunked = budget.reserve(0).unwrap();
+        assert!(chunked.grow_to(200 << 10));
+        assert!(!chunked.grow_to(4 << 20), "grew past the budget");
+        assert_eq!(chunked.bytes, 200 << 10);
+        drop((big, small, chunked));
+        assert_eq!(budget.used.load(Ordering::Acquire), 0);
+        assert_eq!(metrics.body_bytes_in_flight.get(), 0);
+        assert!(budget.reserve(6 << 20).is_some());
+    }
+
+    #[test]
+    fn the_oldest_idle_connection_is_the_one_closed() {
+        let registry = Arc::new(Registry::default());
+        let oldest_busy = registry.register();
+        std::thread::sleep(Duration::from_millis(2));
+        let oldest_idle = registry.register();
+        std::thread::sleep(Duration::from_millis(2));
+        let newer_idle = registry.register();
+        let busy = Busy::new(oldest_busy.state.clone());
+        assert!(registry.close_oldest_idle());
+        let gone = |r: &Registered| !registry.conns.lock().unwrap().contains_key(&r.id);
+        assert!(gone(&oldest_idle) && !gone(&newer_idle) && !gone(&oldest_busy));
+        assert!(registry.close_oldest_idle());
+        assert!(gone(&newer_idle));
+        assert!(!registry.close_oldest_idle(), "closed a busy connection");
+        drop(busy);
+        assert!(registry.close_oldest_idle());
+        drop((oldest_busy, oldest_idle, newer_idle));
+        assert!(registry.conns.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn large_bodies_hold_at_most_a_quarter_of_the_slots() {
+        assert_eq!(Limiter::new(8, 1).large.available_permits(), 1);
+        assert_eq!(Limiter::new(4, 3).large.available_permits(), 1);
+        let limiter = Limiter::new(8, 4);
+        let a = limiter.acquire(LARGE_BODY_BYTES).await.unwrap();
+        let b = limiter.acquire(LARGE_BODY_BYTES).await.unwrap();
+        let third =
+            tokio::time::timeout(Duration::from_millis(50), limiter.acquire(LARGE_BODY_BYTES))
+                .await;
+        assert!(third.is_err(), "a third large body got a slot of 8");
+        let small: Vec<Slots> = futures_small(&limiter, 6).await;
+        assert_eq!(limiter.all.available_permits(), 0);
+        drop((a, b, small));
+        assert_eq!(limiter.all.available_permits(), 8);
+    }
+
+    async fn futures_small(limiter: &Limiter, n: usize) -> Vec<Slots> {
+        let mut v = Vec::new();
+        for _ in 0..n {
+            v.push(limiter.acquire(100).await.unwrap());
+        }
+        v
+    }
 
     #[test]
     fn percent_decoding() {

@@ -6,7 +6,6 @@
 //! connections keep theirs. A new pair that does not load (bad PEM, key not matching the certificate)
 //! leaves the old one in place.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -20,9 +19,10 @@ use rustls::ServerConfig;
 /// Loading or using the serving certificate failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    /// A certificate or key file could not be read.
-    #[error("cannot read {path}: {source}")]
+    /// A certificate or key file could not be read; `flag` names it.
+    #[error("{flag} {}: {source}", path.display())]
     Read {
+        flag: &'static str,
         path: PathBuf,
         source: std::io::Error,
     },
@@ -68,11 +68,13 @@ pub fn load_pair(
     key_path: &Path,
     provider: &CryptoProvider,
 ) -> Result<LoadedPair, TlsError> {
-    let cert_pem = fs::read(cert_path).map_err(|source| TlsError::Read {
+    let cert_pem = crate::input::read_bytes(cert_path).map_err(|source| TlsError::Read {
+        flag: "--tls-cert",
         path: cert_path.to_path_buf(),
         source,
     })?;
-    let key_pem = fs::read(key_path).map_err(|source| TlsError::Read {
+    let key_pem = crate::input::read_bytes(key_path).map_err(|source| TlsError::Read {
+        flag: "--tls-key",
         path: key_path.to_path_buf(),
         source,
     })?;

@@ -17,8 +17,11 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use crate::fields::{self, Fields};
 use crate::gotemplate::{self, Limits, Template};
 use crate::render::TemplateData;
+
+mod pod_type;
 
 /// The template names Istio's chart renders into `config.templates` (its `files/` folder): pod templates
 /// and the gateway controller's. A name among them that the user did not list carries the chart's text.
@@ -77,6 +80,14 @@ pub enum LoadError {
         name: String,
         found: String,
     },
+    /// A static template's partial pod does not decode as a Pod (a field of the wrong type).
+    #[error("{file}: key {key}: static template {name:?} does not decode as a Pod: {error}")]
+    StaticType {
+        file: String,
+        key: String,
+        name: String,
+        error: pod_type::TypeError,
+    },
 }
 
 /// Rendering a user template for a pod failed (the engine prefixes Istio's
@@ -89,6 +100,14 @@ pub enum RenderError {
     /// The output is not a YAML mapping (Istio's wording from its `inject.go` `applyOverlayYAML`, then ours).
     #[error("failed applying injection overlay: strategic merge: Invalid JSON document (template {name:?}: {message})")]
     Overlay { name: String, message: String },
+    /// The output does not decode as a Pod (Istio's `applyOverlayYAML` wording, then the field and value).
+    #[error(
+        "failed applying injection overlay: unmarshal patched pod: template {name:?}: {error}"
+    )]
+    PodType {
+        name: String,
+        error: pod_type::TypeError,
+    },
 }
 
 /// The user templates of one configuration, parsed; cheap to clone (shared).
@@ -126,6 +145,7 @@ pub struct Sources<'a> {
     pub values: Option<(&'a str, &'a Value)>,
 }
 
+/// A JSON value shown in an error: compact, cut after 200 bytes.
 fn shown(v: &Value) -> String {
     let mut s = v.to_string();
     if s.len() > 200 {
@@ -235,23 +255,32 @@ impl UserTemplate {
             source,
         })?;
         let body = match t.static_text() {
-            Some(s) => Body::Static(overlay(name, s).map_err(|(yaml, message)| {
-                if yaml {
-                    LoadError::StaticYaml {
-                        file: file.to_string(),
-                        key: key.to_string(),
-                        name: name.to_string(),
-                        message,
+            Some(s) => {
+                let pod = overlay(name, s).map_err(|(yaml, message)| {
+                    if yaml {
+                        LoadError::StaticYaml {
+                            file: file.to_string(),
+                            key: key.to_string(),
+                            name: name.to_string(),
+                            message,
+                        }
+                    } else {
+                        LoadError::StaticShape {
+                            file: file.to_string(),
+                            key: key.to_string(),
+                            name: name.to_string(),
+                            found: message,
+                        }
                     }
-                } else {
-                    LoadError::StaticShape {
-                        file: file.to_string(),
-                        key: key.to_string(),
-                        name: name.to_string(),
-                        found: message,
-                    }
-                }
-            })?),
+                })?;
+                pod_type::check(&pod).map_err(|error| LoadError::StaticType {
+                    file: file.to_string(),
+                    key: key.to_string(),
+                    name: name.to_string(),
+                    error,
+                })?;
+                Body::Static(pod)
+            }
             None => Body::Actions(t),
         };
         Ok(UserTemplate {
@@ -283,10 +312,16 @@ impl UserTemplate {
             Body::Actions(t) => {
                 let root = data_root(data, native_sidecars, webhook);
                 let text = t.execute(&root, &Limits::default())?;
-                overlay(&self.name, &text).map_err(|(_, message)| RenderError::Overlay {
+                let pod =
+                    overlay(&self.name, &text).map_err(|(_, message)| RenderError::Overlay {
+                        name: self.name.clone(),
+                        message,
+                    })?;
+                pod_type::check(&pod).map_err(|error| RenderError::PodType {
                     name: self.name.clone(),
-                    message,
-                })
+                    error,
+                })?;
+                Ok(pod)
             }
         }
     }
@@ -305,20 +340,17 @@ fn overlay(name: &str, text: &str) -> Result<Value, (bool, String)> {
 
 /// Istio's `SidecarTemplateData` (its `inject.go`) as the evaluator's JSON root, keyed by Go field names.
 fn data_root(d: &TemplateData<'_>, native_sidecars: bool, webhook: bool) -> Value {
-    let part = |k: &str| d.pod.get(k).cloned().unwrap_or_else(|| json!({}));
+    let part = |k: &str| d.pod.field(k).cloned().unwrap_or_else(|| json!({}));
     let annotations = crate::pod::annotations(d.pod);
     let image_type_annotation = annotations
-        .and_then(|a| a.get(crate::pod::PROXY_IMAGE_TYPE_ANNOTATION))
+        .and_then(|a| a.field(crate::pod::PROXY_IMAGE_TYPE_ANNOTATION))
         .and_then(Value::as_str);
     let (proxy_image, proxy_init_image) = images(d, image_type_annotation);
-    let inbound = match d
-        .mesh
-        .pointer("/inboundTrafficPolicy/mode")
-        .and_then(Value::as_str)
-    {
-        Some("LOCALHOST") => "localhost",
-        _ => "passthrough",
-    };
+    let inbound =
+        match fields::path(d.mesh, ["inboundTrafficPolicy", "mode"]).and_then(Value::as_str) {
+            Some("LOCALHOST") => "localhost",
+            _ => "passthrough",
+        };
     // istiod's revision is `default` for the default revision; kube-inject prints `--revision` as given.
     let revision = if webhook && d.revision.is_empty() {
         "default"
@@ -348,22 +380,25 @@ fn data_root(d: &TemplateData<'_>, native_sidecars: bool, webhook: bool) -> Valu
 /// `<hub>/<image name>:<tag[-type]>`, the type from `sidecar.istio.io/proxyImageType`, else the
 /// ProxyConfig's `image.imageType` (proxy only), else `values.global.variant`.
 fn images(d: &TemplateData<'_>, image_type_annotation: Option<&str>) -> (String, String) {
-    let v = |p: &str| d.values.pointer(p);
-    let s = |p: &str| v(p).and_then(Value::as_str).unwrap_or("");
-    let name = |p: &str| Some(s(p)).filter(|n| !n.is_empty()).unwrap_or("proxyv2");
-    let tag = crate::render::sprint(v("/global/tag"));
-    let hub = s("/global/hub");
-    let variant = s("/global/variant");
-    let pc_type = d
-        .proxy_config
-        .pointer("/image/imageType")
+    let v = |p: &[&str]| fields::path(d.values, p);
+    let s = |p: &[&str]| v(p).and_then(Value::as_str).unwrap_or("");
+    let name = |p: &[&str]| Some(s(p)).filter(|n| !n.is_empty()).unwrap_or("proxyv2");
+    let tag = crate::render::sprint(v(&["global", "tag"]));
+    let hub = s(&["global", "hub"]);
+    let variant = s(&["global", "variant"]);
+    let pc_type = fields::path(d.proxy_config, ["image", "imageType"])
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty());
     let proxy_type = image_type_annotation.or(pc_type).unwrap_or(variant);
     let init_type = image_type_annotation.unwrap_or(variant);
     (
-        crate::render::image::image_url(hub, name("/global/proxy/image"), &tag, proxy_type),
-        crate::render::image::image_url(hub, name("/global/proxy_init/image"), &tag, init_type),
+        crate::render::image::image_url(hub, name(&["global", "proxy", "image"]), &tag, proxy_type),
+        crate::render::image::image_url(
+            hub,
+            name(&["global", "proxy_init", "image"]),
+            &tag,
+            init_type,
+        ),
     )
 }
 

@@ -171,6 +171,18 @@ pub fn parse_quantity(v: &str) -> Option<f64> {
     Some(value * mult)
 }
 
+/// The names a container's `env` may use, as the API server validates them since Kubernetes 1.32
+/// (`RelaxedEnvironmentVariableValidation`, on by default from 1.32 and GA in 1.34; `validation.go`
+/// `IsRelaxedEnvVarName`): not empty, printable ASCII only, no `=`. `proxyMetadata` and ProxyConfig
+/// `environmentVariables` become such env entries; the older C-identifier rule would refuse names
+/// (`A B`, `1A`) that the clusters this targets accept, and Istio does not check them at all.
+pub fn is_env_var_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|c| (b' '..=b'~').contains(&c) && c != b'=')
+}
+
 /// `scope:level` pairs (or a bare level) joined by commas: the value becomes one `--log_output_level=`
 /// argument, so only a conservative character set is allowed.
 pub fn validate_log_level(v: &str) -> Result<(), String> {

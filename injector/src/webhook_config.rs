@@ -85,8 +85,18 @@ pub struct Args {
 pub struct CommandArgs {
     #[command(flatten)]
     pub webhook: Args,
-    /// PEM file of the CA that signed the serving certificate, written base64 into every entry's
-    /// `caBundle` (without it, no caBundle: patch one in, as `deploy/local` does).
+    #[command(flatten)]
+    pub ca: CaBundleArgs,
+}
+
+/// `--ca-bundle`, taken by `webhook-config` (written into the entries) and `serve` (patched into the
+/// revision's configurations in the cluster).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CaBundleArgs {
+    /// PEM file of the CA that signed the serving certificate, the entries' `caBundle`: `webhook-config`
+    /// writes it base64 into every entry (without it, no caBundle: patch one in, as `deploy/local`
+    /// does); `serve --kubeconfig` / `--in-cluster` patches it into its revision's configurations and
+    /// corrects them when changed (re-read when the file changes). At most 16 MiB.
     #[arg(long, value_name = "FILE")]
     pub ca_bundle: Option<PathBuf>,
 }
@@ -106,9 +116,16 @@ pub enum WebhookConfigError {
     /// The same tag twice.
     #[error("--tag {tag:?} is given twice")]
     DuplicateTag { tag: String },
-    /// A tag naming the revision itself: both configurations would select the same pods.
-    #[error("--tag {tag:?} names the revision itself (--revision {revision:?}); both would inject the same pods")]
-    TagIsRevision { tag: String, revision: String },
+    /// A tag naming the revision itself: both configurations would select the same pods. `revision` is
+    /// `--revision` as given, `None` when it was not (the default revision).
+    #[error("--tag {tag:?} names the revision itself ({}); both would inject the same pods", match revision {
+        Some(r) => format!("--revision {r:?}"),
+        None => "the default revision, served without --revision".to_string(),
+    })]
+    TagIsRevision {
+        tag: String,
+        revision: Option<String>,
+    },
     /// `--enable-namespaces-by-default` for an injector that serves neither the default revision nor a
     /// tag `default`: Istio's charts then emit no `auto.` entry, so the flag would do nothing.
     #[error("--enable-namespaces-by-default needs the default revision or --tag default (have --revision {revision:?})")]
@@ -144,9 +161,10 @@ pub const AUTO_EXCLUDED_NAMESPACES: &[&str] = &[
 /// The suffix of every entry name, which istiod's certificate patcher keys on.
 pub const ENTRY_SUFFIX: &str = "sidecar-injector.istio.io";
 
-/// The entries of Istio's charts, by the prefix of their name.
+/// Which entry of Istio's charts (by the prefix of its name) a generated entry is; the entry itself is a
+/// k8s-openapi `MutatingWebhook` here and a `webhook_entry::Entry` once read back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Entry {
+pub enum EntryKind {
     /// Namespaces labelled `istio.io/rev=<X>` (and no `istio-injection`).
     RevNamespace,
     /// Pods labelled `istio.io/rev=<X>` in namespaces with neither injection label.
@@ -159,15 +177,15 @@ pub enum Entry {
     Auto,
 }
 
-impl Entry {
+impl EntryKind {
     /// The entry's name, `<prefix>sidecar-injector.istio.io`.
     pub fn name(self) -> String {
         let prefix = match self {
-            Entry::RevNamespace => "rev.namespace.",
-            Entry::RevObject => "rev.object.",
-            Entry::Namespace => "namespace.",
-            Entry::Object => "object.",
-            Entry::Auto => "auto.",
+            EntryKind::RevNamespace => "rev.namespace.",
+            EntryKind::RevObject => "rev.object.",
+            EntryKind::Namespace => "namespace.",
+            EntryKind::Object => "object.",
+            EntryKind::Auto => "auto.",
         };
         format!("{prefix}{ENTRY_SUFFIX}")
     }
@@ -207,24 +225,24 @@ fn excluded(system: &[&str], own_namespace: &str) -> LabelSelectorRequirement {
 }
 
 /// The namespaceSelector of `entry` for revision or tag `x` (as in Istio's chart, plus the exclusions).
-pub fn namespace_selector(entry: Entry, x: &str, own_namespace: &str) -> LabelSelector {
+pub fn namespace_selector(entry: EntryKind, x: &str, own_namespace: &str) -> LabelSelector {
     let mut exprs = match entry {
-        Entry::RevNamespace => vec![
+        EntryKind::RevNamespace => vec![
             requirement(REV, "In", &[x]),
             requirement(INJECTION, "DoesNotExist", &[]),
         ],
-        Entry::RevObject => vec![
+        EntryKind::RevObject => vec![
             requirement(REV, "DoesNotExist", &[]),
             requirement(INJECTION, "DoesNotExist", &[]),
         ],
-        Entry::Namespace => vec![requirement(INJECTION, "In", &["enabled"])],
-        Entry::Object | Entry::Auto => vec![
+        EntryKind::Namespace => vec![requirement(INJECTION, "In", &["enabled"])],
+        EntryKind::Object | EntryKind::Auto => vec![
             requirement(INJECTION, "DoesNotExist", &[]),
             requirement(REV, "DoesNotExist", &[]),
         ],
     };
     let system = match entry {
-        Entry::Auto => AUTO_EXCLUDED_NAMESPACES,
+        EntryKind::Auto => AUTO_EXCLUDED_NAMESPACES,
         _ => EXCLUDED_NAMESPACES,
     };
     exprs.push(excluded(system, own_namespace));
@@ -232,18 +250,20 @@ pub fn namespace_selector(entry: Entry, x: &str, own_namespace: &str) -> LabelSe
 }
 
 /// The objectSelector (pod labels) of `entry` for revision or tag `x`, as in Istio's chart.
-pub fn object_selector(entry: Entry, x: &str) -> LabelSelector {
+pub fn object_selector(entry: EntryKind, x: &str) -> LabelSelector {
     selector(match entry {
-        Entry::RevNamespace | Entry::Namespace => vec![requirement(INJECT, "NotIn", &["false"])],
-        Entry::RevObject => vec![
+        EntryKind::RevNamespace | EntryKind::Namespace => {
+            vec![requirement(INJECT, "NotIn", &["false"])]
+        }
+        EntryKind::RevObject => vec![
             requirement(INJECT, "NotIn", &["false"]),
             requirement(REV, "In", &[x]),
         ],
-        Entry::Object => vec![
+        EntryKind::Object => vec![
             requirement(INJECT, "In", &["true"]),
             requirement(REV, "DoesNotExist", &[]),
         ],
-        Entry::Auto => vec![
+        EntryKind::Auto => vec![
             requirement(INJECT, "DoesNotExist", &[]),
             requirement(REV, "DoesNotExist", &[]),
         ],
@@ -251,12 +271,12 @@ pub fn object_selector(entry: Entry, x: &str) -> LabelSelector {
 }
 
 /// The entries a configuration for revision or tag `x` carries, in Istio's order.
-pub fn entries(x: &str, enable_namespaces_by_default: bool) -> Vec<Entry> {
-    let mut out = vec![Entry::RevNamespace, Entry::RevObject];
+pub fn entries(x: &str, enable_namespaces_by_default: bool) -> Vec<EntryKind> {
+    let mut out = vec![EntryKind::RevNamespace, EntryKind::RevObject];
     if x == "default" {
-        out.extend([Entry::Namespace, Entry::Object]);
+        out.extend([EntryKind::Namespace, EntryKind::Object]);
         if enable_namespaces_by_default {
-            out.push(Entry::Auto);
+            out.push(EntryKind::Auto);
         }
     }
     out
@@ -332,7 +352,7 @@ impl Args {
             if tag == revision {
                 return Err(WebhookConfigError::TagIsRevision {
                     tag: tag.clone(),
-                    revision: revision.to_string(),
+                    revision: self.revision.clone().filter(|r| !r.is_empty()),
                 });
             }
         }
@@ -347,7 +367,7 @@ impl Args {
         Ok(())
     }
 
-    fn webhook(&self, entry: Entry, x: &str, ca_bundle: Option<&[u8]>) -> MutatingWebhook {
+    fn webhook(&self, entry: EntryKind, x: &str, ca_bundle: Option<&[u8]>) -> MutatingWebhook {
         MutatingWebhook {
             name: entry.name(),
             admission_review_versions: vec!["v1".to_string(), "v1beta1".to_string()],
@@ -459,10 +479,11 @@ impl Args {
 
 /// Reads a PEM CA bundle, requiring at least one certificate and nothing malformed.
 pub fn read_ca_bundle(path: &Path) -> Result<Vec<u8>, WebhookConfigError> {
-    let pem = std::fs::read(path).map_err(|source| WebhookConfigError::CaBundleRead {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let pem =
+        crate::input::read_bytes(path).map_err(|source| WebhookConfigError::CaBundleRead {
+            path: path.to_path_buf(),
+            source,
+        })?;
     let mut n = 0;
     for c in rustls_pemfile::certs(&mut pem.as_slice()) {
         c.map_err(|e| WebhookConfigError::CaBundlePem {
@@ -482,7 +503,12 @@ pub fn read_ca_bundle(path: &Path) -> Result<Vec<u8>, WebhookConfigError> {
 /// Runs `injector webhook-config`: the YAML stream on stdout.
 pub fn run(args: CommandArgs) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let ca = args.ca_bundle.as_deref().map(read_ca_bundle).transpose()?;
+    let ca = args
+        .ca
+        .ca_bundle
+        .as_deref()
+        .map(read_ca_bundle)
+        .transpose()?;
     let yaml = args.webhook.yaml(ca.as_deref())?;
     std::io::stdout().lock().write_all(yaml.as_bytes())?;
     Ok(())
@@ -857,7 +883,15 @@ mod tests {
             ),
             (
                 &["--tag", "default"],
-                "--tag \"default\" names the revision itself (--revision \"default\")",
+                "--tag \"default\" names the revision itself (the default revision, served without --revision); both",
+            ),
+            (
+                &["--revision", "", "--tag", "default"],
+                "(the default revision, served without --revision)",
+            ),
+            (
+                &["--revision", "default", "--tag", "default"],
+                "--tag \"default\" names the revision itself (--revision \"default\"); both",
             ),
             (
                 &["--revision", "canary", "--enable-namespaces-by-default"],

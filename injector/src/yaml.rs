@@ -2,6 +2,7 @@
 //! document into a JSON value with YAML 1.1 scalars (as `kubectl` and Istio read manifests), and emitting
 //! a value as YAML that reads back to the same value.
 
+use crate::fields::Fields;
 use serde_json::{Map, Value};
 
 /// A YAML document could not be parsed or a value could not be emitted.
@@ -20,9 +21,24 @@ pub enum YamlError {
 /// buffer is empty stays part of the next document; documents consisting only of whitespace are dropped.
 /// Each returned slice keeps its original bytes (so unknown kinds can be echoed unchanged).
 pub fn split_documents(input: &str) -> Vec<&str> {
+    documents(input).into_iter().map(|d| d.text).collect()
+}
+
+/// One document of a stream, as [`split_documents`] cuts it, and where it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Document<'a> {
+    /// The document's bytes, unchanged.
+    pub text: &'a str,
+    /// The line of the stream its text starts on, from 1: [`parse_at`] reports errors in the stream's
+    /// lines, not the document's.
+    pub line: usize,
+}
+
+/// [`split_documents`] with each document's first line in the stream.
+pub fn documents(input: &str) -> Vec<Document<'_>> {
     let mut docs = Vec::new();
-    let mut start = 0usize;
-    let mut pos = 0usize;
+    let (mut start, mut start_line) = (0usize, 1usize);
+    let (mut pos, mut line_no) = (0usize, 1usize);
     let bytes = input.as_bytes();
     while pos < bytes.len() {
         let end = match input[pos..].find('\n') {
@@ -31,16 +47,24 @@ pub fn split_documents(input: &str) -> Vec<&str> {
         };
         let line = &input[pos..end];
         if is_separator(line) && !input[start..pos].trim().is_empty() {
-            docs.push(&input[start..pos]);
+            docs.push(Document {
+                text: &input[start..pos],
+                line: start_line,
+            });
             start = end;
+            start_line = line_no + 1;
         } else if is_separator(line) && input[start..pos].trim().is_empty() {
             // Kubernetes keeps a leading separator as part of the next document; it is harmless for
             // parsing, and keeping it preserves the original bytes.
         }
         pos = end;
+        line_no += 1;
     }
     if start < input.len() && !input[start..].trim().is_empty() {
-        docs.push(&input[start..]);
+        docs.push(Document {
+            text: &input[start..],
+            line: start_line,
+        });
     }
     docs
 }
@@ -79,6 +103,25 @@ pub fn parse(text: &str) -> Result<Value, YamlError> {
         .map_err(|e| YamlError::Parse(e.to_string()))
 }
 
+/// Parses one document of a stream (see [`documents`]) as [`parse`] does; an error's line numbers, and
+/// the lines its excerpt shows, count from the start of the stream.
+pub fn parse_at(doc: Document<'_>) -> Result<Value, YamlError> {
+    parse(doc.text).map_err(|e| {
+        if doc.line <= 1 {
+            return e;
+        }
+        // The parser counts from the start of the text it is given, and takes no starting line. Only
+        // on this error path, parse again behind as many empty lines as precede the document (empty
+        // lines change no YAML), so that the same error carries the stream's line numbers.
+        let mut padded = "\n".repeat(doc.line - 1);
+        padded.push_str(doc.text);
+        match parse(&padded) {
+            Err(shifted) => shifted,
+            Ok(_) => e,
+        }
+    })
+}
+
 /// Parses a configuration document that may be JSON or YAML: JSON first (exact numbers and strings), then
 /// YAML.
 pub fn parse_json_or_yaml(text: &str) -> Result<Value, YamlError> {
@@ -96,7 +139,7 @@ pub fn sorted(v: &Value) -> Value {
             keys.sort();
             let mut out = Map::with_capacity(m.len());
             for k in keys {
-                if let Some(val) = m.get(k) {
+                if let Some(val) = m.field(k) {
                     out.insert(k.clone(), sorted(val));
                 }
             }
@@ -132,6 +175,20 @@ mod tests {
         assert_eq!(parse(docs[1]).unwrap(), json!({"b": 2}));
         // `---foo` is content, not a separator.
         assert_eq!(split_documents("a: |\n  ---foo\n").len(), 1);
+    }
+
+    #[test]
+    fn documents_know_their_first_line_and_errors_count_from_the_stream_start() {
+        let s = "---\na: 1\n---\n\n--- # c\nb: 2\n---\nc: [\n";
+        let docs = documents(s);
+        let lines: Vec<usize> = docs.iter().map(|d| d.line).collect();
+        assert_eq!(lines, [1, 4, 8], "{docs:?}");
+        assert_eq!(parse_at(docs[1]).unwrap(), json!({"b": 2}));
+        // The third document's `[` is on line 8 of the stream (line 1 of the document).
+        let err = parse_at(docs[2]).unwrap_err().to_string();
+        assert!(err.contains("line 8 column 4"), "{err}");
+        assert!(err.contains("8 | c: ["), "{err}");
+        assert!(!err.contains("line 1 "), "{err}");
     }
 
     #[test]

@@ -16,7 +16,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use crate::flags::{self, parse_go_bool, parse_go_duration, Flag, Kind, FLAGS};
+use crate::flags::{self, parse_go_bool, parse_go_duration, parse_go_port, Flag, Kind, FLAGS};
 
 /// The subcommand word Istio's injector writes before its flags.
 pub const ISTIO_SUBCOMMAND: &str = "istio-iptables";
@@ -192,12 +192,7 @@ impl Args {
             }
             let value = match flag.kind {
                 Kind::Value | Kind::List => FlagValue::Str(value.to_string()),
-                Kind::Port => {
-                    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-                        return None;
-                    }
-                    FlagValue::Port(value.parse().ok()?)
-                }
+                Kind::Port => FlagValue::Port(parse_go_port(value).ok()?),
                 Kind::Duration => FlagValue::Duration(parse_go_duration(value).ok()?),
                 Kind::Choice(words) => {
                     FlagValue::Choice(words.iter().find(|(w, _)| *w == value)?.0)
@@ -251,8 +246,11 @@ fn arg(flag: &'static Flag) -> clap::Arg {
             .default_missing_value("true")
             .value_parser(parse_go_bool),
         Kind::Value | Kind::List => arg.allow_hyphen_values(true),
-        Kind::Port => arg.value_parser(clap::value_parser!(u16)),
-        Kind::Duration => arg.value_parser(parse_go_duration),
+        // pflag takes the next argument as the value whatever it starts with.
+        Kind::Port => arg.value_parser(parse_go_port).allow_hyphen_values(true),
+        Kind::Duration => arg
+            .value_parser(parse_go_duration)
+            .allow_hyphen_values(true),
         Kind::Choice(words) => arg.value_parser(PossibleValuesParser::new(
             words
                 .iter()

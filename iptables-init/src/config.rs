@@ -17,8 +17,53 @@ use crate::flags::{self, parse_go_bool, parse_go_duration, Flag};
 /// The environment, as a lookup function (the process environment in production, a map in tests).
 pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
-/// The most groups Istio accepts in `ISTIO_OUTBOUND_OWNER_GROUPS` (one rule carries them all).
-pub const MAX_OWNER_GROUPS: usize = 64;
+/// What one backend's apply accepts, measured against the kernel and the tools in a fresh network
+/// namespace (README "Validation"); `resolve` refuses what the selected backend would, before anything
+/// is applied, so `--dry-run` never prints what the apply would then refuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The backend, as errors name it.
+    pub backend: &'static str,
+    /// The most groups of an `--outbound-owner-groups` list: all of them go into one rule.
+    pub max_owner_groups: usize,
+    /// The largest uid or gid of `-u`, `-g` and the owner-group lists.
+    pub max_id: u32,
+    /// Why `max_owner_groups` is what it is.
+    pub owner_groups_why: &'static str,
+}
+
+impl Limits {
+    /// iptables-restore (iptables-nft and legacy alike): the restore parser holds at most 255 words per
+    /// line (`MAX_ARGC` in iptables' `xshared.h`), and the owner-group rule has 7 + 5 per group
+    /// (`iptables -t nat -A ISTIO_OUTPUT`, `-m owner ! --gid-owner G` each, `-j RETURN`), so 49 fit and
+    /// 50 are refused ("Parser cannot handle more arguments"); `libxt_owner` refuses uid and gid
+    /// 4294967295, `(uid_t)-1`.
+    pub const IPTABLES: Limits = Limits {
+        backend: "iptables",
+        max_owner_groups: 49,
+        max_id: u32::MAX - 1,
+        owner_groups_why: "iptables-restore reads at most 255 words per rule (MAX_ARGC)",
+    };
+
+    /// Native nftables: the kernel takes at most 128 expressions per rule (`NFT_RULE_MAXEXPRS` in
+    /// `nf_tables_api.c`), and the owner-group rule has 2 per group (`meta load skgid`, `cmp`) plus
+    /// `counter` and `return`, so 63 fit and 64 get EINVAL; nf_tables compares any 32-bit uid or gid.
+    pub const NFTABLES: Limits = Limits {
+        backend: "nftables (--native-nftables)",
+        max_owner_groups: 63,
+        max_id: u32::MAX,
+        owner_groups_why: "the kernel takes at most 128 expressions per nftables rule",
+    };
+
+    /// The limits of the backend `native_nftables` selects.
+    pub fn of(native_nftables: bool) -> Limits {
+        if native_nftables {
+            Limits::NFTABLES
+        } else {
+            Limits::IPTABLES
+        }
+    }
+}
 
 /// Why the configuration is invalid (exit status 1; nothing has been touched).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -30,9 +75,16 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
-    /// More owner groups than iptables can carry in one rule.
-    #[error("{origin} lists {count} groups; at most {MAX_OWNER_GROUPS} are allowed (or `*`)")]
-    TooManyOwnerGroups { origin: String, count: usize },
+    /// More owner groups than the backend's one rule can carry.
+    #[error("invalid value {value:?} for {origin}: {count} groups; the {backend} backend takes at most {max} ({why}; or `*`)")]
+    TooManyOwnerGroups {
+        origin: String,
+        value: String,
+        count: usize,
+        max: usize,
+        backend: &'static str,
+        why: &'static str,
+    },
     /// `--ipv6 auto` found no usable interface address (Istio: "no valid local IP address found").
     #[error("no valid local IP address found: the network namespace has no non-loopback, non-link-local address (use --ipv6 true|false to decide without detection)")]
     NoHostIp,
@@ -131,6 +183,19 @@ impl CidrList {
         self.v4.iter().chain(&self.v6).any(Cidr::is_loopback)
     }
 }
+
+/// An IP family: of an iptables rule list (IPv4 rules go to `iptables-restore`, IPv6 rules to
+/// `ip6tables-restore`), of a route action, of an nf_tables `ip`/`ip6` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+/// The fixed mark of proxy-owned loopback traffic under TPROXY (both backends' rules).
+pub const OUTBOUND_MARK: u32 = 1338;
+/// The agent's DNS port (both backends' DNS redirect).
+pub const DNS_PROXY_PORT: u16 = 15053;
 
 /// Outbound include (`-i`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,20 +335,6 @@ pub struct Config {
     pub force_binary: Option<String>,
 }
 
-#[cfg(test)]
-impl Config {
-    /// The default with what Istio's injection template adds (`-i '*' -b '*' -d 15090,15021,15020`):
-    /// the configuration of every injected pod, which several tests check.
-    pub fn injected() -> Config {
-        Config {
-            inbound_ports: InboundPorts::All,
-            inbound_exclude_ports: vec![15090, 15021, 15020],
-            outbound_include: OutboundInclude::All,
-            ..Config::default()
-        }
-    }
-}
-
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -404,10 +455,18 @@ pub fn split_list(s: &str) -> impl Iterator<Item = &str> {
     s.split(',').filter(|item| !item.is_empty())
 }
 
-/// A TCP/UDP port: decimal, 1 to 65535.
+/// A TCP/UDP port: decimal, 1 to 65535, without leading zeros (`iptables-restore` refuses `--dport 080`,
+/// so Istio's run with `-d 080` fails when it applies; found by the rules differential, issue 21).
 fn parse_port(origin: &str, s: &str) -> Result<u16, ConfigError> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(invalid(origin, s, "not a port number (1-65535)"));
+    }
+    if s.len() > 1 && s.starts_with('0') {
+        return Err(invalid(
+            origin,
+            s,
+            "not a port number (1-65535, no leading zeros: iptables refuses them)",
+        ));
     }
     match s.parse::<u16>() {
         Ok(p) if p > 0 => Ok(p),
@@ -428,6 +487,22 @@ fn port_list(given: &Option<Given>) -> Result<Vec<u16>, ConfigError> {
         .collect()
 }
 
+/// A uid or gid: a decimal number up to the backend's `max_id`.
+fn parse_id(origin: &str, s: &str, what: &str, limits: Limits) -> Result<u32, ConfigError> {
+    let id = parse_u32(origin, s, what)?;
+    if id > limits.max_id {
+        return Err(invalid(
+            origin,
+            s,
+            format!(
+                "{what} {id} is -1 as a 32-bit id (the kernel's invalid id), which the {} backend refuses (0-{})",
+                limits.backend, limits.max_id
+            ),
+        ));
+    }
+    Ok(id)
+}
+
 /// A decimal unsigned 32-bit number (uid, gid, mark, table): digits only.
 fn parse_u32(origin: &str, s: &str, what: &str) -> Result<u32, ConfigError> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
@@ -441,9 +516,25 @@ fn parse_u32(origin: &str, s: &str, what: &str) -> Result<u32, ConfigError> {
         .map_err(|_| invalid(origin, s, format!("{what} is out of range (0-4294967295)")))
 }
 
-fn id_list(origin: &str, s: &str, what: &str) -> Result<Vec<u32>, ConfigError> {
+/// A TPROXY mark: decimal, without leading zeros. Istio's mark goes both into iptables rules, which read
+/// it with C's `strtoul` base 0, and into `ip rule ... fwmark` through `tproxy.ConfigureRoutes`, which
+/// reads it with Go's `strconv.Atoi`: `0x10` makes Istio's real run fail after its rules are in, and `010`
+/// marks packets 8 but routes mark 10. Only plain decimal means one mark to both (found by the rules
+/// differential, issue 21).
+fn parse_mark(origin: &str, s: &str) -> Result<u32, ConfigError> {
+    if s.len() > 1 && s.starts_with('0') && s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid(
+            origin,
+            s,
+            "mark must be a decimal number without leading zeros (iptables would read it as octal, Istio's routes as decimal)",
+        ));
+    }
+    parse_u32(origin, s, "mark")
+}
+
+fn id_list(origin: &str, s: &str, what: &str, limits: Limits) -> Result<Vec<u32>, ConfigError> {
     let ids = split_list(s)
-        .map(|item| parse_u32(origin, item, what))
+        .map(|item| parse_id(origin, item, what, limits))
         .collect::<Result<Vec<_>, _>>()?;
     if ids.is_empty() {
         return Err(invalid(origin, s, format!("no {what} in the list")));
@@ -453,8 +544,17 @@ fn id_list(origin: &str, s: &str, what: &str) -> Result<Vec<u32>, ConfigError> {
 
 /// A Linux interface name (`dev_valid_name`), restricted to characters that are safe as one iptables
 /// token: 1 to 15 of `A-Z a-z 0-9 . _ - + @`, not `.` or `..`, not starting with `-` (which iptables
-/// would read as an option). A trailing `+` is iptables' interface wildcard.
+/// would read as an option). A trailing `+` is iptables' prefix match (`eth+`: every name starting
+/// with `eth`), on both backends; anywhere else both would match a literal `+` that no usual interface
+/// name has (`eth+0` is a typo, not a pattern), so it is refused.
 fn parse_ifname(origin: &str, s: &str) -> Result<String, ConfigError> {
+    if s.strip_suffix('+').unwrap_or(s).contains('+') {
+        return Err(invalid(
+            origin,
+            s,
+            "`+` is allowed only at the end of an interface name (iptables' prefix match: `eth+`)",
+        ));
+    }
     let ok_chars = s
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+' | b'@'));
@@ -490,9 +590,9 @@ fn cidr_list(origin: &str, s: &str) -> Result<CidrList, ConfigError> {
 }
 
 /// A group as `--gid-owner` takes it: a numeric gid or a POSIX-ish group name.
-fn parse_group(origin: &str, s: &str) -> Result<String, ConfigError> {
+fn parse_group(origin: &str, s: &str, limits: Limits) -> Result<String, ConfigError> {
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        parse_u32(origin, s, "gid")?;
+        parse_id(origin, s, "gid", limits)?;
         return Ok(s.to_string());
     }
     let body = s.strip_suffix('$').unwrap_or(s);
@@ -513,8 +613,10 @@ fn parse_group(origin: &str, s: &str) -> Result<String, ConfigError> {
     Ok(s.to_string())
 }
 
-fn group_list(origin: &str, s: &str) -> Result<Vec<String>, ConfigError> {
-    split_list(s).map(|g| parse_group(origin, g)).collect()
+fn group_list(origin: &str, s: &str, limits: Limits) -> Result<Vec<String>, ConfigError> {
+    split_list(s)
+        .map(|g| parse_group(origin, g, limits))
+        .collect()
 }
 
 /// Resolves and validates the whole configuration. Reads `/etc/resolv.conf`, `/etc/passwd` and the
@@ -522,6 +624,9 @@ fn group_list(origin: &str, s: &str) -> Result<Vec<String>, ConfigError> {
 pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, ConfigError> {
     let mut c = Config::default();
     let s = |flag: &'static Flag| string_input(args, flag, env);
+    // The backend first: what it accepts bounds the values below.
+    c.native_nftables = boolean(args, &flags::NATIVE_NFTABLES, env);
+    let limits = Limits::of(c.native_nftables);
 
     c.proxy_port = port_flag(s(&flags::ENVOY_PORT), c.proxy_port)?;
     c.inbound_capture_port = port_flag(s(&flags::INBOUND_CAPTURE_PORT), c.inbound_capture_port)?;
@@ -530,13 +635,15 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
     // -u: empty means $ENVOY_USER's uid, else 1337; -g: empty means the -u list.
     let uid = s(&flags::PROXY_UID).filter(|g| !g.value.is_empty());
     c.proxy_uids = match &uid {
-        Some(g) => id_list(&g.origin, &g.value, "uid")?,
+        Some(g) => id_list(&g.origin, &g.value, "uid", limits)?,
         None => {
             let user = env("ENVOY_USER").unwrap_or_else(|| "istio-proxy".to_string());
             let found = sys
                 .passwd()
                 .ok()
-                .and_then(|text| detect::uid_from_passwd(&text, &user));
+                .and_then(|text| detect::uid_from_passwd(&text, &user))
+                // A passwd uid the backend would refuse counts as not found.
+                .filter(|&uid| uid <= limits.max_id);
             if found.is_none() {
                 tracing::debug!("user {user:?} not found in /etc/passwd; using uid 1337");
             }
@@ -545,7 +652,7 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
     };
     let gid = s(&flags::PROXY_GID).filter(|g| !g.value.is_empty());
     c.proxy_gids = match &gid {
-        Some(g) => id_list(&g.origin, &g.value, "gid")?,
+        Some(g) => id_list(&g.origin, &g.value, "gid", limits)?,
         None => c.proxy_uids.clone(),
     };
 
@@ -595,7 +702,7 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
     c.outbound_exclude_ports = port_list(&s(&flags::LOCAL_OUTBOUND_PORTS_EXCLUDE))?;
 
     if let Some(g) = s(&flags::TPROXY_MARK) {
-        let mark = parse_u32(&g.origin, &g.value, "mark")?;
+        let mark = parse_mark(&g.origin, &g.value)?;
         if mark == 0 || mark == 1338 {
             return Err(invalid(
                 &g.origin,
@@ -631,7 +738,6 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
     c.reconcile = boolean(args, &flags::RECONCILE, env);
     c.cleanup_only = boolean(args, &flags::CLEANUP_ONLY, env);
     c.force_apply = boolean(args, &flags::FORCE_APPLY, env);
-    c.native_nftables = boolean(args, &flags::NATIVE_NFTABLES, env);
 
     let probe_port = typed_input(
         args.port(&flags::IPTABLES_PROBE_PORT),
@@ -681,11 +787,15 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
     let exclude = s(&flags::OUTBOUND_OWNER_GROUPS_EXCLUDE);
     c.owner_groups = match include {
         Some(g) if g.value != "*" => {
-            let groups = group_list(&g.origin, &g.value)?;
-            if groups.len() > MAX_OWNER_GROUPS {
+            let groups = group_list(&g.origin, &g.value, limits)?;
+            if groups.len() > limits.max_owner_groups {
                 return Err(ConfigError::TooManyOwnerGroups {
                     origin: g.origin,
+                    value: g.value,
                     count: groups.len(),
+                    max: limits.max_owner_groups,
+                    backend: limits.backend,
+                    why: limits.owner_groups_why,
                 });
             }
             if groups.is_empty() {
@@ -702,7 +812,7 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
             OwnerGroups::Only(groups)
         }
         _ => OwnerGroups::AllExcept(match &exclude {
-            Some(x) => group_list(&x.origin, &x.value)?,
+            Some(x) => group_list(&x.origin, &x.value, limits)?,
             None => Vec::new(),
         }),
     };
@@ -760,28 +870,46 @@ pub fn resolve(args: &Args, env: Env, sys: &dyn System) -> Result<Config, Config
 
     // IPv6: explicit, or Istio's detection. The host IP also picks the validation probe's family.
     let ipv6_mode = Ipv6Mode::of(args.choice(&flags::IPV6));
-    if ipv6_mode == Ipv6Mode::Auto || c.run_validation {
+    // A cleanup needs no detection: it removes what is ours in both families (IPv6 included, "not
+    // there" counting as removed), so a namespace without addresses can be cleaned up too.
+    let detect_ipv6 = ipv6_mode == Ipv6Mode::Auto && !c.cleanup_only;
+    if detect_ipv6 || c.run_validation {
         let detected = sys
             .interface_addrs()
             .map_err(ConfigError::Detection)
             .map(|addrs| detect::detect_ipv6(&addrs, c.dual_stack));
-        match (ipv6_mode, detected) {
-            (Ipv6Mode::Auto, Err(e)) => return Err(e),
-            (Ipv6Mode::Auto, Ok(None)) => return Err(ConfigError::NoHostIp),
-            (Ipv6Mode::Auto, Ok(Some(d))) => {
+        match (detect_ipv6, detected) {
+            (true, Err(e)) => return Err(e),
+            (true, Ok(None)) => return Err(ConfigError::NoHostIp),
+            (true, Ok(Some(d))) => {
                 c.ipv6 = d.ipv6;
                 c.host_ip = Some(d.host_ip);
             }
-            (_, Ok(Some(d))) => c.host_ip = Some(d.host_ip),
-            (_, _) => {}
+            (false, Ok(Some(d))) => c.host_ip = Some(d.host_ip),
+            (false, _) => {}
         }
     }
     match ipv6_mode {
         Ipv6Mode::True => c.ipv6 = true,
         Ipv6Mode::False => c.ipv6 = false,
+        Ipv6Mode::Auto if c.cleanup_only => c.ipv6 = true,
         Ipv6Mode::Auto => {}
     }
     Ok(c)
+}
+
+#[cfg(test)]
+impl Config {
+    /// The default with what Istio's injection template adds (`-i '*' -b '*' -d 15090,15021,15020`):
+    /// the configuration of every injected pod, which several tests check.
+    pub fn injected() -> Config {
+        Config {
+            inbound_ports: InboundPorts::All,
+            inbound_exclude_ports: vec![15090, 15021, 15020],
+            outbound_include: OutboundInclude::All,
+            ..Config::default()
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1067,7 +1195,7 @@ mod tests {
     #[test]
     fn ports_are_validated_in_every_port_flag() {
         for flag in ["-p", "-z", "-e", "-b", "-d", "-q", "-o"] {
-            for bad in ["0", "65536", "abc", "-1", "+80", "80:90", ""] {
+            for bad in ["0", "65536", "abc", "-1", "+80", "80:90", "", "080", "00"] {
                 if bad.is_empty() && ["-b", "-d", "-q", "-o"].contains(&flag) {
                     continue; // an empty list is valid
                 }
@@ -1105,9 +1233,21 @@ mod tests {
     #[test]
     fn interfaces_ids_and_groups_are_validated() {
         assert_eq!(
-            ok(&["-c", "eth0,veth-a.1,ens+"], &[]).exclude_interfaces,
-            ["eth0", "veth-a.1", "ens+"]
+            ok(&["-c", "eth0,veth-a.1,ens+,+"], &[]).exclude_interfaces,
+            ["eth0", "veth-a.1", "ens+", "+"]
         );
+        // `+` is iptables' prefix match only at the end; elsewhere the backends disagree.
+        for bad in ["a+b", "++", "+eth", "e++"] {
+            for flag in ["-c", "-k"] {
+                let e = err_text(&[flag, bad]);
+                assert!(
+                    e.contains(flag)
+                        && e.contains(&format!("{bad:?}"))
+                        && e.contains("only at the end"),
+                    "{flag} {bad}: {e}"
+                );
+            }
+        }
         for bad in [
             "a b",
             "x/y",
@@ -1146,21 +1286,101 @@ mod tests {
             err(&["--outbound-owner-groups-exclude", "ok,b@d"], &[]),
             ConfigError::Invalid { .. }
         ));
-        let many: Vec<String> = (0..65).map(|i| format!("g{i}")).collect();
-        let e = err(&["--outbound-owner-groups", &many.join(",")], &[]);
+    }
+
+    /// Each backend's own limits, measured (see [`Limits`]): one more than the limit is refused with
+    /// the flag, the value and the limit; the limit itself passes.
+    #[test]
+    fn owner_group_count_and_ids_are_bounded_by_the_backend() {
+        let groups = |n: usize| {
+            (0..n)
+                .map(|i| format!("g{i}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        for (backend, max) in [(&[][..], 49), (&["--native-nftables"][..], 63)] {
+            let over = groups(max + 1);
+            let mut a = vec!["--outbound-owner-groups", &over];
+            a.extend_from_slice(backend);
+            let e = err(&a, &[]);
+            assert!(
+                matches!(&e, ConfigError::TooManyOwnerGroups { count, max: m, .. } if *count == max + 1 && *m == max),
+                "{e}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains("--outbound-owner-groups")
+                    && text.contains(&format!("{over:?}"))
+                    && text.contains(&format!("at most {max}")),
+                "{text}"
+            );
+            let at = groups(max);
+            let mut a = vec!["--outbound-owner-groups", &at];
+            a.extend_from_slice(backend);
+            assert!(
+                matches!(ok(&a, &[]).owner_groups, OwnerGroups::Only(g) if g.len() == max),
+                "{backend:?}"
+            );
+        }
+        let e = err(&[], &[("ISTIO_OUTBOUND_OWNER_GROUPS", &groups(50))]).to_string();
         assert!(
-            matches!(e, ConfigError::TooManyOwnerGroups { count: 65, .. }),
+            e.contains("$ISTIO_OUTBOUND_OWNER_GROUPS (--outbound-owner-groups)"),
             "{e}"
         );
-        let sixty_four = many[..64].join(",");
-        assert!(
-            matches!(ok(&["--outbound-owner-groups", &sixty_four], &[]).owner_groups, OwnerGroups::Only(g) if g.len() == 64)
+        // (uid_t)-1: refused by iptables' owner match, compared as any other id by nf_tables.
+        for flag in [
+            "-u",
+            "-g",
+            "--outbound-owner-groups",
+            "--outbound-owner-groups-exclude",
+        ] {
+            let e = err_text(&[flag, "4294967295"]);
+            assert!(
+                e.contains(flag) && e.contains("\"4294967295\"") && e.contains("0-4294967294"),
+                "{flag}: {e}"
+            );
+            assert!(
+                resolve_with(&[flag, "4294967294"], &[], &FakeSystem::default()).is_ok(),
+                "{flag}"
+            );
+            assert!(
+                resolve_with(
+                    &[flag, "4294967295", "--native-nftables"],
+                    &[],
+                    &FakeSystem::default()
+                )
+                .is_ok(),
+                "{flag}"
+            );
+        }
+        let e = err(&[], &[("PROXY_UID", "4294967295")]).to_string();
+        assert!(e.contains("$PROXY_UID (-u/--proxy-uid)"), "{e}");
+        // The environment's backend counts as the flag's.
+        assert!(ok(&["-u", "4294967295"], &[("NATIVE_NFTABLES", "true")]).native_nftables);
+        // A passwd uid the backend would refuse is not taken.
+        let sys = FakeSystem {
+            passwd: Some("istio-proxy:x:4294967295:1::/:\n".into()),
+            ..FakeSystem::default()
+        };
+        assert_eq!(
+            resolve_with(&[], &[], &sys).expect("valid").proxy_uids,
+            [1337]
         );
     }
 
     #[test]
     fn mark_table_backend_and_loopback_cidr_are_validated() {
-        for bad in ["0", "1338", "0x539", "-1", "abc"] {
+        for bad in [
+            "0",
+            "1338",
+            "0x539",
+            "0x10",
+            "010",
+            "-1",
+            "abc",
+            "4294967296",
+            "+7",
+        ] {
             assert!(
                 err_text(&["-t", bad]).contains("-t/--istio-inbound-tproxy-mark"),
                 "{bad}"
@@ -1173,6 +1393,8 @@ mod tests {
             );
         }
         assert_eq!(ok(&["-t", "7", "-r", "100"], &[]).tproxy_mark, 7);
+        // Istio's rules and routes read `010` differently (octal 8, decimal 10): refused, with the reason.
+        assert!(err_text(&["-t", "010"]).contains("leading zeros"));
         assert_eq!(
             ok(&[], &[("FORCE_IPTABLES_BINARY", "nft")])
                 .force_binary
@@ -1293,6 +1515,16 @@ mod tests {
             Err(ConfigError::Detection(_))
         ));
         assert!(resolve_with(&["--ipv6=true"], &[], &broken).is_ok());
+        // A cleanup detects nothing and removes both families' rules of ours.
+        for sys in [&none, &broken] {
+            let c = resolve_with(&["--cleanup-only"], &[], sys).expect("valid");
+            assert!(c.ipv6 && c.host_ip.is_none());
+        }
+        assert!(
+            !resolve_with(&["--cleanup-only", "--ipv6", "false"], &[], &none)
+                .expect("valid")
+                .ipv6
+        );
     }
 
     mod prop {
@@ -1362,7 +1594,7 @@ mod tests {
                 let lookup = |_: &str| None;
                 let sys = FakeSystem { resolv: Some(String::new()), ..FakeSystem::default() };
                 if let Ok(cfg) = resolve(&parsed, &lookup, &sys) {
-                    let plan = crate::rules::build(&cfg);
+                    let plan = crate::iptables::model::build(&cfg);
                     let all = plan.v4.iter().chain(plan.v6.iter().flatten());
                     for rule in all {
                         for t in &rule.tokens {

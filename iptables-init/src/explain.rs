@@ -3,7 +3,8 @@
 //!
 //! The istio-iptables flags are parsed by `cli` and resolved by `config::resolve` exactly as a real run
 //! does, but with no environment and with fixed surroundings ([`OFFLINE_ASSUMPTIONS`]); the backend's
-//! rule model is then walked for each connection (`walk`, `nft::walk`).
+//! rule model is then walked for each connection (`iptables::walk`, `nft::walk`, both over the one
+//! evaluator in `walk`).
 
 use std::net::IpAddr;
 
@@ -11,9 +12,9 @@ use crate::cli::Args;
 use crate::config::{self, ConfigError};
 use crate::connection::{Connection, ConnectionError, Direction, POD_V4, POD_V6};
 use crate::detect::System;
-use crate::walk::RuleError;
 pub use crate::walk::VerdictKind;
-use crate::{nft, rules, walk};
+use crate::walk::{Outcome, RuleError};
+use crate::{iptables, nft};
 
 /// The rule backend a configuration selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -160,9 +161,10 @@ pub(crate) fn explain_args(
             |c: &Connection| nft::walk::walk(&rs, &c.packet(), c.direction == Direction::Outbound);
         (Backend::Nftables, verdicts(connections, walk)?)
     } else {
-        let plan = rules::build(&cfg);
-        let walk =
-            |c: &Connection| walk::walk(&plan, &c.packet(), c.direction == Direction::Outbound);
+        let plan = iptables::model::build(&cfg);
+        let walk = |c: &Connection| {
+            iptables::walk::walk(&plan, &c.packet(), c.direction == Direction::Outbound)
+        };
         (Backend::Iptables, verdicts(connections, walk)?)
     };
     Ok(Explanation {
@@ -173,7 +175,7 @@ pub(crate) fn explain_args(
 
 fn verdicts(
     connections: &[Connection],
-    walk: impl Fn(&Connection) -> Result<walk::Outcome, RuleError>,
+    walk: impl Fn(&Connection) -> Result<Outcome, RuleError>,
 ) -> Result<Vec<Verdict>, ExplainError> {
     connections
         .iter()
@@ -728,6 +730,10 @@ mod tests {
             (NONE, &["-c", "eth1"], "inbound:tcp:8080,iface=eth1", "bypass 8080 nat/PREROUTING: -A PREROUTING -i eth1 -j RETURN"),
             (NONE, &["-c", "eth1"], "inbound:tcp:8080", "inbound-proxy 15006 nat/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT"),
             (NONE, &["-k", "kv0"], "inbound:tcp:10.96.0.20:8080,iface=kv0", "outbound-proxy 15001 nat/PREROUTING: -I PREROUTING 1 -i kv0 -j ISTIO_REDIRECT"),
+            (NONE, &["-c", "eth+"], "inbound:tcp:8080,iface=eth1", "bypass 8080 nat/PREROUTING: -A PREROUTING -i eth+ -j RETURN"),
+            (NONE, &["-c", "eth+"], "outbound:tcp:10.0.0.5:80,iface=eth0", "bypass 80 nat/OUTPUT: -A OUTPUT -o eth+ -j RETURN"),
+            (NONE, &["-c", "eth+"], "inbound:tcp:8080,iface=veth0", "inbound-proxy 15006 nat/ISTIO_INBOUND: -A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT"),
+            (NONE, &["-k", "kv+"], "inbound:tcp:10.96.0.20:8080,iface=kv0", "outbound-proxy 15001 nat/PREROUTING: -I PREROUTING 1 -i kv+ -j ISTIO_REDIRECT"),
             (NONE, &["--outbound-owner-groups-exclude", "2000"], "outbound:tcp:10.0.0.5:80,gid=2000", "bypass 80 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner --gid-owner 2000 -j RETURN"),
             (NONE, &["--outbound-owner-groups", "3000"], "outbound:tcp:10.0.0.5:80", "bypass 80 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -m owner ! --gid-owner 3000 -j RETURN"),
             (NONE, &["--outbound-owner-groups", "3000"], "outbound:tcp:10.0.0.5:80,gid=3000", "outbound-proxy 15001 nat/ISTIO_OUTPUT: -A ISTIO_OUTPUT -j ISTIO_REDIRECT"),
@@ -764,6 +770,11 @@ mod tests {
             (&[("-b", "8080")], &[], "inbound:tcp:7070", "bypass 7070 istio-proxy-nat/prerouting (end)"),
             (&[("-b", "")], &[], "inbound:tcp:7070", "bypass 7070 istio-proxy-nat/prerouting (end)"),
             (NONE, &["-c", "eth1"], "outbound:tcp:10.0.0.5:80,iface=eth1", "bypass 80 istio-proxy-nat/output: oifname eth1 counter return"),
+            // `+` is iptables' prefix match here too (the verdicts of the iptables rows on `eth+`).
+            (NONE, &["-c", "eth+"], "inbound:tcp:8080,iface=eth1", "bypass 8080 istio-proxy-nat/prerouting: iifname \"eth*\" counter return"),
+            (NONE, &["-c", "eth+"], "outbound:tcp:10.0.0.5:80,iface=eth0", "bypass 80 istio-proxy-nat/output: oifname \"eth*\" counter return"),
+            (NONE, &["-c", "eth+"], "inbound:tcp:8080,iface=veth0", "inbound-proxy 15006 istio-proxy-nat/istio-inbound: meta l4proto tcp counter jump istio-in-redirect"),
+            (NONE, &["-k", "kv+"], "inbound:tcp:10.96.0.20:8080,iface=kv0", "outbound-proxy 15001 istio-proxy-nat/prerouting: iifname \"kv*\" counter jump istio-redirect"),
             (NONE, &["--ipv6", "true"], "outbound:tcp:[fd00::5]:443", "outbound-proxy 15001 istio-proxy-nat/istio-output: counter jump istio-redirect"),
             // Istio's inet tables see IPv6 even with IPv6 off (iptables then has no rule for it).
             (NONE, &["--ipv6", "false"], "outbound:tcp:[fd00::5]:443", "outbound-proxy 15001 istio-proxy-nat/istio-output: counter jump istio-redirect"),
@@ -773,6 +784,44 @@ mod tests {
             a.push("--native-nftables".to_string());
             assert_eq!(line(&one(&a, spec)), *expected, "{spec} with {a:?}");
         }
+    }
+
+    /// `+` means iptables' prefix match on both backends: every interface of these connections gets
+    /// the same verdict from the iptables rules and the nftables ones.
+    #[test]
+    fn interface_prefixes_decide_alike_on_both_backends() {
+        for (flags, spec) in [
+            (["-c", "eth+"], "inbound:tcp:8080,iface=eth0"),
+            (["-c", "eth+"], "inbound:tcp:8080,iface=eth12"),
+            (["-c", "eth+"], "inbound:tcp:8080,iface=veth0"),
+            (["-c", "eth+"], "inbound:tcp:8080,iface=et"),
+            (["-c", "eth+"], "outbound:tcp:10.0.0.5:80,iface=eth7"),
+            (["-c", "eth+"], "outbound:tcp:10.0.0.5:80,iface=lo"),
+            (["-c", "+"], "inbound:tcp:8080,iface=anything"),
+            (["-k", "kv+"], "inbound:tcp:10.96.0.20:8080,iface=kv0"),
+            (["-k", "kv+"], "inbound:tcp:10.96.0.20:8080,iface=k"),
+        ] {
+            let ipt = args(&[], &flags);
+            let mut nft = ipt.clone();
+            nft.push("--native-nftables".to_string());
+            let (a, b) = (one(&ipt, spec), one(&nft, spec));
+            assert_eq!(
+                (a.verdict, a.port),
+                (b.verdict, b.port),
+                "{flags:?} {spec}: {} / {}",
+                line(&a),
+                line(&b)
+            );
+        }
+        let bypass = |flags: [&'static str; 2], spec| one(&args(&[], &flags), spec).verdict;
+        assert_eq!(
+            bypass(["-c", "eth+"], "inbound:tcp:8080,iface=eth12"),
+            VerdictKind::Bypass
+        );
+        assert_eq!(
+            bypass(["-c", "eth+"], "inbound:tcp:8080,iface=veth0"),
+            VerdictKind::InboundProxy
+        );
     }
 
     fn strings(v: &[&str]) -> Vec<String> {

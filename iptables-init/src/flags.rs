@@ -131,10 +131,52 @@ pub fn parse_go_bool(s: &str) -> Result<bool, String> {
     }
 }
 
-/// Parses a Go `time.ParseDuration` duration (`5s`, `1m30s`, `250ms`, `1.5h`, `0`). Negative durations
-/// are rejected: a timeout cannot be negative.
+/// Parses a port as pflag's `uint16` flag does (`strconv.ParseUint(s, 0, 16)`): decimal, or with Go's
+/// base prefixes `0x`, `0o`, `0b`, or a leading `0` for octal (so `010` is 8 and `080` is an error, as
+/// for `--iptables-probe-port` in Istio; found by the rules differential, issue 21); `_` may separate
+/// digits only after a base prefix.
+pub fn parse_go_port(s: &str) -> Result<u16, String> {
+    let err = || format!("invalid port {s:?} (0 to 65535, Go integer syntax)");
+    let lower = s.to_ascii_lowercase();
+    let (radix, digits, prefixed) = if let Some(d) = lower.strip_prefix("0x") {
+        (16, d, true)
+    } else if let Some(d) = lower.strip_prefix("0o") {
+        (8, d, true)
+    } else if let Some(d) = lower.strip_prefix("0b") {
+        (2, d, true)
+    } else if lower.len() > 1 && lower.starts_with('0') {
+        (8, &lower[1..], true)
+    } else {
+        (10, lower.as_str(), false)
+    };
+    // Go's underscoreOK: only with a prefix, never first or last (after the prefix) nor doubled.
+    if digits.contains('_')
+        && (!prefixed
+            || digits.starts_with('_')
+            || digits.ends_with('_')
+            || digits.contains("__")
+            || (radix == 8 && !lower.starts_with("0o") && lower[1..].starts_with('_')))
+    {
+        return Err(err());
+    }
+    let clean: String = digits.chars().filter(|&c| c != '_').collect();
+    if clean.is_empty() || !clean.chars().all(|c| c.is_digit(radix)) {
+        return Err(err());
+    }
+    u16::from_str_radix(&clean, radix).map_err(|_| err())
+}
+
+/// Parses a Go `time.ParseDuration` duration (`5s`, `1m30s`, `250ms`, `1.5h`, `0`). A negative one,
+/// which Go accepts, is a timeout that has already expired: zero (Istio takes `--probe-timeout -1s`;
+/// found by the rules differential, issue 21).
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     let err = || format!("invalid duration {s:?} (Go syntax, e.g. 5s, 1m30s, 250ms)");
+    if let Some(negative) = s.strip_prefix('-') {
+        if negative.starts_with(['+', '-']) {
+            return Err(err());
+        }
+        return parse_go_duration(negative).map(|_| Duration::ZERO);
+    }
     let body = s.strip_prefix('+').unwrap_or(s);
     if body == "0" {
         return Ok(Duration::ZERO);
@@ -299,7 +341,7 @@ pub static EXCLUDE_INTERFACES: Flag = Flag {
     value_name: "IFACES",
     env: &["ISTIO_EXCLUDE_INTERFACES"],
     default: Empty,
-    help: "Interfaces left alone entirely",
+    help: "Interfaces left alone entirely; a trailing + is a prefix (eth+)",
     group: Group::Istio,
 };
 pub static SERVICE_CIDR: Flag = Flag {
@@ -349,7 +391,7 @@ pub static KUBE_VIRT_INTERFACES: Flag = Flag {
     value_name: "IFACES",
     env: &["KUBE_VIRT_INTERFACES"],
     default: Empty,
-    help: "Interfaces whose inbound traffic is treated as outbound",
+    help: "Interfaces whose inbound traffic is treated as outbound; a trailing + is a prefix",
     group: Group::Istio,
 };
 pub static TPROXY_MARK: Flag = Flag {
@@ -852,8 +894,32 @@ mod tests {
         assert_eq!(parse_go_duration("1h2m3s"), Ok(Duration::from_secs(3723)));
         assert_eq!(parse_go_duration("10us"), Ok(Duration::from_micros(10)));
         assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));
-        for bad in ["", "5", "s", "-5s", "5x", "1..2s", "."] {
+        for bad in ["", "5", "s", "5x", "1..2s", ".", "--5s", "-x"] {
             assert!(parse_go_duration(bad).is_err(), "{bad}");
+        }
+        // Go accepts a negative duration; as a timeout it has already expired.
+        assert_eq!(parse_go_duration("-5s"), Ok(Duration::ZERO));
+        assert_eq!(parse_go_duration("-0"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn go_ports_are_parse_uint_base_0() {
+        for (s, want) in [
+            ("15001", 15001),
+            ("0", 0),
+            ("65535", 65535),
+            ("010", 8),
+            ("0x50", 80),
+            ("0X1_F", 31),
+            ("0o17", 15),
+            ("0b101", 5),
+        ] {
+            assert_eq!(parse_go_port(s), Ok(want), "{s}");
+        }
+        for bad in [
+            "080", "", "65536", "-1", "+1", "1_000", "0x", "0x_1", "0x1_", "abc", " 1", "1.5",
+        ] {
+            assert!(parse_go_port(bad).is_err(), "{bad}");
         }
     }
 }

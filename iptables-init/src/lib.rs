@@ -5,35 +5,38 @@
 //! 1. `cli` reads istio-iptables' command line, and `config` resolves it with the environment and
 //!    the surroundings (`detect`) into a validated `config::Config`; both read each flag's names,
 //!    variables and default from its one definition in `flags`, and `logging` its log flags;
-//! 2. `rules` turns the configuration into a rule model (`rules::Plan`) in Istio's order;
-//! 3. `render` renders the model as `iptables-restore` input (and route actions as comments);
-//! 4. `apply` detects the backend, checks the current state and applies the rendered text atomically
-//!    per family, rolling back on failure; it also implements `--reconcile` and `--cleanup-only`;
+//! 2. the backend turns the configuration into its rule model in Istio's order, and `routes` into the
+//!    route actions both backends do after their rules;
+//! 3. the backend renders the model as the text Istio would feed its tool (route actions as comments);
+//! 4. the backend applies it, atomically, and implements `--reconcile` and `--cleanup-only`;
 //! 5. `validation` proves interception with a real connection (`--run-validation`).
 //!
-//! With `--native-nftables`, `nft` takes steps 2–4 instead: its own rule model built from the same
-//! `Config`, rendered as the `nft -f` text Istio pipes, applied as one nf_tables batch over netlink
-//! (routes and the `::6` address through `rtnetlink`).
+//! The two backends are laid out alike, each a directory of `model`, `render`, `apply` and `walk`:
+//! `iptables` (the default: a `Plan` rendered as `iptables-restore` input, applied per family through
+//! `iptables-restore --noflush` with rollback, or by becoming `iptables-nft-restore`) and `nft`
+//! (`--native-nftables`: a `Ruleset` rendered as the `nft -f` text Istio pipes, applied as one nf_tables
+//! batch over netlink, routes and the `::6` address through `rtnetlink`). `netlink` is the framing and
+//! the nf_tables existence probe they share.
 //!
 //! `explain` answers where connections go under a configuration without touching anything: the same
-//! `cli`/`config` resolution with fixed surroundings, then a walk of the backend's rule model (`walk`
-//! for `rules::Plan`, `nft::walk` for the nftables ruleset) per `connection`.
+//! `cli`/`config` resolution with fixed surroundings, then the backend's `walk` of its rule model per
+//! `connection`, both translating into the one evaluator in `walk`.
 //!
 //! `run` strings them together; `main` only calls it.
 
-pub(crate) mod apply;
 pub(crate) mod cli;
 pub(crate) mod config;
 pub(crate) mod connection;
 pub(crate) mod detect;
 pub(crate) mod explain;
 pub(crate) mod flags;
+pub(crate) mod iptables;
 pub(crate) mod logging;
 mod netlink;
 pub(crate) mod nft;
-pub(crate) mod render;
+pub(crate) mod routes;
 pub(crate) mod rtnetlink;
-pub(crate) mod rules;
+mod stdio;
 pub(crate) mod validation;
 pub(crate) mod walk;
 
@@ -46,6 +49,8 @@ pub use explain::{
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::process::ExitCode;
+
+use iptables::{apply, render};
 
 /// Exit status for a configuration, environment, detection, apply or route error (Istio's 1).
 pub const EXIT_ERROR: u8 = 1;
@@ -90,7 +95,7 @@ fn report(msg: &str) {
 /// exit status: [`EXIT_USAGE`] for an error, 0 for help and version.
 pub(crate) fn parse_failure(e: &clap::Error) -> u8 {
     let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
-    let _ = e.print();
+    stdio::print_clap(e);
     if let Some(clap::error::ContextValue::String(arg)) =
         e.get(clap::error::ContextKind::InvalidArg)
     {
@@ -121,7 +126,7 @@ pub fn run_with(
     let args: Vec<OsString> = args.into_iter().collect();
     if args.get(1).is_some_and(|a| a == explain::SUBCOMMAND) {
         // Pure computation: neither the environment nor the surroundings are passed on.
-        let code = explain::main(&args[2..], &mut std::io::stdout(), &mut std::io::stderr());
+        let code = explain::main(&args[2..], &mut stdio::out(), &mut stdio::err());
         return ExitCode::from(code);
     }
     let args = match cli::Args::parse_args(args) {
@@ -143,9 +148,13 @@ pub fn run_with(
         }
     };
     tracing::debug!(?cfg, "configuration");
-    let plan = rules::build(&cfg);
+    let plan = iptables::model::build(&cfg);
 
-    if cfg.dry_run {
+    if cfg.skip_rule_apply {
+        // Istio's ProgramIptables and ProgramNftables skip everything, the dry run's recording stub
+        // included: no record, no rules printed (found by the rules differential, issue 21).
+        tracing::info!("--skip-rule-apply: not applying rules");
+    } else if cfg.dry_run {
         if let Some(path) = &cfg.dry_run_file {
             if cfg.cleanup_only {
                 tracing::warn!(path = %path.display(), "DRY_RUN_FILE_PATH is not written with --cleanup-only");
@@ -177,13 +186,11 @@ pub fn run_with(
         } else {
             render::dry_run(&plan)
         };
-        let mut out = std::io::stdout().lock();
+        let mut out = stdio::out();
         if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
             eprintln!("iptables-init: writing the dry-run output: {e}");
             return ExitCode::from(EXIT_ERROR);
         }
-    } else if cfg.skip_rule_apply {
-        tracing::info!("--skip-rule-apply: not applying rules");
     } else if cfg.native_nftables {
         if let Err(e) = nft::apply::run(&cfg) {
             report(&e.to_string());

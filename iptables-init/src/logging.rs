@@ -105,7 +105,7 @@ impl LogConfig {
             caller: self.caller,
             ansi: std::io::stderr().is_terminal(),
         };
-        let logger = Logger::new(self.level, format, std::io::stderr);
+        let logger = Logger::new(self.level, format, crate::stdio::err);
         let _ = tracing::subscriber::set_global_default(logger);
         for t in &self.ignored_targets {
             tracing::warn!("--log_target {t:?} is not supported; logging to stderr");

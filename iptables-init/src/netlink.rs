@@ -1,12 +1,13 @@
-//! Netlink framing shared by the route actions over rtnetlink, the native nf_tables batch and the chain
-//! probe of the exec path: a socket in the calling thread's network namespace, writing message headers
-//! and attributes, and reading the messages and attributes of a received datagram.
+//! Netlink framing shared by the route actions over rtnetlink, the native nf_tables batch and the
+//! nf_tables existence probe ([`probe`]) both backends ask: a socket in the calling thread's network
+//! namespace, writing message headers and attributes, and reading the messages and attributes of a
+//! received datagram.
 //!
 //! Layout (kernel uapi `linux/netlink.h`): each message is an `nlmsghdr` (16 bytes: length, type, flags,
 //! sequence number, port id, in host byte order) and its payload; an attribute (`nlattr`) is a length and
 //! a type (4 bytes), the value, and padding to 4 bytes.
 
-use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd as _, OwnedFd};
 
 use nix::errno::Errno;
 use nix::sys::socket::{
@@ -14,6 +15,10 @@ use nix::sys::socket::{
     SockProtocol, SockType,
 };
 use nix::sys::time::TimeVal;
+
+mod probe;
+
+pub(crate) use probe::{Probe, ProbeError};
 
 /// The length of `nlmsghdr`.
 pub(crate) const HEADER_LEN: usize = 16;
@@ -63,9 +68,9 @@ pub(crate) fn open(protocol: SockProtocol, timeout_secs: i64) -> Result<OwnedFd,
 }
 
 /// Sends `datagram` to the kernel (port 0).
-pub(crate) fn send(fd: &OwnedFd, datagram: &[u8]) -> Result<(), Errno> {
+pub(crate) fn send(fd: &impl AsFd, datagram: &[u8]) -> Result<(), Errno> {
     sendto(
-        fd.as_raw_fd(),
+        fd.as_fd().as_raw_fd(),
         datagram,
         &NetlinkAddr::new(0, 0),
         MsgFlags::empty(),
@@ -75,11 +80,11 @@ pub(crate) fn send(fd: &OwnedFd, datagram: &[u8]) -> Result<(), Errno> {
 
 /// Receives one datagram into `buf` and returns its messages.
 pub(crate) fn receive<'a>(
-    fd: &OwnedFd,
+    fd: &impl AsFd,
     buf: &'a mut [u8],
     flags: MsgFlags,
 ) -> Result<Messages<'a>, Errno> {
-    let n = recv(fd.as_raw_fd(), buf, flags)?;
+    let n = recv(fd.as_fd().as_raw_fd(), buf, flags)?;
     Ok(Messages(&buf[..n]))
 }
 

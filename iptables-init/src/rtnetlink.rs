@@ -11,12 +11,12 @@ use std::os::fd::OwnedFd;
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, SockProtocol};
 
+use crate::config::Family;
 use crate::netlink::{
     self, error_code, Attrs, NLMSG_DONE, NLMSG_ERROR, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
     NLM_F_REQUEST,
 };
-use crate::render::route_command;
-use crate::rules::{Family, RouteAction};
+use crate::routes::{route_command, RouteAction};
 
 const RTM_NEWADDR: u16 = 20;
 const RTM_DELADDR: u16 = 21;

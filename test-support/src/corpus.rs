@@ -359,6 +359,22 @@ pub struct ConfigFiles {
     pub injector_config: PathBuf,
 }
 
+impl ConfigFiles {
+    /// The `--values`, `--mesh-config` and `--injector-config` flags that name these files, as the
+    /// injector's `serve`, `kube-inject` and `explain` take them.
+    pub fn args(&self) -> Vec<String> {
+        let path = |p: &PathBuf| p.display().to_string();
+        vec![
+            "--values".to_string(),
+            path(&self.values),
+            "--mesh-config".to_string(),
+            path(&self.mesh),
+            "--injector-config".to_string(),
+            path(&self.injector_config),
+        ]
+    }
+}
+
 impl Config {
     /// The `base-*` documents of the test environment, unchanged.
     pub fn base() -> Result<Config, Error> {

@@ -121,23 +121,27 @@ fn string<'a>(v: &'a Value, field: &str) -> Result<&'a str, SelectorError> {
 }
 
 fn key(v: &Value, field: &str) -> Result<String, SelectorError> {
-    let k = string(v, field)?;
-    if !valid_label_key(k) {
-        return Err(SelectorError::Key {
-            field: field.to_string(),
-            value: k.to_string(),
-        });
-    }
-    Ok(k.to_string())
+    valid_string(v, field, valid_label_key, |field, value| {
+        SelectorError::Key { field, value }
+    })
 }
 
 fn value(v: &Value, field: &str) -> Result<String, SelectorError> {
+    valid_string(v, field, valid_label_value, |field, value| {
+        SelectorError::Value { field, value }
+    })
+}
+
+/// The string at `field`, or the error `invalid` makes of the field and the string when `valid` refuses it.
+fn valid_string(
+    v: &Value,
+    field: &str,
+    valid: fn(&str) -> bool,
+    invalid: fn(String, String) -> SelectorError,
+) -> Result<String, SelectorError> {
     let s = string(v, field)?;
-    if !valid_label_value(s) {
-        return Err(SelectorError::Value {
-            field: field.to_string(),
-            value: s.to_string(),
-        });
+    if !valid(s) {
+        return Err(invalid(field.to_string(), s.to_string()));
     }
     Ok(s.to_string())
 }
@@ -264,14 +268,8 @@ impl Requirement {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::string_map;
     use serde_json::json;
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     fn sel(v: Value) -> LabelSelector {
         LabelSelector::from_json(&v).unwrap_or_else(|e| panic!("{v}: {e}"))
@@ -288,54 +286,58 @@ mod tests {
             sel(json!({})),
             sel(json!({"matchLabels": {}})),
         ] {
-            assert!(s.matches(&labels(&[])));
-            assert!(s.matches(&labels(&[("a", "b")])));
+            assert!(s.matches(&string_map(&[])));
+            assert!(s.matches(&string_map(&[("a", "b")])));
         }
     }
 
     #[test]
     fn match_labels_need_every_pair() {
         let s = sel(json!({"matchLabels": {"app": "web", "tier": "front"}}));
-        assert!(s.matches(&labels(&[("app", "web"), ("tier", "front"), ("x", "y")])));
-        assert!(!s.matches(&labels(&[("app", "web")])));
-        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "back")])));
+        assert!(s.matches(&string_map(&[
+            ("app", "web"),
+            ("tier", "front"),
+            ("x", "y")
+        ])));
+        assert!(!s.matches(&string_map(&[("app", "web")])));
+        assert!(!s.matches(&string_map(&[("app", "web"), ("tier", "back")])));
         // An empty value is a value: it needs the label present and empty.
         let e = sel(json!({"matchLabels": {"app": ""}}));
-        assert!(e.matches(&labels(&[("app", "")])));
-        assert!(!e.matches(&labels(&[])));
+        assert!(e.matches(&string_map(&[("app", "")])));
+        assert!(!e.matches(&string_map(&[])));
     }
 
     #[test]
     fn in_needs_the_label_present_with_a_listed_value() {
         let s = expr("env", "In", &["prod", "stage"]);
-        assert!(s.matches(&labels(&[("env", "prod")])));
-        assert!(s.matches(&labels(&[("env", "stage")])));
-        assert!(!s.matches(&labels(&[("env", "dev")])));
-        assert!(!s.matches(&labels(&[])));
+        assert!(s.matches(&string_map(&[("env", "prod")])));
+        assert!(s.matches(&string_map(&[("env", "stage")])));
+        assert!(!s.matches(&string_map(&[("env", "dev")])));
+        assert!(!s.matches(&string_map(&[])));
         // Values compare exactly: no case folding.
-        assert!(!s.matches(&labels(&[("env", "Prod")])));
+        assert!(!s.matches(&string_map(&[("env", "Prod")])));
     }
 
     #[test]
     fn not_in_matches_an_absent_label() {
         let s = expr("sidecar.istio.io/inject", "NotIn", &["false"]);
-        assert!(s.matches(&labels(&[])));
-        assert!(s.matches(&labels(&[("sidecar.istio.io/inject", "true")])));
-        assert!(s.matches(&labels(&[("sidecar.istio.io/inject", "")])));
-        assert!(!s.matches(&labels(&[("sidecar.istio.io/inject", "false")])));
+        assert!(s.matches(&string_map(&[])));
+        assert!(s.matches(&string_map(&[("sidecar.istio.io/inject", "true")])));
+        assert!(s.matches(&string_map(&[("sidecar.istio.io/inject", "")])));
+        assert!(!s.matches(&string_map(&[("sidecar.istio.io/inject", "false")])));
     }
 
     #[test]
     fn exists_and_does_not_exist_ignore_the_value() {
         let s = sel(json!({"matchExpressions": [{"key": "a", "operator": "Exists"}]}));
-        assert!(s.matches(&labels(&[("a", "")])));
-        assert!(s.matches(&labels(&[("a", "x")])));
-        assert!(!s.matches(&labels(&[("b", "x")])));
+        assert!(s.matches(&string_map(&[("a", "")])));
+        assert!(s.matches(&string_map(&[("a", "x")])));
+        assert!(!s.matches(&string_map(&[("b", "x")])));
         let s = sel(json!({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}));
-        assert!(!s.matches(&labels(&[("a", "")])));
-        assert!(s.matches(&labels(&[("b", "x")])));
+        assert!(!s.matches(&string_map(&[("a", "")])));
+        assert!(s.matches(&string_map(&[("b", "x")])));
         // `values: []` is the same as no values.
-        assert!(expr("a", "DoesNotExist", &[]).matches(&labels(&[])));
+        assert!(expr("a", "DoesNotExist", &[]).matches(&string_map(&[])));
     }
 
     #[test]
@@ -347,9 +349,9 @@ mod tests {
                 {"key": "istio-injection", "operator": "DoesNotExist"},
             ]
         }));
-        assert!(s.matches(&labels(&[("app", "web"), ("istio.io/rev", "canary")])));
-        assert!(!s.matches(&labels(&[("istio.io/rev", "canary")])));
-        assert!(!s.matches(&labels(&[
+        assert!(s.matches(&string_map(&[("app", "web"), ("istio.io/rev", "canary")])));
+        assert!(!s.matches(&string_map(&[("istio.io/rev", "canary")])));
+        assert!(!s.matches(&string_map(&[
             ("app", "web"),
             ("istio.io/rev", "canary"),
             ("istio-injection", "enabled")

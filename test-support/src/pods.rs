@@ -1,6 +1,8 @@
 //! Workload documents turned into the pods Istio's webhook test sends (`objectToPod` and `runWebhook` in
 //! Istio's `pkg/kube/inject/webhook_test.go` / `inject_test.go`), and the AdmissionReviews around them.
 
+use std::collections::BTreeMap;
+
 use serde_json::{json, Map, Value};
 
 use crate::corpus::yaml;
@@ -154,6 +156,46 @@ pub fn strip_status(pod: &mut Value) {
     {
         a.remove("sidecar.istio.io/status");
     }
+}
+
+/// Every container of `pod`: the init containers (native sidecars among them), then the others.
+pub fn all_containers(pod: &Value) -> impl Iterator<Item = &Value> {
+    ["/spec/initContainers", "/spec/containers"]
+        .into_iter()
+        .filter_map(|p| pod.pointer(p).and_then(Value::as_array))
+        .flatten()
+}
+
+/// The container of `pod` named `name`, init containers first.
+pub fn container<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
+    all_containers(pod).find(|c| c["name"] == name)
+}
+
+/// A container's env entries with a literal value, by name (`valueFrom` entries left out).
+pub fn env_values(container: &Value) -> BTreeMap<String, String> {
+    container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_string(),
+                e["value"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// The `name`s of a list's entries (containers, volumes, env), in order; none when it is no list.
+pub fn names(list: &Value) -> Vec<&str> {
+    list.as_array()
+        .map(|a| a.iter().filter_map(|v| v["name"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+/// The entry of a list (containers, volumes, env) named `name`.
+pub fn named<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
+    list.as_array()?.iter().find(|v| v["name"] == name)
 }
 
 /// An AdmissionReview (`version` is `v1` or `v1beta1`) asking to create `pod` in `namespace`.

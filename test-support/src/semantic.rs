@@ -219,32 +219,36 @@ pub fn quantity_nanos(s: &str) -> Option<i128> {
     }
     let base: i128 = whole.checked_mul(1_000_000_000)? + f9.parse::<i128>().ok()?;
     let pow = |b: i128, e: u32| b.checked_pow(e);
-    let v = match suffix {
-        "" => base,
-        "Ki" => base.checked_mul(1024)?,
-        "Mi" => base.checked_mul(pow(1024, 2)?)?,
-        "Gi" => base.checked_mul(pow(1024, 3)?)?,
-        "Ti" => base.checked_mul(pow(1024, 4)?)?,
-        "Pi" => base.checked_mul(pow(1024, 5)?)?,
-        "Ei" => base.checked_mul(pow(1024, 6)?)?,
-        "n" => base / 1_000_000_000,
-        "u" => base / 1_000_000,
-        "m" => base / 1_000,
-        "k" => base.checked_mul(1_000)?,
-        "M" => base.checked_mul(pow(10, 6)?)?,
-        "G" => base.checked_mul(pow(10, 9)?)?,
-        "T" => base.checked_mul(pow(10, 12)?)?,
-        "P" => base.checked_mul(pow(10, 15)?)?,
-        "E" => base.checked_mul(pow(10, 18)?)?,
-        e if e.starts_with(['e', 'E']) => {
-            let exp: i32 = e[1..].parse().ok()?;
-            if exp >= 0 {
-                base.checked_mul(pow(10, exp.unsigned_abs())?)?
-            } else {
-                base / pow(10, exp.unsigned_abs())?
+    // The n-th binary suffix multiplies by 1024^n, the n-th decimal one by 1000^n.
+    let binary = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let decimal = ["k", "M", "G", "T", "P", "E"];
+    let nth = |suffixes: &[&str]| {
+        suffixes
+            .iter()
+            .zip(1u32..)
+            .find(|(s, _)| **s == suffix)
+            .map(|(_, n)| n)
+    };
+    let v = if let Some(n) = nth(&binary) {
+        base.checked_mul(pow(1024, n)?)?
+    } else if let Some(n) = nth(&decimal) {
+        base.checked_mul(pow(1000, n)?)?
+    } else {
+        match suffix {
+            "" => base,
+            "n" => base / 1_000_000_000,
+            "u" => base / 1_000_000,
+            "m" => base / 1_000,
+            e if e.starts_with(['e', 'E']) => {
+                let exp: i32 = e[1..].parse().ok()?;
+                if exp >= 0 {
+                    base.checked_mul(pow(10, exp.unsigned_abs())?)?
+                } else {
+                    base / pow(10, exp.unsigned_abs())?
+                }
             }
+            _ => return None,
         }
-        _ => return None,
     };
     Some(if neg { -v } else { v })
 }

@@ -61,19 +61,14 @@ pub fn injector_certs(dir: &Path, extra: &[&str]) -> anyhow::Result<CertFiles> {
 /// The arguments of `injector serve` for the serving certificate `cert`/`key` and the configuration files
 /// `cfg` (values, mesh config, injector config).
 pub fn serve_args(cert: &Path, key: &Path, cfg: &test_support::corpus::ConfigFiles) -> Vec<String> {
-    let path = |p: &Path| p.display().to_string();
-    vec![
+    let mut args = vec![
         "--tls-cert".to_string(),
-        path(cert),
+        cert.display().to_string(),
         "--tls-key".to_string(),
-        path(key),
-        "--values".to_string(),
-        path(&cfg.values),
-        "--mesh-config".to_string(),
-        path(&cfg.mesh),
-        "--injector-config".to_string(),
-        path(&cfg.injector_config),
-    ]
+        key.display().to_string(),
+    ];
+    args.extend(cfg.args());
+    args
 }
 
 /// A running `injector serve`; SIGKILLed on drop unless [`Injector::terminate`] was called.
@@ -90,12 +85,26 @@ impl Injector {
     /// Starts `injector serve --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 <args>` with `env`, and
     /// waits until it reports its ports.
     pub fn start(args: &[String], env: &BTreeMap<String, String>) -> anyhow::Result<Injector> {
+        Injector::start_in(None, "127.0.0.1:0", args, env)
+    }
+
+    /// [`Injector::start`] inside network namespace `ns` (when given), the HTTPS port on `listen`.
+    pub fn start_in(
+        ns: Option<&crate::netns::NetNs>,
+        listen: &str,
+        args: &[String],
+        env: &BTreeMap<String, String>,
+    ) -> anyhow::Result<Injector> {
         let dir = TempDir::new("serve");
         let port_file = dir.path().join("ports");
         let stderr = dir.path().join("stderr");
-        let mut child = Command::new(crate::bin("injector"))
+        let mut cmd = match ns {
+            Some(ns) => ns.command(crate::bin("injector")),
+            None => Command::new(crate::bin("injector")),
+        };
+        let mut child = cmd
             .arg("serve")
-            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .args(["--listen", listen, "--metrics-listen", "127.0.0.1:0"])
             .arg("--port-file")
             .arg(&port_file)
             .args(args)
@@ -135,6 +144,11 @@ impl Injector {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The process id (None once waited for).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The server's log so far.
@@ -179,15 +193,26 @@ impl Injector {
 
     /// The Prometheus exposition from the metrics port (plain HTTP/1.1).
     pub async fn metrics_text(&self) -> anyhow::Result<String> {
+        Ok(self.get_plain("/metrics").await?.1)
+    }
+
+    /// Whether `/readyz` on the metrics port answers 200.
+    pub async fn ready(&self) -> anyhow::Result<bool> {
+        Ok(self.get_plain("/readyz").await?.0 == StatusCode::OK)
+    }
+
+    /// `GET path` on the metrics port: the status and the body.
+    async fn get_plain(&self, path: &str) -> anyhow::Result<(StatusCode, String)> {
         let tcp = TcpStream::connect(self.metrics).await?;
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
         tokio::spawn(conn);
-        let req = Request::get("/metrics")
+        let req = Request::get(path)
             .header("host", "metrics")
             .body(Full::new(Bytes::new()))?;
         let resp = send.send_request(req).await?;
+        let status = resp.status();
         let body = resp.into_body().collect().await?.to_bytes();
-        Ok(String::from_utf8_lossy(&body).into_owned())
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
     }
 
     /// The value of a metric sample (`name{labels}` as exposed, or a bare name), 0 when absent.
@@ -316,7 +341,8 @@ impl ApiServer {
         Ok(certs.iter().map(|c| c.clone().into_owned()).collect())
     }
 
-    async fn tls_stream(
+    /// A verified TLS stream offering `alpn`, for clients that write raw HTTP.
+    pub async fn tls_stream(
         &self,
         alpn: &[&[u8]],
     ) -> anyhow::Result<tokio_rustls::client::TlsStream<TcpStream>> {

@@ -132,25 +132,20 @@ pub struct Pair {
     pub peer: NetNs,
 }
 
+/// `ip link add <local> type veth peer name eth0 netns <ns>`: a veth pair whose other end is `eth0` in
+/// namespace `ns`.
+fn veth_into<'a>(local: &'a str, ns: &'a str) -> [&'a str; 11] {
+    [
+        "ip", "link", "add", local, "type", "veth", "peer", "name", "eth0", "netns", ns,
+    ]
+}
+
 impl Pair {
     /// Creates both namespaces (`<name>-pod`, `<name>-peer`) and the link; panics on any failure.
     pub fn new(name: &str) -> Pair {
         let pod = NetNs::new(&format!("{name}-pod")).expect("pod netns");
         let peer = NetNs::new(&format!("{name}-peer")).expect("peer netns");
-        pod.run(&[
-            "ip",
-            "link",
-            "add",
-            "eth0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            peer.name(),
-        ])
-        .expect("veth pair");
+        pod.run(&veth_into("eth0", peer.name())).expect("veth pair");
         for (ns, v4, v6) in [
             (&pod, &["10.10.0.1/24"][..], "fd00::1/64"),
             (&peer, &["10.10.0.2/24", "10.10.0.3/24"][..], "fd00::2/64"),
@@ -165,6 +160,40 @@ impl Pair {
                 .expect("eth0 up");
         }
         Pair { pod, peer }
+    }
+}
+
+/// A namespace joined to the host's by a veth pair, for a server the host's processes (a kube-apiserver)
+/// must reach at an address that is not loopback: host end `198.18.<n>.1/30`, namespace end
+/// `198.18.<n>.2/30` (198.18.0.0/15 is the range RFC 2544 sets aside for network tests; only these two
+/// ends hold it). Dropping it deletes the namespace, and with it both ends of the pair.
+#[derive(Debug)]
+pub struct HostLink {
+    pub ns: NetNs,
+    /// The namespace end's address.
+    pub addr: std::net::Ipv4Addr,
+}
+
+impl HostLink {
+    /// Creates the namespace and the link; panics on any failure.
+    pub fn new(name: &str) -> HostLink {
+        let ns = NetNs::new(name).expect("netns");
+        // A /30 per link: the process id and a counter keep concurrent tests (and test processes) apart.
+        let k = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let n = (std::process::id() as usize * 7 + k) % 256;
+        // Interface names have at most 15 bytes: "vh" + pid (≤ 7 digits) + "x" + counter.
+        let host_if = format!("vh{}x{}", std::process::id(), k % 1000);
+        let run = |argv: &[&str]| checked(Command::new(argv[0]).args(&argv[1..]));
+        run(&veth_into(&host_if, ns.name())).expect("veth pair to the host");
+        let host_addr = format!("198.18.{n}.1/30");
+        run(&["ip", "addr", "add", &host_addr, "dev", &host_if]).expect("host address");
+        run(&["ip", "link", "set", &host_if, "up"]).expect("host end up");
+        let addr = std::net::Ipv4Addr::new(198, 18, n as u8, 2);
+        ns.run(&["ip", "addr", "add", &format!("{addr}/30"), "dev", "eth0"])
+            .expect("namespace address");
+        ns.run(&["ip", "link", "set", "eth0", "up"])
+            .expect("namespace end up");
+        HostLink { ns, addr }
     }
 }
 

@@ -495,7 +495,10 @@ fn namespace_labels_and_namespace_files() {
     let path = dir.join("ns.yaml");
     std::fs::write(&path, "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Namespace\n  metadata: {name: apps, labels: {istio-injection: enabled}}\n").unwrap();
     let mut c = ctx("");
-    c.namespaces = Some((path.display().to_string(), read_namespaces(&path).unwrap()));
+    c.namespaces = Some((
+        format!("--namespaces {}", path.display()),
+        Namespaces::load(&path).unwrap(),
+    ));
     let it = one(&c, &deployment(json!({}), json!({})));
     assert!(it.injected);
     let other = deployment(json!({}), json!({})).replace("\"apps\"", "\"shop\"");
@@ -513,7 +516,7 @@ fn namespace_labels_and_namespace_files() {
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: apps, labels: {a: 1}}\n",
     )
     .unwrap();
-    let e = read_namespaces(&path).unwrap_err().to_string();
+    let e = Namespaces::load(&path).unwrap_err().to_string();
     assert!(
         e.contains("Namespace apps: field metadata.labels.a: value 1 must be a string"),
         "{e}"

@@ -3,9 +3,10 @@
 
 use serde_json::{Map, Value};
 
+use crate::fields;
 use crate::pod::{self, INJECT_KEY};
 
-use super::webhook::Entry;
+use crate::webhook_entry::Entry;
 
 /// Prefixes of the annotations that steer injection or interception.
 const STEERING_PREFIXES: [&str; 4] = [
@@ -17,8 +18,9 @@ const STEERING_PREFIXES: [&str; 4] = [
 /// Labels that steer injection.
 const STEERING_LABELS: [&str; 2] = [INJECT_KEY, "istio.io/rev"];
 
-fn map_at<'a>(obj: &'a Value, ptr: &str) -> Option<&'a Map<String, Value>> {
-    obj.pointer(ptr).and_then(Value::as_object)
+/// The object `leaf` under the dotted path `at` (`spec.jobTemplate.metadata`).
+fn map_at<'a>(obj: &'a Value, at: &str, leaf: &str) -> Option<&'a Map<String, Value>> {
+    fields::path(obj, at.split('.').chain([leaf])).and_then(Value::as_object)
 }
 
 /// Injection or traffic annotations, and injection labels, on the workload's own metadata (and a
@@ -32,23 +34,20 @@ pub fn own_metadata(obj: &Value, kind: &str, what: &str) -> Vec<String> {
         "CronJob" => "spec.jobTemplate.spec.template.metadata",
         _ => "spec.template.metadata",
     };
-    let mut places = vec![("/metadata", "metadata")];
+    let mut places = vec!["metadata"];
     if kind == "CronJob" {
-        places.push(("/spec/jobTemplate/metadata", "spec.jobTemplate.metadata"));
+        places.push("spec.jobTemplate.metadata");
     }
     let mut out = Vec::new();
-    for (ptr, field) in places {
-        for (k, v) in map_at(obj, &format!("{ptr}/annotations"))
-            .into_iter()
-            .flatten()
-        {
+    for field in places {
+        for (k, v) in map_at(obj, field, "annotations").into_iter().flatten() {
             if STEERING_PREFIXES.iter().any(|p| k.starts_with(p)) {
                 out.push(format!(
                     "{what} has annotation {k}={v} on {field}, where it has no effect (the webhook sees only the pod): move it to {pod_meta}.annotations"
                 ));
             }
         }
-        for (k, v) in map_at(obj, &format!("{ptr}/labels")).into_iter().flatten() {
+        for (k, v) in map_at(obj, field, "labels").into_iter().flatten() {
             if STEERING_LABELS.contains(&k.as_str()) {
                 out.push(format!(
                     "{what} has label {k}={v} on {field}, where it has no effect (the webhook sees only the pod): move it to {pod_meta}.labels"
@@ -187,17 +186,10 @@ pub fn match_conditions(entry: &Entry) -> Option<String> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::doctor::Hook;
     use serde_json::json;
 
     fn entry(value: Value) -> Entry {
-        Entry::parse(&Hook {
-            config: "cfg".into(),
-            index: 0,
-            name: "e.sidecar-injector.istio.io".into(),
-            value,
-        })
-        .unwrap()
+        Entry::new("cfg", 0, "e.sidecar-injector.istio.io", value)
     }
 
     #[test]

@@ -9,6 +9,7 @@ use super::schema::{self, IntK, Ty, ROOT};
 use super::state::{eval_err, unsupported, validate, Exec, E, P, R};
 use super::value::{Val, NULL};
 use super::{funcs, print, ExecError, Limits, Template};
+use crate::fields::Fields;
 
 /// What a walk over a list of nodes ended with.
 enum Flow {
@@ -17,23 +18,48 @@ enum Flow {
     Continue,
 }
 
+/// What one evaluation cost: work units charged and bytes the primitives actually touched.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cost {
+    /// Work units charged against [`Limits::max_work`].
+    pub work: usize,
+    /// Bytes read and written, as measured inside the primitives.
+    pub meter: usize,
+}
+
 pub(crate) fn execute(t: &Template, data: &Json, limits: &Limits) -> Result<String, ExecError> {
+    execute_metered(t, data, limits).0
+}
+
+pub(crate) fn execute_metered<'a>(
+    t: &'a Template,
+    data: &'a Json,
+    limits: &Limits,
+) -> (Result<String, ExecError>, Cost) {
     let mut ex = Exec {
         limits,
         out: String::new(),
         vars: Vec::new(),
-        steps: 0,
+        work: 0,
+        meter: 0,
         iterations: 0,
         depth: 0,
         line: 1,
     };
     let root = Val::Data(data, &ROOT);
-    ex.vars.push(("$".to_string(), root.clone()));
+    ex.vars.push(("$", root.clone()));
     let res = ex.walk(&root, &t.root);
-    let line = ex.line;
+    let cost = Cost {
+        work: ex.work,
+        meter: ex.meter,
+    };
+    (finish(t, ex.line, res.map(|_| ex.out)), cost)
+}
+
+fn finish(t: &Template, line: usize, res: R<String>) -> Result<String, ExecError> {
     let template = t.name.clone();
     match res {
-        Ok(_) => Ok(ex.out),
+        Ok(out) => Ok(out),
         Err(E::Eval(message)) => Err(ExecError::Eval {
             template,
             line,
@@ -63,12 +89,13 @@ impl<'a> Exec<'a, '_> {
         if self.out.len() + s.len() > self.limits.max_output_bytes {
             return Err(E::Limit("output bytes", self.limits.max_output_bytes));
         }
-        self.step(s.len() / 16)?;
+        self.charge(s.len())?;
+        self.touched(s.len());
         self.out.push_str(s);
         Ok(())
     }
 
-    fn walk(&mut self, dot: &Val<'a>, nodes: &[Node]) -> R<Flow> {
+    fn walk(&mut self, dot: &Val<'a>, nodes: &'a [Node]) -> R<Flow> {
         for node in nodes {
             self.step(1)?;
             match node {
@@ -139,12 +166,18 @@ impl<'a> Exec<'a, '_> {
 
     /// A range; its flow is `Continue` only for a `{{continue}}` in its else list, which continues an
     /// enclosing range (Go's walkRange recovers `break` there but not `continue`).
-    fn range(&mut self, dot: &Val<'a>, pipe: &Pipe, body: &[Node], els: &[Node]) -> R<Flow> {
+    fn range(
+        &mut self,
+        dot: &Val<'a>,
+        pipe: &'a Pipe,
+        body: &'a [Node],
+        els: &'a [Node],
+    ) -> R<Flow> {
         let v = self.commands(dot, &pipe.cmds)?;
         // Go's walkRange pushes the declared variables first, then sets them per iteration.
         if !pipe.assign {
             for name in &pipe.decl {
-                self.vars.push((name.clone(), v.clone()));
+                self.vars.push((name.as_str(), v.clone()));
             }
         }
         // A range over an integer counts without materialising its elements.
@@ -161,20 +194,13 @@ impl<'a> Exec<'a, '_> {
                     Vec::new(),
                 )
             }
+            // A list is walked in place: each element is taken when its iteration starts, in O(1).
+            other if other.list_len().is_some() => (other.list_len().unwrap_or(0), Vec::new()),
             other => {
-                let items: Vec<(Val<'a>, Val<'a>)> = if let Some(items) = other.list_items() {
-                    let items = items.map_err(E::Unsupported)?;
-                    items
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, e)| (Val::int(i as i64), e))
-                        .collect()
-                } else if let Some(entries) = other.map_entries() {
+                let items: Vec<(Val<'a>, Val<'a>)> = if let Some(entries) = other.map_entries() {
                     let entries = entries.map_err(E::Unsupported)?;
-                    entries
-                        .into_iter()
-                        .map(|(k, e)| (Val::str(&k), e))
-                        .collect()
+                    self.charge_sorted(entries.iter().map(|(k, _)| k.len()))?;
+                    entries.into_iter().map(|(k, e)| (Val::Str(k), e)).collect()
                 } else if let Val::Data(j, Ty::Ptr(_)) = other {
                     if j.is_null() {
                         return eval_err("range can't iterate over <nil>");
@@ -185,7 +211,6 @@ impl<'a> Exec<'a, '_> {
                         print::print_value(self, other).unwrap_or_else(|_| other.type_name());
                     return eval_err(format!("range can't iterate over {shown}"));
                 };
-                self.step(items.len() / 16)?;
                 (items.len(), items)
             }
         };
@@ -199,10 +224,18 @@ impl<'a> Exec<'a, '_> {
             Val::Int(_, k) => Some(*k),
             _ => None,
         };
+        let is_list = v.list_len().is_some();
         let mut items = items.into_iter();
         for n in 0..count {
             let (key, elem) = match int_kind {
                 Some(k) => (Val::Int(n as i64, k), Val::Int(n as i64, k)),
+                None if is_list => (
+                    Val::int(n as i64),
+                    match v.list_get(n) {
+                        Some(e) => e.map_err(E::Unsupported)?,
+                        None => Val::NoValue,
+                    },
+                ),
                 None => items.next().unwrap_or((Val::NoValue, Val::NoValue)),
             };
             self.iterations += 1;
@@ -241,37 +274,55 @@ impl<'a> Exec<'a, '_> {
         Ok(())
     }
 
-    fn assign_var(&mut self, name: &str, v: Val<'a>) -> R<()> {
-        match self.vars.iter_mut().rev().find(|(n, _)| n == name) {
-            Some(slot) => {
-                slot.1 = v;
-                Ok(())
-            }
+    /// Charges sorting entries whose keys have these lengths: each key is compared about log2(n) times.
+    pub fn charge_sorted(&mut self, key_lens: impl Iterator<Item = usize>) -> R<()> {
+        let (mut n, mut bytes) = (0usize, 0usize);
+        for l in key_lens {
+            n += 1;
+            bytes = bytes.saturating_add(l);
+        }
+        let log = (usize::BITS - n.leading_zeros()) as usize;
+        self.step(n)?;
+        self.read(bytes.saturating_mul(log.max(1)))
+    }
+
+    /// The index of the innermost variable `name`; the scan is charged (one unit per variable passed).
+    fn find_var(&mut self, name: &str) -> R<usize> {
+        let found = self.vars.iter().rev().position(|(n, _)| *n == name);
+        let scanned = found.map_or(self.vars.len(), |p| p + 1);
+        self.charge(scanned.saturating_add(name.len()))?;
+        match found {
+            Some(p) => Ok(self.vars.len() - 1 - p),
             None => eval_err(format!("undefined variable: {name}")),
         }
     }
 
-    fn var(&self, name: &str) -> R<Val<'a>> {
-        match self.vars.iter().rev().find(|(n, _)| n == name) {
-            Some((_, v)) => Ok(v.clone()),
-            None => eval_err(format!("undefined variable: {name}")),
-        }
+    fn assign_var(&mut self, name: &str, v: Val<'a>) -> R<()> {
+        let i = self.find_var(name)?;
+        self.vars[i].1 = v;
+        Ok(())
+    }
+
+    fn var(&mut self, name: &str) -> R<Val<'a>> {
+        let i = self.find_var(name)?;
+        Ok(self.vars[i].1.clone())
     }
 
     /// A pipeline with its declarations.
-    pub fn pipeline(&mut self, dot: &Val<'a>, pipe: &Pipe) -> R<Val<'a>> {
+    pub fn pipeline(&mut self, dot: &Val<'a>, pipe: &'a Pipe) -> R<Val<'a>> {
         let v = self.commands(dot, &pipe.cmds)?;
         for name in &pipe.decl {
             if pipe.assign {
                 self.assign_var(name, v.clone())?;
             } else {
-                self.vars.push((name.clone(), v.clone()));
+                self.step(1)?;
+                self.vars.push((name.as_str(), v.clone()));
             }
         }
         Ok(v)
     }
 
-    fn commands(&mut self, dot: &Val<'a>, cmds: &[Cmd]) -> R<Val<'a>> {
+    fn commands(&mut self, dot: &Val<'a>, cmds: &'a [Cmd]) -> R<Val<'a>> {
         let mut value: Option<Val<'a>> = None;
         for cmd in cmds {
             self.step(1)?;
@@ -286,7 +337,7 @@ impl<'a> Exec<'a, '_> {
         Ok(value.unwrap_or(Val::NoValue))
     }
 
-    fn command(&mut self, dot: &Val<'a>, cmd: &Cmd, fin: Option<Val<'a>>) -> R<Val<'a>> {
+    fn command(&mut self, dot: &Val<'a>, cmd: &'a Cmd, fin: Option<Val<'a>>) -> R<Val<'a>> {
         match cmd.args.first() {
             Some(Arg::Func(name)) => call(self, dot, name, &cmd.args[1..], fin),
             Some(Arg::Nil) => eval_err("nil is not a command"),
@@ -296,7 +347,7 @@ impl<'a> Exec<'a, '_> {
     }
 
     /// An operand evaluated without a parameter type (a command's value, or a built-in's argument).
-    pub fn operand(&mut self, dot: &Val<'a>, arg: &Arg) -> R<Val<'a>> {
+    pub fn operand(&mut self, dot: &Val<'a>, arg: &'a Arg) -> R<Val<'a>> {
         match arg {
             Arg::Dot => Ok(dot.clone()),
             Arg::Field(names) => self.chain(dot.clone(), names),
@@ -315,7 +366,7 @@ impl<'a> Exec<'a, '_> {
                 let v = call(self, dot, name, &[], None)?;
                 Ok(v)
             }
-            Arg::Str(s) => Ok(Val::str(s)),
+            Arg::Str(s) => Ok(Val::borrowed(s)),
             Arg::Num(n) => ideal_constant(n),
             Arg::Bool(b) => Ok(Val::Bool(*b)),
             Arg::Nil => eval_err("cannot assign nil to reflect.Value"),
@@ -324,7 +375,9 @@ impl<'a> Exec<'a, '_> {
 
     fn chain(&mut self, mut v: Val<'a>, names: &[String]) -> R<Val<'a>> {
         for name in names {
+            // One step, and the name's bytes hashed or compared by the lookup.
             self.step(1)?;
+            self.read(name.len())?;
             v = field(v, name)?;
         }
         Ok(v)
@@ -345,9 +398,10 @@ pub(crate) fn field<'a>(recv: Val<'a>, name: &str) -> R<Val<'a>> {
     match &recv {
         Val::NoValue => Ok(Val::NoValue),
         Val::Nil => eval_err(format!("nil pointer evaluating interface {{}}.{name}")),
-        Val::Enum(i, e) if name == "String" => Ok(Val::str(
-            e.names.get(*i as usize).copied().unwrap_or(&i.to_string()),
-        )),
+        Val::Enum(i, e) if name == "String" => Ok(match e.names.get(*i as usize) {
+            Some(n) => Val::borrowed(n),
+            None => Val::string(i.to_string()),
+        }),
         Val::Data(j, ty) => data_field(j, ty, name),
         other if other.is_map() => match other.map_get(name) {
             Some(Ok(Some(v))) => Ok(v),
@@ -390,7 +444,7 @@ fn data_field<'a>(j: &'a Json, ty: &'static Ty, name: &str) -> R<Val<'a>> {
                 }
             });
             match f {
-                Some(f) => typed(j.get(f.json).or_else(|| j.get(f.go)), f.ty),
+                Some(f) => typed(j.field(f.json).or_else(|| j.field(f.go)), f.ty),
                 None if s.complete => {
                     eval_err(format!("can't evaluate field {name} in type {}", s.go))
                 }
@@ -430,17 +484,20 @@ fn data_field<'a>(j: &'a Json, ty: &'static Ty, name: &str) -> R<Val<'a>> {
 
 impl<'a> Exec<'a, '_> {
     /// Evaluates an argument for a parameter of type `p` (Go's `evalArg`).
-    pub fn arg(&mut self, dot: &Val<'a>, arg: &Arg, p: P) -> R<Val<'a>> {
+    pub fn arg(&mut self, dot: &Val<'a>, arg: &'a Arg, p: P) -> R<Val<'a>> {
         self.step(1)?;
         match arg {
             Arg::Nil => match p {
                 P::Any => Ok(Val::Nil),
                 P::MapStr => Ok(Val::Data(&NULL, &schema::MAP_STR)),
                 P::MapAny => Ok(Val::Data(&NULL, &schema::MAP_ANY)),
+                // Go's `canBeNil` holds for `reflect.Value` itself, so `evalArg` passes its zero value,
+                // the invalid "no value" (`or "" nil "z"` is "z").
+                P::Raw => Ok(Val::NoValue),
                 _ => eval_err(format!("cannot assign nil to {}", p.go())),
             },
             Arg::Str(s) => match p {
-                P::Any | P::Raw | P::Str => Ok(Val::str(s)),
+                P::Any | P::Raw | P::Str => Ok(Val::borrowed(s)),
                 _ => eval_err(format!("expected {}; found {s:?}", p.go())),
             },
             Arg::Bool(b) => match p {
@@ -477,7 +534,7 @@ pub(crate) fn call<'a>(
     ex: &mut Exec<'a, '_>,
     dot: &Val<'a>,
     name: &str,
-    args: &[Arg],
+    args: &'a [Arg],
     fin: Option<Val<'a>>,
 ) -> R<Val<'a>> {
     ex.step(1)?;

@@ -10,6 +10,7 @@ use super::print::{self, Spec};
 use super::schema::{IntK, Ty};
 use super::state::{eval_err, new_str, unsupported, Exec, E, P, R};
 use super::value::Val;
+use crate::fields::Fields;
 
 /// A function's parameters: fixed, then an optional variadic tail.
 pub(crate) struct Sig {
@@ -78,7 +79,11 @@ fn i(v: &Val<'_>) -> i64 {
 /// sprig's `strval`: strings as they are, everything else with `%v`.
 fn strval<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>) -> R<String> {
     match v {
-        Val::Str(s) => Ok(s.to_string()),
+        Val::Str(s) => {
+            ex.check_size(s.len())?;
+            ex.touched(s.len());
+            Ok(s.to_string())
+        }
         other => {
             let mut out = String::new();
             print::fmt_value(ex, other, &Spec::plain('v'), &mut out, 0)?;
@@ -122,6 +127,14 @@ fn basic_kind(v: &Val<'_>) -> Kind {
 const BAD_COMPARISON: &str = "incompatible types for comparison";
 const BAD_COMPARISON_TYPE: &str = "invalid type for comparison";
 
+/// Charges comparing two values: the bytes of the shorter string (str equality compares lengths first).
+fn charge_cmp(ex: &mut Exec<'_, '_>, a: &Val<'_>, b: &Val<'_>) -> R<()> {
+    if let (Val::Str(x), Val::Str(y)) = (a, b) {
+        ex.read(x.len().min(y.len()))?;
+    }
+    Ok(())
+}
+
 /// Go's `eq` for two values.
 fn eq2(a: &Val<'_>, b: &Val<'_>) -> R<bool> {
     let (ka, kb) = (basic_kind(a), basic_kind(b));
@@ -148,6 +161,8 @@ fn eq2(a: &Val<'_>, b: &Val<'_>) -> R<bool> {
         (Val::Bool(x), Val::Bool(y)) => x == y,
         (Val::Float(x), Val::Float(y)) => x == y,
         (Val::Str(x), Val::Str(y)) => x == y,
+        // Both invalid: Go's `isNil` holds for each, so `eq` is true (`eq nil .Values.missing`).
+        (Val::NoValue | Val::Nil, Val::NoValue | Val::Nil) => true,
         (Val::NoValue | Val::Nil, _) => false,
         _ => int_of(a) == int_of(b),
     })
@@ -180,8 +195,9 @@ fn lt(a: &Val<'_>, b: &Val<'_>) -> R<bool> {
     }
 }
 
-/// Go's `index` for one key.
-fn index1<'a>(item: Val<'a>, key: &Val<'a>) -> R<Val<'a>> {
+/// Go's `index` for one key: O(1) for lists and strings, one hashed or compared key for maps.
+fn index1<'a>(ex: &mut Exec<'a, '_>, item: Val<'a>, key: &Val<'a>) -> R<Val<'a>> {
+    ex.step(1)?;
     match &item {
         Val::NoValue | Val::Nil => return eval_err("index of untyped nil"),
         Val::Data(j, Ty::Ptr(_)) if j.is_null() => return eval_err("index of nil pointer"),
@@ -191,14 +207,19 @@ fn index1<'a>(item: Val<'a>, key: &Val<'a>) -> R<Val<'a>> {
         let x = index_arg(key, s.len())?;
         return Ok(Val::Int(i64::from(s.as_bytes()[x]), IntK::Uint8));
     }
-    if let Some(items) = item.list_items() {
-        let items = items.map_err(E::Unsupported)?;
-        let x = index_arg(key, items.len())?;
-        return Ok(items[x].clone());
+    if let Some(len) = item.list_len() {
+        let x = index_arg(key, len)?;
+        return match item.list_get(x) {
+            Some(v) => v.map_err(E::Unsupported),
+            None => eval_err(format!("index out of range: {x}")),
+        };
     }
     if item.is_map() {
         let k = match key {
-            Val::Str(k) => k.clone(),
+            Val::Str(k) => {
+                charge_lookup(ex, &item, k.len())?;
+                k.clone()
+            }
             Val::NoValue | Val::Nil => return eval_err("value is nil; should be of type string"),
             other => {
                 return eval_err(format!(
@@ -214,6 +235,18 @@ fn index1<'a>(item: Val<'a>, key: &Val<'a>) -> R<Val<'a>> {
         };
     }
     eval_err(format!("can't index item of type {}", item.type_name()))
+}
+
+/// Charges a map lookup of a key of `len` bytes: hashed once in the data's maps, compared about log2(n)
+/// times in the template's sorted maps.
+fn charge_lookup(ex: &mut Exec<'_, '_>, map: &Val<'_>, len: usize) -> R<()> {
+    let n = match map {
+        Val::Dict(d) => d.len(),
+        Val::StrDict(d) => d.len(),
+        _ => 1,
+    };
+    let log = (usize::BITS - n.leading_zeros()) as usize;
+    ex.read(len.saturating_mul(log.max(1)))
 }
 
 fn index_arg(key: &Val<'_>, len: usize) -> R<usize> {
@@ -266,26 +299,41 @@ fn to_float(v: &Val<'_>) -> f64 {
     }
 }
 
-fn str_map<'a>(v: &Val<'a>) -> R<BTreeMap<String, Rc<str>>> {
+/// A copy of a map's string entries, charged per entry and per byte copied.
+fn str_map<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>) -> R<BTreeMap<Rc<str>, Rc<str>>> {
     let mut m = BTreeMap::new();
     if let Some(entries) = v.map_entries() {
-        for (k, e) in entries.map_err(E::Unsupported)? {
+        let entries = entries.map_err(E::Unsupported)?;
+        ex.charge_sorted(entries.iter().map(|(k, _)| k.len()))?;
+        for (k, e) in entries {
             if let Val::Str(s) = e {
-                m.insert(k, s);
+                ex.check_size(k.len() + s.len())?;
+                ex.touched(k.len() + s.len());
+                m.insert(Rc::from(&*k), Rc::from(&*s));
             }
         }
     }
     Ok(m)
 }
 
+/// A key for a map the template builds, charged as the bytes it copies.
+fn key_of(ex: &mut Exec<'_, '_>, s: &str) -> R<Rc<str>> {
+    ex.check_size(s.len())?;
+    ex.touched(s.len());
+    Ok(Rc::from(s))
+}
+
 /// Converts decoded JSON to template values (`fromJSON`).
 fn from_json<'a>(ex: &mut Exec<'a, '_>, j: Json, depth: usize) -> R<Val<'a>> {
     ex.descend(depth)?;
+    // A node parsed, then rebuilt as a template value (allocations, a sorted-map insert): measured at
+    // about four steps' time.
+    ex.step(3)?;
     Ok(match j {
         Json::Null => Val::Nil,
         Json::Bool(b) => Val::Bool(b),
         Json::Number(n) => Val::Float(n.as_f64().unwrap_or(0.0)),
-        Json::String(s) => Val::Str(Rc::from(s)),
+        Json::String(s) => Val::string(s),
         Json::Array(a) => Val::List(Rc::new(
             a.into_iter()
                 .map(|e| from_json(ex, e, depth + 1))
@@ -295,7 +343,7 @@ fn from_json<'a>(ex: &mut Exec<'a, '_>, j: Json, depth: usize) -> R<Val<'a>> {
             let mut m = BTreeMap::new();
             for (k, e) in o {
                 let v = from_json(ex, e, depth + 1)?;
-                m.insert(k, v);
+                m.insert(Rc::from(k), v);
             }
             Val::Dict(Rc::new(m))
         }
@@ -318,7 +366,7 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
         "index" => {
             let mut item = a[0].clone();
             for k in &a[1..] {
-                item = index1(item, k)?;
+                item = index1(ex, item, k)?;
             }
             Ok(item)
         }
@@ -327,17 +375,25 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
                 return eval_err("missing argument for comparison");
             }
             for other in &a[1..] {
+                charge_cmp(ex, &a[0], other)?;
                 if eq2(&a[0], other)? {
                     return b(true);
                 }
             }
             b(false)
         }
-        "ne" => b(!eq2(&a[0], &a[1])?),
-        "lt" => b(lt(&a[0], &a[1])?),
-        "le" => b(lt(&a[0], &a[1])? || eq2(&a[0], &a[1])?),
-        "gt" => b(!(lt(&a[0], &a[1])? || eq2(&a[0], &a[1])?)),
-        "ge" => b(!lt(&a[0], &a[1])?),
+        "ne" | "lt" | "le" | "gt" | "ge" => {
+            // `le` and `gt` may compare twice.
+            charge_cmp(ex, &a[0], &a[1])?;
+            charge_cmp(ex, &a[0], &a[1])?;
+            match name {
+                "ne" => b(!eq2(&a[0], &a[1])?),
+                "lt" => b(lt(&a[0], &a[1])?),
+                "le" => b(lt(&a[0], &a[1])? || eq2(&a[0], &a[1])?),
+                "gt" => b(!(lt(&a[0], &a[1])? || eq2(&a[0], &a[1])?)),
+                _ => b(!lt(&a[0], &a[1])?),
+            }
+        }
         "print" => {
             let out = print::sprint(ex, &a, false)?;
             new_str(ex, out)
@@ -366,14 +422,20 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
             for v in a.iter().filter(|v| !matches!(v, Val::Nil)) {
                 if name == "quote" {
                     let sv = strval(ex, v)?;
-                    parts.push(print::go_quote(&sv));
+                    let q = print::go_quote(&sv);
+                    ex.check_size(q.len())?;
+                    ex.touched(q.len());
+                    parts.push(q);
                 } else {
                     let mut out = String::from("'");
                     print::fmt_value(ex, v, &Spec::plain('v'), &mut out, 0)?;
                     out.push('\'');
+                    ex.check_size(out.len())?;
                     parts.push(out);
                 }
             }
+            let total = parts.iter().map(String::len).sum::<usize>() + parts.len();
+            ex.check_size(total)?;
             new_str(ex, parts.join(" "))
         }
         // Go's encoders fail only on NaN and infinities; Istio's toYaml and sprig's toJson then give "",
@@ -396,22 +458,28 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
                 print::write_json(&j, &mut out);
                 out
             };
+            // The text written (then copied by new_str).
+            ex.check_size(out.len())?;
+            ex.touched(out.len());
             new_str(ex, out)
         }
         "toJSON" => {
-            let m = str_map(&a[0])?;
+            let m = str_map(ex, &a[0])?;
             let j = Json::Object(
                 m.into_iter()
-                    .map(|(k, v)| (k, Json::String(v.to_string())))
+                    .map(|(k, v)| (k.to_string(), Json::String(v.to_string())))
                     .collect(),
             );
             let mut out = String::new();
             print::write_json(&j, &mut out);
+            ex.check_size(out.len())?;
+            ex.touched(out.len());
             new_str(ex, out)
         }
         "fromJSON" => {
             let text = s(&a[0]);
             ex.check_size(text.len())?;
+            ex.touched(text.len());
             match serde_json::from_str::<Json>(text) {
                 Ok(j) => from_json(ex, j, 0),
                 Err(_) => Ok(Val::str("{}")),
@@ -430,6 +498,7 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
                     .saturating_add(pad_len.saturating_mul(lines))
                     .saturating_add(1),
             )?;
+            ex.read(text.len())?;
             let pad = " ".repeat(pad_len);
             let mut out = String::new();
             if name == "nindent" {
@@ -449,15 +518,17 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
         }
         "isset" => {
             let key = s(&a[1]);
+            charge_lookup(ex, &a[0], key.len())?;
             b(a[0].map_get(key).is_some_and(|r| matches!(r, Ok(Some(_)))))
         }
         "annotation" => {
-            let name = s(&a[1]).to_string();
+            let name = s(&a[1]);
+            ex.read(name.len())?;
             let Val::Data(j, _) = &a[0] else {
                 return eval_err("annotation needs an ObjectMeta");
             };
-            match j.get("annotations").and_then(|m| m.get(&name)) {
-                Some(Json::String(v)) => Ok(Val::str(v)),
+            match j.field("annotations").and_then(|m| m.field(name)) {
+                Some(Json::String(v)) => Ok(Val::borrowed(v)),
                 _ => {
                     let out = print::sprint(ex, &a[2..3], false)?;
                     new_str(ex, out)
@@ -469,13 +540,38 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
             Val::Str(v) if v.is_empty() => a[1].clone(),
             v => v.clone(),
         }),
-        "toLower" | "lower" => new_str(ex, s(&a[0]).to_lowercase()),
-        "upper" => new_str(ex, s(&a[0]).to_uppercase()),
-        "trim" => new_str(ex, s(&a[0]).trim_matches(char::is_whitespace).to_string()),
-        "contains" => b(s(&a[1]).contains(s(&a[0]))),
+        "toLower" | "lower" | "upper" => {
+            // Case mapping reads every byte and may write up to three bytes per byte read.
+            let text = s(&a[0]);
+            ex.check_size(text.len())?;
+            ex.read(text.len())?;
+            let out = if name == "upper" {
+                text.to_uppercase()
+            } else {
+                text.to_lowercase()
+            };
+            new_str(ex, out)
+        }
+        "trim" => {
+            ex.read(s(&a[0]).len())?;
+            new_str(ex, s(&a[0]).trim_matches(char::is_whitespace).to_string())
+        }
+        // Two-way string search: linear in the text and the needle.
+        "contains" => {
+            ex.read(s(&a[1]).len().saturating_add(s(&a[0]).len()))?;
+            b(s(&a[1]).contains(s(&a[0])))
+        }
         "trimAll" => {
-            let cut: Vec<char> = s(&a[0]).chars().collect();
-            new_str(ex, s(&a[1]).trim_matches(cut.as_slice()).to_string())
+            // The cut set as a sorted set: linear in the text, not text × set.
+            let cutset = s(&a[0]);
+            let text = s(&a[1]);
+            ex.read(cutset.len().saturating_add(text.len()))?;
+            let cut: std::collections::BTreeSet<char> = cutset.chars().collect();
+            ex.read(
+                text.len()
+                    .saturating_mul(cut.len().max(1).ilog2() as usize + 1),
+            )?;
+            new_str(ex, text.trim_matches(|c| cut.contains(&c)).to_string())
         }
         "trimPrefix" | "trimSuffix" => {
             let strip = if name == "trimPrefix" {
@@ -483,15 +579,23 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
             } else {
                 str::strip_suffix::<&str>
             };
-            new_str(
-                ex,
-                strip(s(&a[1]), s(&a[0])).unwrap_or(s(&a[1])).to_string(),
-            )
+            ex.read(s(&a[0]).len().min(s(&a[1]).len()))?;
+            let kept = strip(s(&a[1]), s(&a[0])).unwrap_or(s(&a[1]));
+            ex.check_size(kept.len())?;
+            new_str(ex, kept.to_string())
         }
-        "hasPrefix" => b(s(&a[1]).starts_with(s(&a[0]))),
-        "hasSuffix" => b(s(&a[1]).ends_with(s(&a[0]))),
+        "hasPrefix" | "hasSuffix" => {
+            ex.read(s(&a[0]).len().min(s(&a[1]).len()))?;
+            b(if name == "hasPrefix" {
+                s(&a[1]).starts_with(s(&a[0]))
+            } else {
+                s(&a[1]).ends_with(s(&a[0]))
+            })
+        }
         "replace" => {
             let (old, new, src) = (s(&a[0]), s(&a[1]), s(&a[2]));
+            // Counting the matches reads the text once, replacing reads it again.
+            ex.read(src.len().saturating_add(old.len()).saturating_mul(2))?;
             let count = if old.is_empty() {
                 src.chars().count() + 1
             } else {
@@ -507,6 +611,8 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
             }
             let text = s(&a[1]);
             ex.check_size(text.len().saturating_mul(n as usize))?;
+            // An empty text repeated still loops n times.
+            ex.charge((n as usize) / 64)?;
             new_str(ex, text.repeat(n as usize))
         }
         "trunc" => {
@@ -520,13 +626,17 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
                 0..text.len()
             };
             match text.get(cut) {
-                Some(t) => new_str(ex, t.to_string()),
+                Some(t) => {
+                    ex.check_size(t.len())?;
+                    new_str(ex, t.to_string())
+                }
                 None => unsupported("trunc in the middle of a UTF-8 character"),
             }
         }
         "split" => {
             // sprig's split: a map from "_0", "_1", … to the parts (strings.Split).
             let (sep, text) = (s(&a[0]), s(&a[1]));
+            ex.read(text.len().saturating_add(sep.len()))?;
             let parts: Vec<&str> = if sep.is_empty() {
                 text.char_indices()
                     .map(|(i, c)| &text[i..i + c.len_utf8()])
@@ -534,11 +644,14 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
             } else {
                 text.split(sep).collect()
             };
-            ex.step(parts.len())?;
-            let m: BTreeMap<String, Val<'a>> = parts
+            // Each part is a new key and a new string in a sorted map.
+            ex.step(parts.len().saturating_mul(2))?;
+            ex.charge(text.len())?;
+            ex.touched(text.len());
+            let m: BTreeMap<Rc<str>, Val<'a>> = parts
                 .into_iter()
                 .enumerate()
-                .map(|(i, p)| (format!("_{i}"), Val::str(p)))
+                .map(|(i, p)| (Rc::from(format!("_{i}")), Val::str(p)))
                 .collect();
             Ok(Val::Dict(Rc::new(m)))
         }
@@ -548,7 +661,10 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
             let parts: Vec<Val<'a>> = match &a[1] {
                 Val::Nil => Vec::new(),
                 v => match v.list_items() {
-                    Some(items) => items.map_err(E::Unsupported)?,
+                    Some(items) => {
+                        ex.step(v.list_len().unwrap_or(0))?;
+                        items.map_err(E::Unsupported)?
+                    }
                     None => vec![v.clone()],
                 },
             };
@@ -556,8 +672,10 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
             for p in parts.iter().filter(|p| !matches!(p, Val::Nil)) {
                 strs.push(strval(ex, p)?);
             }
-            let total: usize = strs.iter().map(String::len).sum::<usize>() + sep.len() * strs.len();
+            let total: usize =
+                strs.iter().map(String::len).sum::<usize>() + sep.len().saturating_mul(strs.len());
             ex.check_size(total)?;
+            ex.touched(total);
             new_str(ex, strs.join(&sep))
         }
         "list" => {
@@ -567,8 +685,8 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
         }
         "append" => match a[0].list_items() {
             Some(items) => {
+                ex.step(a[0].list_len().unwrap_or(0) + 1)?;
                 let mut items = items.map_err(E::Unsupported)?;
-                ex.step(items.len() + 1)?;
                 ex.check_nesting(&a[1..2])?;
                 items.push(a[1].clone());
                 Ok(Val::List(Rc::new(items)))
@@ -580,30 +698,53 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
             let mut it = a.iter();
             while let Some(k) = it.next() {
                 let key = strval(ex, k)?;
-                let v = it.next().cloned().unwrap_or_else(|| Val::str(""));
-                m.insert(key, v);
+                let v = it.next().cloned().unwrap_or_else(|| Val::borrowed(""));
+                // Inserting compares the key about log2(n) times.
+                ex.read(
+                    key.len()
+                        .saturating_mul(m.len().max(1).ilog2() as usize + 1),
+                )?;
+                m.insert(Rc::from(key), v);
             }
             ex.step(m.len())?;
             let values: Vec<Val<'a>> = m.values().cloned().collect();
             ex.check_nesting(&values)?;
             Ok(Val::Dict(Rc::new(m)))
         }
-        "get" => Ok(match a[0].map_get(s(&a[1])) {
-            Some(Ok(Some(v))) => v,
-            Some(Err(m)) => return unsupported(m),
-            _ => Val::str(""),
-        }),
-        "hasKey" => b(matches!(a[0].map_get(s(&a[1])), Some(Ok(Some(_))))),
+        "get" => {
+            charge_lookup(ex, &a[0], s(&a[1]).len())?;
+            Ok(match a[0].map_get(s(&a[1])) {
+                Some(Ok(Some(v))) => v,
+                Some(Err(m)) => return unsupported(m),
+                _ => Val::borrowed(""),
+            })
+        }
+        "hasKey" => {
+            charge_lookup(ex, &a[0], s(&a[1]).len())?;
+            b(matches!(a[0].map_get(s(&a[1])), Some(Ok(Some(_)))))
+        }
         "toString" => {
             let out = strval(ex, &a[0])?;
             new_str(ex, out)
         }
-        "int" => Ok(Val::Int(to_int(&a[0]), IntK::Int)),
-        "int64" => Ok(Val::Int(to_int(&a[0]), IntK::Int64)),
-        "float64" => Ok(Val::Float(to_float(&a[0]))),
+        "int" | "int64" | "float64" => {
+            // Parsing a string reads it (twice for int: the decimal point, then the digits).
+            if let Val::Str(t) = &a[0] {
+                ex.read(t.len().saturating_mul(2))?;
+            }
+            Ok(match name {
+                "int" => Val::Int(to_int(&a[0]), IntK::Int),
+                "int64" => Val::Int(to_int(&a[0]), IntK::Int64),
+                _ => Val::Float(to_float(&a[0])),
+            })
+        }
         "omit" => {
-            let mut m = str_map(&a[0])?;
+            let mut m = str_map(ex, &a[0])?;
             for k in &a[1..] {
+                ex.read(
+                    s(k).len()
+                        .saturating_mul(m.len().max(1).ilog2() as usize + 1),
+                )?;
                 m.remove(s(k));
             }
             ex.step(m.len())?;
@@ -612,19 +753,21 @@ pub(crate) fn apply<'a>(ex: &mut Exec<'a, '_>, name: &str, a: Vec<Val<'a>>) -> R
         "strdict" => {
             let mut m = BTreeMap::new();
             for pair in a.chunks(2) {
-                let v = pair.get(1).map_or_else(|| Rc::from(""), |v| Rc::from(s(v)));
-                m.insert(s(&pair[0]).to_string(), v);
+                let v = key_of(ex, pair.get(1).map_or("", |v| s(v)))?;
+                let k = key_of(ex, s(&pair[0]))?;
+                m.insert(k, v);
             }
             ex.step(m.len())?;
             Ok(Val::StrDict(Rc::new(m)))
         }
         "env" => {
             // Istio reads istiod's environment; the injector is istiod's stand-in here.
+            ex.read(s(&a[0]).len())?;
             let v = std::env::var(s(&a[0])).unwrap_or_default();
             Ok(if v.is_empty() {
                 a[1].clone()
             } else {
-                Val::Str(Rc::from(v))
+                new_str(ex, v)?
             })
         }
         other => unsupported(format!("function {other:?}")),

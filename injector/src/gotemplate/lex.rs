@@ -518,6 +518,12 @@ pub(crate) fn parse_number(text: &str) -> Result<Num, String> {
             float_text: false,
         });
     }
+    // Go's `parse.newNumber`: a literal that parses as a float but has none of `.eEpP` is an integer too
+    // large for 64 bits, refused (found by the template differential: `99999999999999999999999`).
+    let decimal_digits = !clean.is_empty() && clean.bytes().all(|b| b.is_ascii_digit());
+    if (radix == 10 || (radix == 8 && !lower.starts_with("0o"))) && decimal_digits {
+        return Err(format!("integer overflow: {text:?}"));
+    }
     if radix != 10 {
         return Err(bad());
     }

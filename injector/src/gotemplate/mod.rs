@@ -86,17 +86,35 @@
 //! # Differences from Go that do not change the rendered YAML
 //!
 //! `toYaml` quotes strings wherever YAML 1.1 could read them as another type (go-yaml quotes fewer, e.g.
-//! `1.0.0`) and uses double quotes where go-yaml may use single quotes; numbers inside Kubernetes structs
-//! (a `resource.Quantity` written as `1`) stay numbers where Go writes the canonical string.
+//! `1.0.0`) and uses double quotes where go-yaml may use single quotes; a `resource.Quantity` outside a
+//! container's `resources` (a volume's `sizeLimit`, a `divisor`) is written as the pod gives it where Go
+//! writes the canonical string (those inside `resources` are canonical, `0.5` as `500m`).
 //!
 //! # Bounds ([`Limits`])
 //!
 //! Nesting depth (control-structure nesting and data recursion: printing, `toYaml`, `toJson`, `fromJSON`,
 //! and lists and maps the template builds; default 64), total `range` iterations (default 100 000), output
-//! size and every intermediate string (default 4 MiB), evaluation steps (one per node, command and function
-//! call, plus one per list element copied and per 16 bytes of text produced; default 2 000 000). Exceeding
-//! any returns [`ExecError::Limit`]; `printf` widths and precisions are checked against the output bound
-//! before anything is allocated, and a range over an integer counts without materialising its elements.
+//! size and every intermediate string (default 4 MiB), and **work** (default [`DEFAULT_MAX_WORK`] = 32 Mi
+//! units). Exceeding any returns [`ExecError::Limit`]; `printf` widths and precisions are checked against the
+//! output bound before anything is allocated, and a range over an integer counts without materialising its
+//! elements.
+//!
+//! The work unit: every primitive charges **one unit per byte it reads or writes** — string comparisons
+//! (`eq`, `ne`, `lt`, … charge the shorter string), searches (`contains`: text and needle; `hasPrefix`,
+//! `trimPrefix`, …: the prefix), `replace`, `trimAll`, `trim`, `split`, `upper`/`lower`, `int`/`float64`
+//! parsing, `quote`, `printf`/`print` (the format and every byte written), `toJson`/`toYaml`/`toJSON`
+//! (every string and key copied, every byte of text written), `fromJSON` (the text parsed), map lookups by
+//! key (the key's bytes, times log2 of the size for the sorted maps a template builds), sorting a map's keys
+//! for `range` or printing (the keys' bytes times log2 of their count), output written, strings copied
+//! into new values — and [`WORK_PER_STEP`] (16) units per evaluation step: a node, a command, a call, a
+//! variable declared, a field, a list element or map entry visited or copied, and one unit per variable
+//! passed when a variable is looked up. Strings read from the data or the template text are borrowed, and
+//! `range`, `index` and field access take the data's list elements in place, so those cost O(1) however
+//! long the string or the list: a template over n containers costs O(n). A primitive's charge is made
+//! before its work where its size is known, otherwise right after it (a scalar printed, a `toYaml`
+//! text), so one primitive overshoots the budget by at most the output bound. [`Template::execute_metered`]
+//! also reports the bytes the primitives measured as read and written; the property tests and the fuzz
+//! target (`injector/fuzz`, target `template`) hold the evaluation to the budget with it and with time.
 
 mod exec;
 mod funcs;
@@ -110,6 +128,15 @@ mod tests;
 mod value;
 
 use std::fmt;
+
+pub use exec::Cost;
+
+/// The work units one evaluation step costs (a node, a command, a call, a variable, a field, a list
+/// element or map entry visited); a byte read or written costs one.
+pub const WORK_PER_STEP: usize = state::STEP;
+
+/// The default budget of [`Limits::max_work`].
+pub const DEFAULT_MAX_WORK: usize = 32 << 20;
 
 /// Deepest nesting of control structures and parenthesised pipelines [`Template::parse`] accepts.
 pub const MAX_PARSE_DEPTH: usize = 100;
@@ -189,7 +216,7 @@ pub enum ExecError {
         template: String,
         /// 1-based line of the action that crossed the bound.
         line: usize,
-        /// Which bound: `depth`, `iterations`, `output bytes` or `steps`.
+        /// Which bound: `depth`, `iterations`, `output bytes` or `work`.
         what: &'static str,
         /// The bound's value.
         limit: usize,
@@ -216,9 +243,9 @@ pub struct Limits {
     pub max_iterations: usize,
     /// Bytes of output, and of every intermediate string (default 4 MiB).
     pub max_output_bytes: usize,
-    /// Evaluation steps: one per node, command and call, plus one per list element copied and per 16
-    /// bytes of text produced (default 2 000 000).
-    pub max_steps: usize,
+    /// Work units (see the module documentation, "Bounds"): one per byte a primitive reads or writes,
+    /// [`WORK_PER_STEP`] per evaluation step (default [`DEFAULT_MAX_WORK`]).
+    pub max_work: usize,
 }
 
 impl Default for Limits {
@@ -227,7 +254,7 @@ impl Default for Limits {
             max_depth: 64,
             max_iterations: 100_000,
             max_output_bytes: 4 << 20,
-            max_steps: 2_000_000,
+            max_work: DEFAULT_MAX_WORK,
         }
     }
 }
@@ -296,6 +323,16 @@ impl Template {
     /// `map[string]any` (numbers are float64 there, as in Go).
     pub fn execute(&self, data: &serde_json::Value, limits: &Limits) -> Result<String, ExecError> {
         exec::execute(self, data, limits)
+    }
+
+    /// [`Template::execute`], also telling what the evaluation cost: the work units charged and the bytes
+    /// the primitives measured as read and written.
+    pub fn execute_metered(
+        &self,
+        data: &serde_json::Value,
+        limits: &Limits,
+    ) -> (Result<String, ExecError>, Cost) {
+        exec::execute_metered(self, data, limits)
     }
 }
 

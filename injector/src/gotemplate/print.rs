@@ -8,6 +8,7 @@ use serde_json::{Map, Number, Value as Json};
 use super::schema::{IntK, Ty};
 use super::state::{unsupported, Exec, E, R};
 use super::value::Val;
+use crate::fields::Fields;
 
 /// `{{ X }}`: Go's `printValue` (a missing value prints `<no value>`).
 pub(crate) fn print_value<'a>(ex: &mut Exec<'a, '_>, v: &Val<'a>) -> R<String> {
@@ -111,6 +112,26 @@ pub(crate) fn fmt_value<'a>(
     if spec.sharp && spec.verb == 'v' {
         return unsupported("the %#v verb");
     }
+    if let Val::List(_) | Val::Dict(_) | Val::StrDict(_) | Val::Data(..) = v {
+        return fmt_composite(ex, v, spec, out, depth);
+    }
+    // A scalar: the bytes it writes are charged once written (a width or a precision was checked against
+    // the output bound before, so one scalar writes at most that bound).
+    let start = out.len();
+    fmt_scalar(ex, v, spec, out, depth)?;
+    let wrote = out.len().saturating_sub(start);
+    ex.charge(wrote)?;
+    ex.touched(wrote);
+    Ok(())
+}
+
+fn fmt_scalar<'a>(
+    ex: &mut Exec<'a, '_>,
+    v: &Val<'a>,
+    spec: &Spec,
+    out: &mut String,
+    depth: usize,
+) -> R<()> {
     match v {
         // Inside a list or map a nil interface prints <nil> whatever the verb (Go's printValue).
         Val::NoValue | Val::Nil if spec.verb == 'v' || depth > 0 => pad(spec, "<nil>", false, out),
@@ -170,6 +191,11 @@ fn fmt_str<'a>(
     out: &mut String,
     depth: usize,
 ) -> R<()> {
+    // Reading the text (padding counts its characters); a precision reads only its prefix.
+    ex.read(match spec.prec {
+        Some(p) => s.len().min(p.saturating_mul(4)),
+        None => s.len(),
+    })?;
     let s: &str = match spec.prec {
         Some(p) if matches!(spec.verb, 'v' | 's' | 'q' | 'x' | 'X') => {
             match s.char_indices().nth(p) {
@@ -294,6 +320,21 @@ fn fmt_int<'a>(
     Ok(())
 }
 
+/// True for the k8s.io/api types whose generated `String` method handles a nil receiver by returning
+/// `"nil"` (`func (this *SecurityContext) String() string { if this == nil { return "nil" } …`): Go's
+/// `fmt` calls it for `%v` (and sprig's `strval` for `quote`, `toString`), so a nil pointer to one prints
+/// `nil`, not `<nil>` (found by the template differential: `.Spec.SecurityContext | quote`). `v1.Time`
+/// is excluded: its `String` comes from the embedded `time.Time` and panics on nil, which `fmt` prints
+/// as `<nil>`.
+fn kubernetes_stringer(ty: &Ty) -> bool {
+    let name = match ty {
+        Ty::Struct(st) => st.go,
+        Ty::Opaque(name) => name,
+        _ => return false,
+    };
+    name.starts_with("v1.") && name != "v1.Time"
+}
+
 fn fmt_composite<'a>(
     ex: &mut Exec<'a, '_>,
     v: &Val<'a>,
@@ -306,7 +347,12 @@ fn fmt_composite<'a>(
             Ty::Ptr(inner) | Ty::Wrapper(inner, _) => {
                 if j.is_null() {
                     if spec.verb == 'v' {
-                        pad(spec, "<nil>", false, out);
+                        let text = if matches!(ty, Ty::Ptr(_)) && kubernetes_stringer(inner) {
+                            "nil"
+                        } else {
+                            "<nil>"
+                        };
+                        pad(spec, text, false, out);
                         return Ok(());
                     }
                     // Go formats a nil pointer with other verbs as an address.
@@ -345,9 +391,10 @@ fn fmt_composite<'a>(
             _ => {}
         }
     }
-    if let Some(items) = v.list_items() {
+    if let Some(n) = v.list_len() {
+        ex.step(n)?;
+        let items = v.list_items().unwrap_or(Ok(Vec::new()));
         let items = items.map_err(E::Unsupported)?;
-        ex.step(items.len())?;
         out.push('[');
         for (i, it) in items.iter().enumerate() {
             if i > 0 {
@@ -358,15 +405,18 @@ fn fmt_composite<'a>(
         out.push(']');
         return Ok(());
     }
+    if v.is_map() {
+        ex.step(v.len().unwrap_or(0))?;
+    }
     if let Some(entries) = v.map_entries() {
         let entries = entries.map_err(E::Unsupported)?;
-        ex.step(entries.len())?;
+        ex.charge_sorted(entries.iter().map(|(k, _)| k.len()))?;
         out.push_str("map[");
         for (i, (k, e)) in entries.iter().enumerate() {
             if i > 0 {
                 out.push(' ');
             }
-            fmt_value(ex, &Val::str(k), spec, out, depth + 1)?;
+            fmt_value(ex, &Val::Str(k.clone()), spec, out, depth + 1)?;
             out.push(':');
             fmt_value(ex, e, spec, out, depth + 1)?;
         }
@@ -378,6 +428,7 @@ fn fmt_composite<'a>(
 
 /// Go's `fmt.Sprintf`.
 pub(crate) fn sprintf<'a>(ex: &mut Exec<'a, '_>, format: &str, args: &[Val<'a>]) -> R<String> {
+    ex.read(format.len())?;
     let mut out = String::new();
     let mut argi = 0;
     let mut chars = format.char_indices().peekable();
@@ -401,40 +452,34 @@ pub(crate) fn sprintf<'a>(ex: &mut Exec<'a, '_>, format: &str, args: &[Val<'a>])
             }
             chars.next();
         }
-        let mut bad_width = false;
-        let mut bad_prec = false;
-        let read_num =
-            |chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>| -> Option<usize> {
-                let mut n: Option<usize> = None;
-                while let Some(&(_, d)) = chars.peek() {
-                    let Some(dv) = d.to_digit(10) else { break };
-                    n = Some(
-                        n.unwrap_or(0)
-                            .saturating_mul(10)
-                            .saturating_add(dv as usize),
-                    );
-                    chars.next();
+        // Go's `fmt` `parsenum`: a digit met while the number is already above 1e6 ends the parse with
+        // the rest of the format consumed (so the directive has no verb: `%!(NOVERB)`, and the arguments
+        // left are `%!(EXTRA …)`); found by the template differential (`printf "%999999999d"`).
+        let read_num = |chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>| -> Result<Option<usize>, ()> {
+            let mut n: Option<usize> = None;
+            while let Some(&(_, d)) = chars.peek() {
+                let Some(dv) = d.to_digit(10) else { break };
+                if n.is_some_and(|n| n > 1_000_000) {
+                    chars.by_ref().for_each(drop);
+                    return Err(());
                 }
-                n
-            };
+                n = Some(n.unwrap_or(0) * 10 + dv as usize);
+                chars.next();
+            }
+            Ok(n)
+        };
         if matches!(chars.peek(), Some((_, '*' | '['))) {
             return unsupported("printf argument indexes and * widths");
         }
-        spec.width = read_num(&mut chars);
-        if spec.width.is_some_and(|w| w > 1_000_000) {
-            bad_width = true;
-            spec.width = None;
-        }
-        if matches!(chars.peek(), Some((_, '.'))) {
+        spec.width = read_num(&mut chars).unwrap_or(None);
+        // A `.` starts a precision only when something follows it (Go: `i+1 < end`).
+        let mut ahead = chars.clone();
+        if matches!(ahead.next(), Some((_, '.'))) && ahead.peek().is_some() {
             chars.next();
             if matches!(chars.peek(), Some((_, '*' | '['))) {
                 return unsupported("printf argument indexes and * precisions");
             }
-            spec.prec = Some(read_num(&mut chars).unwrap_or(0));
-            if spec.prec.is_some_and(|p| p > 1_000_000) {
-                bad_prec = true;
-                spec.prec = None;
-            }
+            spec.prec = Some(read_num(&mut chars).unwrap_or(None).unwrap_or(0));
         }
         if spec.minus {
             spec.zero = false;
@@ -448,12 +493,6 @@ pub(crate) fn sprintf<'a>(ex: &mut Exec<'a, '_>, format: &str, args: &[Val<'a>])
             break;
         };
         spec.verb = verb;
-        if bad_width {
-            out.push_str("%!(BADWIDTH)");
-        }
-        if bad_prec {
-            out.push_str("%!(BADPREC)");
-        }
         if verb == '%' {
             out.push('%');
             continue;
@@ -703,7 +742,12 @@ pub(crate) fn to_json<'a>(
                 )))
             }
         },
-        Val::Str(s) => Json::String(s.to_string()),
+        Val::Str(s) => {
+            ex.check_size(s.len())?;
+            ex.charge(s.len())?;
+            ex.touched(s.len());
+            Json::String(s.to_string())
+        }
         Val::List(l) => {
             ex.step(l.len())?;
             let mut a = Vec::with_capacity(l.len());
@@ -716,15 +760,20 @@ pub(crate) fn to_json<'a>(
             ex.step(d.len())?;
             let mut m = Map::new();
             for (k, e) in d.iter() {
-                m.insert(k.clone(), to_json(ex, e, depth + 1, ordered)?);
+                ex.charge(k.len())?;
+                ex.touched(k.len());
+                m.insert(k.to_string(), to_json(ex, e, depth + 1, ordered)?);
             }
             Json::Object(m)
         }
         Val::StrDict(d) => {
             ex.step(d.len())?;
+            let bytes: usize = d.iter().map(|(k, v)| k.len() + v.len()).sum();
+            ex.charge(bytes)?;
+            ex.touched(bytes);
             Json::Object(
                 d.iter()
-                    .map(|(k, e)| (k.clone(), Json::String(e.to_string())))
+                    .map(|(k, e)| (k.to_string(), Json::String(e.to_string())))
                     .collect(),
             )
         }
@@ -751,7 +800,24 @@ fn typed_json(
     };
     match ty {
         Ty::MapAny | Ty::Any | Ty::Slice(Ty::Any, _) => any_json(ex, j, depth),
-        Ty::MapStr | Ty::MapOpaque(_) => plain_json(ex, j, depth),
+        Ty::MapStr => plain_json(ex, j, depth),
+        // `v1.ResourceList`, Istio's typed pod: each `resource.Quantity` is written canonical.
+        Ty::MapOpaque(_) => {
+            let copy = plain_json(ex, j, depth)?;
+            Ok(match copy {
+                Json::Object(m) => Json::Object(
+                    m.into_iter()
+                        .map(|(k, v)| (k, crate::gotypes::canonical_quantity_value(&v)))
+                        .collect(),
+                ),
+                other => other,
+            })
+        }
+        // The zero `resource.Quantity` (`index` of an absent resource) is written "0".
+        Ty::Opaque("resource.Quantity") if j.is_null() => Ok(Json::String("0".into())),
+        Ty::Opaque("resource.Quantity") => Ok(crate::gotypes::canonical_quantity_value(
+            &plain_json(ex, j, depth)?,
+        )),
         Ty::Struct(s) if s.proto => proto(s.go),
         Ty::Struct(s) if s.go.starts_with("inject.") => unsupported(format!(
             "JSON of {} (its Go fields carry no JSON names)",
@@ -765,7 +831,12 @@ fn typed_json(
         Ty::Ptr(inner) if !j.is_null() => typed_json(ex, j, inner, depth, ordered),
         Ty::Str | Ty::Int(_) | Ty::Bool => match Val::typed(Some(j), ty).map_err(E::Unsupported)? {
             Val::Int(i, _) => Ok(Json::from(i)),
-            _ => Ok(j.clone()),
+            _ => {
+                let n = j.as_str().map_or(0, str::len);
+                ex.charge(n)?;
+                ex.touched(n);
+                Ok(j.clone())
+            }
         },
         Ty::Struct(s) => {
             let empty = Map::new();
@@ -775,7 +846,9 @@ fn typed_json(
             let mut m = Map::new();
             for f in s.fields {
                 let key = if go_names { f.go } else { f.json };
-                match o.get(f.json).or_else(|| o.get(f.go)) {
+                match o.field(f.json).or_else(|| o.field(f.go)) {
+                    // `omitempty` drops a zero scalar, an empty list or map, and a nil pointer.
+                    Some(v) if !f.always && omitted_zero(v, f.ty) => {}
                     Some(v) => {
                         let v = typed_json(ex, v, f.ty, depth + 1, ordered)?;
                         m.insert(key.to_string(), v);
@@ -793,6 +866,7 @@ fn typed_json(
                     None => {}
                 }
             }
+            ex.step(o.len())?;
             for (k, v) in o {
                 if !s
                     .fields
@@ -826,11 +900,27 @@ fn typed_json(
     }
 }
 
+/// True when Go's `encoding/json` leaves out a field of type `ty` holding `v` under `omitempty`.
+fn omitted_zero(v: &Json, ty: &Ty) -> bool {
+    match (ty, v) {
+        (_, Json::Null) => true,
+        (Ty::Str, Json::String(s)) => s.is_empty(),
+        (Ty::Int(_), Json::Number(n)) => n.as_f64() == Some(0.0),
+        (Ty::Bool, Json::Bool(b)) => !b,
+        (Ty::Slice(..), Json::Array(a)) => a.is_empty(),
+        (Ty::MapAny | Ty::MapStr | Ty::MapOpaque(_), Json::Object(o)) => o.is_empty(),
+        _ => false,
+    }
+}
+
 /// A copy of JSON data whose Go type keeps the JSON as it is (objects are Go maps: keys sorted).
 fn plain_json(ex: &mut Exec<'_, '_>, j: &Json, depth: usize) -> R<Json> {
-    let size = json_size(j, ex.depth_left().saturating_sub(depth))
+    let (nodes, bytes) = json_size(j, ex.depth_left().saturating_sub(depth))
         .ok_or(E::Limit("depth", ex.limits.max_depth))?;
-    ex.step(size)?;
+    // Walking the nodes, copying the strings and keys, sorting the keys (about log2 compares each).
+    ex.step(nodes)?;
+    ex.charge(bytes.saturating_mul(2))?;
+    ex.touched(bytes);
     Ok(sorted_json(j))
 }
 
@@ -861,29 +951,44 @@ fn any_json(ex: &mut Exec<'_, '_>, j: &Json, depth: usize) -> R<Json> {
                 .collect::<R<_>>()?,
         ),
         Json::Object(o) => {
+            ex.charge_sorted(o.keys().map(String::len))?;
             let mut m = Map::new();
             for (k, e) in sorted_entries(o) {
                 m.insert(k.clone(), any_json(ex, e, depth + 1)?);
             }
             Json::Object(m)
         }
-        other => other.clone(),
+        other => {
+            let n = other.as_str().map_or(0, str::len);
+            ex.charge(n)?;
+            ex.touched(n);
+            other.clone()
+        }
     })
 }
 
-/// Number of JSON nodes, or None when nested deeper than `left`.
-fn json_size(j: &Json, left: usize) -> Option<usize> {
+/// Number of JSON nodes and bytes of strings and keys (each scaled by its sorting: about log2 of the
+/// object's size compares per key), or None when nested deeper than `left`.
+fn json_size(j: &Json, left: usize) -> Option<(usize, usize)> {
     if left == 0 {
         return None;
     }
+    let add = |(n, b): (usize, usize), (n2, b2): (usize, usize)| {
+        Some((n.saturating_add(n2), b.saturating_add(b2)))
+    };
     match j {
         Json::Array(a) => a
             .iter()
-            .try_fold(1usize, |n, e| Some(n + json_size(e, left - 1)?)),
-        Json::Object(o) => o
-            .values()
-            .try_fold(1usize, |n, e| Some(n + json_size(e, left - 1)?)),
-        _ => Some(1),
+            .try_fold((1usize, 0usize), |acc, e| add(acc, json_size(e, left - 1)?)),
+        Json::Object(o) => {
+            let log = (usize::BITS - o.len().leading_zeros()) as usize;
+            o.iter().try_fold((1usize, 0usize), |acc, (k, e)| {
+                let acc = add(acc, (0, k.len().saturating_mul(log.max(1))))?;
+                add(acc, json_size(e, left - 1)?)
+            })
+        }
+        Json::String(s) => Some((1, s.len())),
+        _ => Some((1, 0)),
     }
 }
 

@@ -118,7 +118,77 @@ macro_rules! opaque_ptr {
         static $name: Ty = Ty::Ptr(&Ty::Opaque($go));
     };
 }
-opaque_ptr!(PROBE, "v1.Probe");
+opaque_ptr!(EXEC_ACTION, "v1.ExecAction");
+/// `intstr.IntOrString`: written as the pod gives it (an integer or a string).
+static INT_OR_STRING: Ty = Ty::Opaque("intstr.IntOrString");
+
+static HTTP_HEADER: Ty = Ty::Struct(&StructTy {
+    go: "v1.HTTPHeader",
+    proto: false,
+    complete: true,
+    fields: &[fa("Name", "name", &STR), fa("Value", "value", &STR)],
+});
+
+static HTTP_HEADERS: Ty = Ty::Slice(&HTTP_HEADER, "[]v1.HTTPHeader");
+
+/// A `corev1.Probe`, its embedded `ProbeHandler`'s fields first, as Go's `encoding/json` writes them.
+static PROBE: Ty = Ty::Ptr(&Ty::Struct(&StructTy {
+    go: "v1.Probe",
+    proto: false,
+    complete: false,
+    fields: &[
+        f("Exec", "exec", &EXEC_ACTION),
+        f(
+            "HTTPGet",
+            "httpGet",
+            &Ty::Ptr(&Ty::Struct(&StructTy {
+                go: "v1.HTTPGetAction",
+                proto: false,
+                complete: true,
+                fields: &[
+                    f("Path", "path", &STR),
+                    fa("Port", "port", &INT_OR_STRING),
+                    f("Host", "host", &STR),
+                    f("Scheme", "scheme", &STR),
+                    f("HTTPHeaders", "httpHeaders", &HTTP_HEADERS),
+                ],
+            })),
+        ),
+        f(
+            "TCPSocket",
+            "tcpSocket",
+            &Ty::Ptr(&Ty::Struct(&StructTy {
+                go: "v1.TCPSocketAction",
+                proto: false,
+                complete: true,
+                fields: &[fa("Port", "port", &INT_OR_STRING), f("Host", "host", &STR)],
+            })),
+        ),
+        f(
+            "GRPC",
+            "grpc",
+            &Ty::Ptr(&Ty::Struct(&StructTy {
+                go: "v1.GRPCAction",
+                proto: false,
+                complete: true,
+                fields: &[
+                    fa("Port", "port", &INT32),
+                    fa("Service", "service", &PTR_STR),
+                ],
+            })),
+        ),
+        f("InitialDelaySeconds", "initialDelaySeconds", &INT32),
+        f("TimeoutSeconds", "timeoutSeconds", &INT32),
+        f("PeriodSeconds", "periodSeconds", &INT32),
+        f("SuccessThreshold", "successThreshold", &INT32),
+        f("FailureThreshold", "failureThreshold", &INT32),
+        f(
+            "TerminationGracePeriodSeconds",
+            "terminationGracePeriodSeconds",
+            &PTR_INT64,
+        ),
+    ],
+}));
 opaque_ptr!(LIFECYCLE, "v1.Lifecycle");
 opaque_ptr!(ENV_SOURCE, "v1.EnvVarSource");
 opaque_ptr!(CAPS, "v1.Capabilities");

@@ -1,8 +1,6 @@
 //! The evaluation state shared by the walker, the functions and the printers: bounds accounting, the
 //! internal error type and Go's conversion of argument values to parameter types (`validateType`).
 
-use std::rc::Rc;
-
 use super::schema::{self, IntK, Ty};
 use super::value::{Val, NULL};
 use super::Limits;
@@ -26,33 +24,58 @@ pub(crate) fn unsupported<T>(m: impl Into<String>) -> R<T> {
     Err(E::Unsupported(m.into()))
 }
 
+/// Work units one evaluation step costs (a node, a command, a call, a variable, a field, a list element or
+/// a map entry visited); a byte read or written costs one unit.
+pub(crate) const STEP: usize = 16;
+
 /// The evaluation state.
 pub(crate) struct Exec<'a, 'l> {
     pub limits: &'l Limits,
     pub out: String,
-    pub vars: Vec<(String, Val<'a>)>,
-    pub steps: usize,
+    pub vars: Vec<(&'a str, Val<'a>)>,
+    /// Work units charged so far against [`Limits::max_work`].
+    pub work: usize,
+    /// Bytes the primitives actually read and wrote, summed after the fact where they do it (the property
+    /// tests check it against `work`: a primitive that works without charging shows here).
+    pub meter: usize,
     pub iterations: usize,
     pub depth: usize,
     pub line: usize,
 }
 
 impl<'a> Exec<'a, '_> {
-    /// Counts `n` evaluation steps.
-    pub fn step(&mut self, n: usize) -> R<()> {
-        self.steps = self.steps.saturating_add(n);
-        if self.steps > self.limits.max_steps {
-            return Err(E::Limit("steps", self.limits.max_steps));
+    /// Charges `units` work units: refused past the budget.
+    pub fn charge(&mut self, units: usize) -> R<()> {
+        self.work = self.work.saturating_add(units);
+        if self.work > self.limits.max_work {
+            return Err(E::Limit("work", self.limits.max_work));
         }
         Ok(())
     }
 
-    /// Checks that a string of `len` bytes may be produced, and counts its steps.
+    /// Counts `n` evaluation steps.
+    pub fn step(&mut self, n: usize) -> R<()> {
+        self.charge(n.saturating_mul(STEP))
+    }
+
+    /// Records `n` bytes actually read or written (the meter, not the budget).
+    pub fn touched(&mut self, n: usize) {
+        self.meter = self.meter.saturating_add(n);
+    }
+
+    /// Charges reading `n` bytes (a comparison, a search, a parse), and meters them.
+    pub fn read(&mut self, n: usize) -> R<()> {
+        self.charge(n)?;
+        self.touched(n);
+        Ok(())
+    }
+
+    /// Checks that a string of `len` bytes may be produced, and charges writing it.
     pub fn check_size(&mut self, len: usize) -> R<()> {
         if len > self.limits.max_output_bytes {
             return Err(E::Limit("output bytes", self.limits.max_output_bytes));
         }
-        self.step(len / 16)
+        self.charge(len)
     }
 
     pub fn enter(&mut self) -> R<()> {
@@ -164,8 +187,9 @@ pub(crate) fn validate<'a>(v: Val<'a>, p: P) -> R<Val<'a>> {
     }
 }
 
-/// A new string value, counted against the size bound.
+/// A new string value (copied into shared storage), counted against the size bound and the budget.
 pub(crate) fn new_str<'a>(ex: &mut Exec<'a, '_>, s: String) -> R<Val<'a>> {
     ex.check_size(s.len())?;
-    Ok(Val::Str(Rc::from(s)))
+    ex.touched(s.len());
+    Ok(Val::string(s))
 }

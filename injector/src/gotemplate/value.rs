@@ -6,9 +6,40 @@ use std::rc::Rc;
 use serde_json::Value as Json;
 
 use super::schema::{self, EnumTy, IntK, Ty};
+use crate::fields::Fields;
 
 pub(crate) static NULL: Json = Json::Null;
 pub(crate) static SLICE_ANY: Ty = Ty::Slice(&schema::ANY, "[]interface {}");
+
+/// A string value: borrowed from the data or the template text (field access and literals copy nothing),
+/// or built by the evaluation and shared.
+#[derive(Debug, Clone)]
+pub(crate) enum S<'a> {
+    B(&'a str),
+    O(Rc<str>),
+}
+
+impl std::ops::Deref for S<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            S::B(s) => s,
+            S::O(s) => s,
+        }
+    }
+}
+
+impl PartialEq for S<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl PartialOrd for S<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some((**self).cmp(&**other))
+    }
+}
 
 /// A value during evaluation.
 #[derive(Debug, Clone)]
@@ -20,21 +51,32 @@ pub(crate) enum Val<'a> {
     Bool(bool),
     Int(i64, IntK),
     Float(f64),
-    Str(Rc<str>),
+    Str(S<'a>),
     Enum(i64, &'static EnumTy),
     /// A composite view into the caller's JSON with its Go type; `Null` JSON is a nil map, slice or pointer.
     Data(&'a Json, &'static Ty),
     /// `[]interface{}` built by the template.
     List(Rc<Vec<Val<'a>>>),
     /// `map[string]interface{}` built by the template.
-    Dict(Rc<BTreeMap<String, Val<'a>>>),
+    Dict(Rc<BTreeMap<Rc<str>, Val<'a>>>),
     /// `map[string]string` built by the template.
-    StrDict(Rc<BTreeMap<String, Rc<str>>>),
+    StrDict(Rc<BTreeMap<Rc<str>, Rc<str>>>),
 }
 
 impl<'a> Val<'a> {
+    /// A string copied into a new shared value (for short texts the evaluator makes).
     pub fn str(s: &str) -> Val<'a> {
-        Val::Str(Rc::from(s))
+        Val::Str(S::O(Rc::from(s)))
+    }
+
+    /// A string borrowed from the data or the template: O(1) whatever its length.
+    pub fn borrowed(s: &'a str) -> Val<'a> {
+        Val::Str(S::B(s))
+    }
+
+    /// A string the evaluation built.
+    pub fn string(s: String) -> Val<'a> {
+        Val::Str(S::O(Rc::from(s)))
     }
 
     pub fn int(i: i64) -> Val<'a> {
@@ -54,8 +96,8 @@ impl<'a> Val<'a> {
         let j = j.unwrap_or(&NULL);
         Ok(match ty {
             Ty::Str => match j {
-                Json::Null => Val::str(""),
-                Json::String(s) => Val::str(s),
+                Json::Null => Val::borrowed(""),
+                Json::String(s) => Val::borrowed(s),
                 other => return Err(mismatch(other)),
             },
             Ty::Int(k) => match j {
@@ -78,7 +120,7 @@ impl<'a> Val<'a> {
                 Json::Null => Val::Nil,
                 Json::Bool(b) => Val::Bool(*b),
                 Json::Number(n) => Val::Float(n.as_f64().unwrap_or(0.0)),
-                Json::String(s) => Val::str(s),
+                Json::String(s) => Val::borrowed(s),
                 Json::Array(_) => Val::Data(j, &SLICE_ANY),
                 Json::Object(_) => Val::Data(j, &schema::MAP_ANY),
             },
@@ -159,24 +201,29 @@ impl<'a> Val<'a> {
         }
     }
 
-    /// A map's entries in sorted key order (None when not a map).
-    pub fn map_entries(&self) -> Option<Result<Vec<(String, Val<'a>)>, String>> {
+    /// A map's entries in sorted key order (None when not a map); keys of the data are borrowed, keys of
+    /// maps the template built are shared.
+    pub fn map_entries(&self) -> Option<Result<Vec<(S<'a>, Val<'a>)>, String>> {
         match self {
-            Val::Dict(d) => Some(Ok(d.iter().map(|(k, v)| (k.clone(), v.clone())).collect())),
+            Val::Dict(d) => Some(Ok(d
+                .iter()
+                .map(|(k, v)| (S::O(k.clone()), v.clone()))
+                .collect())),
             Val::StrDict(d) => Some(Ok(d
                 .iter()
-                .map(|(k, v)| (k.clone(), Val::Str(v.clone())))
+                .map(|(k, v)| (S::O(k.clone()), Val::Str(S::O(v.clone()))))
                 .collect())),
             Val::Data(j, ty @ (Ty::MapAny | Ty::MapStr | Ty::MapOpaque(_))) => {
                 let elem = elem_ty(ty);
                 let Json::Object(o) = j else {
                     return Some(Ok(Vec::new()));
                 };
-                let mut keys: Vec<&String> = o.keys().collect();
-                keys.sort();
+                let mut entries: Vec<(&'a String, &'a Json)> = o.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
                 Some(
-                    keys.into_iter()
-                        .map(|k| Ok((k.clone(), Val::typed(o.get(k), elem)?)))
+                    entries
+                        .into_iter()
+                        .map(|(k, v)| Ok((S::B(k.as_str()), Val::typed(Some(v), elem)?)))
                         .collect(),
                 )
             }
@@ -196,14 +243,35 @@ impl<'a> Val<'a> {
         }
     }
 
+    /// The number of elements of a list without materialising them (None when not a list).
+    pub fn list_len(&self) -> Option<usize> {
+        match self {
+            Val::List(l) => Some(l.len()),
+            Val::Data(j, Ty::Slice(..)) => Some(j.as_array().map_or(0, Vec::len)),
+            _ => None,
+        }
+    }
+
+    /// Element `i` of a list (`i` < `list_len`), in O(1).
+    pub fn list_get(&self, i: usize) -> Option<Result<Val<'a>, String>> {
+        match self {
+            Val::List(l) => l.get(i).cloned().map(Ok),
+            Val::Data(j, Ty::Slice(elem, _)) => j
+                .as_array()
+                .and_then(|a| a.get(i))
+                .map(|e| Val::typed(Some(e), elem)),
+            _ => None,
+        }
+    }
+
     /// Map lookup; `Ok(None)` for an absent key, `None` when not a map.
     pub fn map_get(&self, key: &str) -> Option<Result<Option<Val<'a>>, String>> {
         match self {
             Val::Dict(d) => Some(Ok(d.get(key).cloned())),
-            Val::StrDict(d) => Some(Ok(d.get(key).map(|s| Val::Str(s.clone())))),
+            Val::StrDict(d) => Some(Ok(d.get(key).map(|s| Val::Str(S::O(s.clone()))))),
             Val::Data(j, ty @ (Ty::MapAny | Ty::MapStr | Ty::MapOpaque(_))) => {
                 let elem = elem_ty(ty);
-                Some(match j.get(key) {
+                Some(match j.field(key) {
                     None => Ok(None),
                     Some(v) => Val::typed(Some(v), elem).map(Some),
                 })
@@ -215,7 +283,7 @@ impl<'a> Val<'a> {
     /// The zero value of a map's element type (what `index` gives for an absent key).
     pub fn map_zero(&self) -> Val<'a> {
         match self {
-            Val::StrDict(_) | Val::Data(_, Ty::MapStr) => Val::str(""),
+            Val::StrDict(_) | Val::Data(_, Ty::MapStr) => Val::borrowed(""),
             Val::Data(_, Ty::MapOpaque(_)) => Val::Data(&NULL, &QUANTITY),
             _ => Val::Nil,
         }

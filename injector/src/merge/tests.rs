@@ -379,12 +379,8 @@ fn already_injected_skips_status_names_and_writes_no_annotation() {
         {"name": "istio-proxy", "args": ["new"]}], "containers": []}});
     let mut merged = strategic_merge_pod(&original, &template).unwrap();
     reapply_overwritten_containers(&mut merged, &original, &template, &json!({})).unwrap();
-    let proxy = merged["spec"]["initContainers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "istio-proxy")
-        .unwrap();
+    let proxy =
+        test_support::pods::named(&merged["spec"]["initContainers"], "istio-proxy").unwrap();
     assert_eq!(proxy["args"], json!(["--concurrency", "2"]));
     assert!(merged["metadata"]["annotations"]
         .get(OVERRIDES_ANNOTATION)
@@ -410,18 +406,7 @@ mod props {
     use super::*;
     use proptest::prelude::*;
 
-    fn strip_nulls(v: &Value) -> Value {
-        match v {
-            Value::Object(m) => Value::Object(
-                m.iter()
-                    .filter(|(_, x)| !x.is_null())
-                    .map(|(k, x)| (k.clone(), strip_nulls(x)))
-                    .collect(),
-            ),
-            Value::Array(a) => Value::Array(a.iter().map(strip_nulls).collect()),
-            other => other.clone(),
-        }
-    }
+    use crate::render::proxy_config_json::drop_nulls;
 
     fn arb_env() -> impl Strategy<Value = Vec<Value>> {
         prop::collection::btree_map("[A-E]", prop::option::of("[a-c]{0,2}"), 0..5).prop_map(|m| {
@@ -597,7 +582,7 @@ mod props {
         fn merge_is_idempotent_modulo_nulls(pod in arb_pod(), patch in arb_pod()) {
             let once = strategic_merge_pod(&pod, &patch).unwrap();
             let twice = strategic_merge_pod(&once, &patch).unwrap();
-            prop_assert_eq!(strip_nulls(&twice), strip_nulls(&once));
+            prop_assert_eq!(drop_nulls(&twice), drop_nulls(&once));
         }
 
         #[test]
@@ -649,6 +634,181 @@ mod props {
             for (k, v) in patch["metadata"]["labels"].as_object().unwrap() {
                 prop_assert_eq!(out["metadata"]["labels"].get(k).unwrap_or(&Value::Null), v);
             }
+        }
+    }
+}
+
+/// A pod of `n` app containers and the grpc-agent-like template merged into it: `istio-proxy` plus
+/// every app container given env and mounts, as `templates/grpc-agent.json` renders them.
+fn many_containers(n: usize) -> (Value, Value) {
+    let containers: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"name": format!("app{i}"), "image": format!("app:{i}"),
+                   "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                   "ports": [{"containerPort": 8000 + i}],
+                   "volumeMounts": [{"name": "data", "mountPath": format!("/d/{i}")}]})
+        })
+        .collect();
+    let mut patched: Vec<Value> = vec![json!({"name": "istio-proxy", "image": "proxy",
+        "env": [{"name": "X", "value": "y"}]})];
+    patched.extend((0..n).map(|i| {
+        json!({"name": format!("app{i}"),
+               "env": [{"name": "GRPC_XDS_BOOTSTRAP", "value": "/etc/istio/proxy/grpc-bootstrap.json"}],
+               "volumeMounts": [{"name": "istio-xds", "mountPath": "/etc/istio/proxy"}]})
+    }));
+    let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": containers}});
+    let template = json!({"spec": {"containers": patched}});
+    (pod, template)
+}
+
+/// The merge steps (key comparisons and index lookups) of injecting `many_containers(n)`: the merge of
+/// the template, then Istio's re-application of every app container.
+fn injection_steps(n: usize) -> u64 {
+    let (pod, template) = many_containers(n);
+    let (merged, steps) = work::steps(|| {
+        let mut merged = pod.clone();
+        strategic_merge_pod_into(&mut merged, &template).unwrap();
+        reapply_overwritten_containers(&mut merged, &pod, &template, &json!({})).unwrap();
+        merged
+    });
+    let got = merged["spec"]["containers"].as_array().unwrap();
+    assert_eq!(got.len(), n + 1);
+    // every app container kept its own fields and got the template's
+    for c in got.iter().filter(|c| name_of(c) != "istio-proxy") {
+        assert_eq!(c["env"].as_array().unwrap().len(), 3, "{c}");
+        assert_eq!(c["volumeMounts"].as_array().unwrap().len(), 2, "{c}");
+    }
+    steps
+}
+
+#[test]
+fn merging_and_reapplying_many_containers_is_linear_in_their_number() {
+    // Istio's `reapplyOverwrittenContainers` merges the whole pod once per container: with a scan per
+    // item in each merge that was cubic (the steps grew 64-fold for 4 times the containers).
+    let (small, large) = (injection_steps(50), injection_steps(200));
+    // Counted, not timed: linear is 4 times the steps, so the bound can be tight.
+    assert!(
+        large < small * 6,
+        "4x the containers took {large} steps against {small}: not linear"
+    );
+}
+
+/// The merge steps of a sidecar-like template (one container) into a pod of `n` containers.
+fn one_container_template_steps(n: usize) -> u64 {
+    let pod = many_containers(n).0;
+    let template = json!({"spec": {"containers": [{"name": "istio-proxy", "image": "proxy"}],
+                                   "initContainers": [{"name": "istio-init"}]}});
+    let (merged, steps) = work::steps(|| {
+        let mut merged = pod.clone();
+        strategic_merge_pod_into(&mut merged, &template).unwrap();
+        reapply_overwritten_containers(&mut merged, &pod, &template, &json!({})).unwrap();
+        merged
+    });
+    let names: Vec<&str> = merged["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(name_of)
+        .collect();
+    assert_eq!(names.len(), n + 1);
+    assert_eq!(
+        (names[0], names[1], names[n]),
+        ("istio-proxy", "app0", &*format!("app{}", n - 1))
+    );
+    steps
+}
+
+#[test]
+fn merging_one_container_into_many_is_linear_in_their_number() {
+    // Ordering the merged list looked each item's original position up by a scan: quadratic.
+    let (small, large) = (
+        one_container_template_steps(100),
+        one_container_template_steps(400),
+    );
+    assert!(
+        large < small * 6,
+        "4x the containers took {large} steps against {small}: not linear"
+    );
+}
+
+#[test]
+fn reapplying_into_repeated_names_gathers_them_as_the_merge_does() {
+    // `normalizeElementOrder` after one merge puts every item right behind the first of its name.
+    let pod = json!({"spec": {"containers": [
+        {"name": "b", "n": 1}, {"name": "a", "n": 2}, {"name": "b", "n": 3}, {"name": 7, "n": 4},
+        {"name": "a", "n": 5}, {"name": 7.0, "n": 6}]}});
+    let overlays = [json!({"name": "a", "image": "x"})];
+    let mut fast = pod.clone();
+    reapply_list(&mut fast, "containers", &overlays).unwrap();
+    let mut slow = pod.clone();
+    reapply_one_by_one(&mut slow, "containers", &overlays).unwrap();
+    assert_eq!(fast, slow);
+    let order: Vec<i64> = fast["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(order, [1, 3, 2, 5, 4, 6]);
+    assert_eq!(fast["spec"]["containers"][2]["image"], json!("x"));
+}
+
+mod scale_props {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Keys of every JSON kind, few enough distinct ones that lists repeat them.
+    fn arb_key() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            4 => "[a-f]".prop_map(Value::String),
+            2 => (0i64..4).prop_map(Value::from),
+            1 => prop_oneof![Just(json!(1.0)), Just(json!(-0.0)), Just(json!(0.0))],
+            1 => prop_oneof![Just(Value::Null), Just(json!(true)), Just(json!({"k": 1})), Just(json!([1]))],
+        ]
+    }
+
+    /// Lists on both sides of the scan threshold.
+    fn arb_keys() -> impl Strategy<Value = Vec<Value>> {
+        prop::collection::vec(arb_key(), 0..40)
+    }
+
+    proptest! {
+        #[test]
+        fn the_key_index_finds_what_a_scan_finds(keys in arb_keys(), probes in arb_keys()) {
+            let index = KeyIndex::of(&keys, keys.len());
+            for k in probes.iter().chain(&keys) {
+                let scan = keys.iter().position(|x| key_eq(x, k));
+                prop_assert_eq!(index.position(k), scan, "{}", k);
+            }
+        }
+
+        #[test]
+        fn reapplying_in_one_pass_is_the_merge_per_container(
+            names in prop::collection::vec(prop::option::of(arb_key()), 0..30),
+            picked in prop::collection::vec((0usize..40, "[a-z]{0,2}"), 0..6),
+            unnamed_overlay in any::<bool>(),
+        ) {
+            let containers: Vec<Value> = names.iter().enumerate().map(|(i, n)| {
+                let mut c = json!({"i": i, "env": [{"name": "E", "value": i.to_string()}]});
+                if let Some(n) = n {
+                    c["name"] = n.clone();
+                }
+                c
+            }).collect();
+            let pod = json!({"spec": {"containers": containers}});
+            let mut overlays: Vec<Value> = picked.iter().map(|(at, image)| {
+                let name = names.get(*at).cloned().flatten().unwrap_or_else(|| json!("missing"));
+                json!({"name": name, "image": image, "env": [{"name": "F", "value": image}]})
+            }).collect();
+            if unnamed_overlay {
+                overlays.push(json!({"image": "i"}));
+            }
+            let show = |r: Result<(), MergeError>, v: Value| r.map(|()| v).map_err(|e| e.to_string());
+            let mut fast = pod.clone();
+            let fast = show(reapply_list(&mut fast, "containers", &overlays), fast);
+            let mut slow = pod.clone();
+            let slow = show(reapply_one_by_one(&mut slow, "containers", &overlays), slow);
+            prop_assert_eq!(fast, slow);
         }
     }
 }

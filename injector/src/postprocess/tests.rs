@@ -548,8 +548,8 @@ mod hostile {
             let _ = reinsert_overrides(&mut view);
             let _ = post_process(&mut merged, &pod, &template, &env.params());
             let _ = crate::probes::dump_app_probers(&pod, 15020);
-            let patch = crate::patch::create_patch(&pod, &merged);
-            let p: json_patch::Patch = serde_json::from_value(patch).unwrap();
+            let patch = crate::patch::create_patch_json(&pod, &merged).unwrap();
+            let p: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
             let mut applied = pod.clone();
             json_patch::patch(&mut applied, &p).unwrap();
             prop_assert_eq!(applied, merged);

@@ -13,6 +13,7 @@ use super::shared::{
     resource_env, resources, Env, EnvSource, IstioVolumes, PodMeta, Readiness,
 };
 use super::{sprint, Inputs, RenderError};
+use crate::fields::Fields;
 use crate::goconv::{self, template_truthy};
 use crate::pod::{
     self, CAP_NET_BIND_SERVICE_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION,
@@ -144,12 +145,7 @@ impl<'a> Sidecar<'a> {
 /// The sidecar's own `metadata.labels`: `security.istio.io/tlsMode` and, with HBONE, the tunnel label.
 fn metadata_labels<'a>(inp: &Inputs<'a>) -> (&'a str, Option<&'a str>) {
     let tls_mode = non_empty(inp.label("security.istio.io/tlsMode")).unwrap_or("istio");
-    let hbone = inp
-        .proxy_config
-        .get("proxyMetadata")
-        .and_then(|m| m.get("ISTIO_META_ENABLE_HBONE"))
-        .and_then(Value::as_str)
-        == Some("true");
+    let hbone = inp.proxy_metadata_is_true("ISTIO_META_ENABLE_HBONE");
     let tunnel =
         hbone.then(|| non_empty(inp.label("networking.istio.io/tunnel")).unwrap_or("http"));
     (tls_mode, tunnel)
@@ -235,8 +231,8 @@ pub(crate) fn append_multus_network<'a>(
             return Cow::Borrowed(existing);
         };
         let present = list.iter().any(|n| {
-            n.get("name").and_then(Value::as_str) == Some(name)
-                && n.get("namespace").and_then(Value::as_str).unwrap_or("") == namespace
+            n.field("name").and_then(Value::as_str) == Some(name)
+                && n.field("namespace").and_then(Value::as_str).unwrap_or("") == namespace
         });
         if present {
             return Cow::Borrowed(existing);
@@ -316,7 +312,7 @@ fn proxy_args<'a>(inp: &Inputs<'a>) -> Vec<Cow<'a, str>> {
 
 /// The proxy's lifecycle hooks.
 fn proxy_lifecycle<'a>(inp: &Inputs<'a>) -> Lifecycle<'a> {
-    let hold = (template_truthy(inp.proxy_config.get("holdApplicationUntilProxyStarts"))
+    let hold = (template_truthy(inp.proxy_config.field("holdApplicationUntilProxyStarts"))
         || inp.values_true("global.proxy.holdApplicationUntilProxyStarts"))
         && !inp.native;
     match shared::values_lifecycle(inp) {
@@ -354,12 +350,7 @@ fn proxy_probes(inp: &Inputs<'_>) -> Result<(Option<i64>, Option<Readiness>), Re
 
 /// The proxy's security context.
 fn proxy_security(inp: &Inputs<'_>) -> ProxySecurity {
-    let iptables_trace = inp
-        .proxy_config
-        .get("proxyMetadata")
-        .and_then(|m| m.get("IPTABLES_TRACE_LOGGING"))
-        .and_then(Value::as_str)
-        == Some("true");
+    let iptables_trace = inp.proxy_metadata_is_true("IPTABLES_TRACE_LOGGING");
     let cap_net_bind = inp.ann_or_values(
         CAP_NET_BIND_SERVICE_ANNOTATION,
         "global.proxy.capNetBindService",
@@ -396,9 +387,9 @@ fn proxy_security(inp: &Inputs<'_>) -> ProxySecurity {
 fn lightstep_certs_dir<'a>(inp: &Inputs<'a>) -> Option<&'a str> {
     if inp.values_str("global.proxy.tracer") == "lightstep" {
         inp.proxy_config
-            .get("tracing")
-            .and_then(|t| t.get("tlsSettings"))
-            .and_then(|t| t.get("caCertificates"))
+            .field("tracing")
+            .and_then(|t| t.field("tlsSettings"))
+            .and_then(|t| t.field("caCertificates"))
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .map(|path| match path.rfind('/') {
@@ -437,10 +428,7 @@ fn proxy_env<'a>(
     shared::push_network_env(inp, &mut out);
     let workload = non_empty(inp.label("service.istio.io/workload-name"))
         .or(non_empty(Some(data.deploy_name)));
-    if let Some(w) = workload {
-        out.push(env("ISTIO_META_WORKLOAD_NAME", w));
-    }
-    shared::push_owner_env(inp, &mut out);
+    shared::push_workload_env(inp, workload, &mut out);
     shared::push_bootstrap_env(inp, &mut out);
     shared::push_mesh_identity_env(inp, &mut out);
     if inp.values_str("global.proxy.tracer") == "datadog" {
@@ -457,7 +445,7 @@ fn proxy_env<'a>(
             for k in keys {
                 out.push(Env {
                     name: Cow::Owned(k.clone()),
-                    source: EnvSource::Value(Cow::Owned(sprint(parsed.get(k)).into_owned())),
+                    source: EnvSource::Value(Cow::Owned(sprint(parsed.field(k)).into_owned())),
                 });
             }
         }
@@ -475,17 +463,19 @@ fn otel_resource_attributes(inp: &Inputs<'_>, containers: &[Value]) -> Option<St
     const SEMCONV: &str = "OTEL_SEMANTIC_CONVENTIONS";
     let enabled = inp
         .mesh
-        .get("extensionProviders")
+        .field("extensionProviders")
         .and_then(Value::as_array)?
         .iter()
         .any(|p| {
-            let otel = p.get("opentelemetry");
+            let otel = p.field("opentelemetry");
             otel.is_some()
                 && (otel
-                    .and_then(|o| o.get("serviceAttributeEnrichment"))
+                    .and_then(|o| o.field("serviceAttributeEnrichment"))
                     .and_then(Value::as_str)
                     == Some(SEMCONV)
-                    || p.get("serviceAttributeEnrichment").and_then(Value::as_str) == Some(SEMCONV))
+                    || p.field("serviceAttributeEnrichment")
+                        .and_then(Value::as_str)
+                        == Some(SEMCONV))
         });
     if !enabled {
         return None;
@@ -505,7 +495,7 @@ fn otel_resource_attributes(inp: &Inputs<'_>, containers: &[Value]) -> Option<St
                 if containers.len() != 1 {
                     return None;
                 }
-                let image = containers[0].get("image").and_then(Value::as_str)?;
+                let image = containers[0].field("image").and_then(Value::as_str)?;
                 image_version(image)
             });
     if let Some(v) = version {
@@ -515,7 +505,7 @@ fn otel_resource_attributes(inp: &Inputs<'_>, containers: &[Value]) -> Option<St
         Some(v) => Some(v.to_string()),
         None => containers
             .first()
-            .and_then(|c| c.get("name"))
+            .and_then(|c| c.field("name"))
             .and_then(Value::as_str)
             .map(|c| format!("{ns}.$(POD_NAME).{c}")),
     };

@@ -97,10 +97,7 @@ fn proxy_env<'a>(
         super::proxy_config_interception_mode(inp.proxy_config),
     ));
     shared::push_network_env(inp, &mut out);
-    if let Some(w) = non_empty(Some(inp.data.deploy_name)) {
-        out.push(env("ISTIO_META_WORKLOAD_NAME", w));
-    }
-    shared::push_owner_env(inp, &mut out);
+    shared::push_workload_env(inp, non_empty(Some(inp.data.deploy_name)), &mut out);
     shared::push_bootstrap_env(inp, &mut out);
     shared::push_mesh_identity_env(inp, &mut out);
     shared::push_proxy_metadata_env(inp, &mut out);

@@ -12,6 +12,7 @@ use super::shared::{
     EnvSource, IstioVolumes, PodMeta, Readiness,
 };
 use super::{Inputs, RenderError};
+use crate::fields::Fields;
 use crate::pod::{self, USER_VOLUME_ANNOTATION, USER_VOLUME_MOUNT_ANNOTATION};
 
 #[derive(Template)]
@@ -52,7 +53,7 @@ impl<'a> GrpcAgent<'a> {
             env.extend(user_volume_mounts.drain(..).map(|m| {
                 Env {
                     name: Cow::Owned(
-                        m.get("name")
+                        m.field("name")
                             .and_then(Value::as_str)
                             .unwrap_or_default()
                             .to_string(),
@@ -108,10 +109,7 @@ fn proxy_env<'a>(
     out.push(env("ISTIO_META_APP_CONTAINERS", app_containers.join(",")));
     shared::push_cluster_env(inp, &mut out);
     shared::push_network_env(inp, &mut out);
-    if let Some(w) = non_empty(Some(inp.data.deploy_name)) {
-        out.push(env("ISTIO_META_WORKLOAD_NAME", w));
-    }
-    shared::push_owner_env(inp, &mut out);
+    shared::push_workload_env(inp, non_empty(Some(inp.data.deploy_name)), &mut out);
     shared::push_mesh_identity_env(inp, &mut out);
     shared::push_proxy_metadata_env(inp, &mut out);
     out.push(env_static("ISTIO_META_DNS_CAPTURE", "false"));

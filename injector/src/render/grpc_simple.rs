@@ -5,6 +5,7 @@ use askama::Template;
 use serde_json::Value;
 
 use super::{sprint, Inputs};
+use crate::fields::Fields;
 use crate::pod;
 
 /// The init container's script, verbatim from Istio's template (a `|-` block: no trailing newline).
@@ -42,7 +43,7 @@ impl<'a> GrpcSimple<'a> {
         GrpcSimple {
             containers: pod::containers(inp.data.pod, "containers")
                 .iter()
-                .filter_map(|c| c.get("name").and_then(Value::as_str))
+                .filter_map(|c| c.field("name").and_then(Value::as_str))
                 .collect(),
             istio_namespace: format!("{}\n", sprint(inp.values_at("global.istioNamespace"))),
             script: BOOTSTRAP_SCRIPT,

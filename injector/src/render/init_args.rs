@@ -12,6 +12,7 @@
 use std::borrow::Cow;
 
 use super::{Inputs, RenderError};
+use crate::fields::Fields;
 use crate::pod::{
     EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
     EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
@@ -158,7 +159,7 @@ pub(crate) fn reroute_interfaces<'a>(inp: &Inputs<'a>) -> Option<(&'a str, Sourc
 
 /// A mesh listener port, or its default when unset/0.
 fn mesh_port(inp: &Inputs<'_>, key: &'static str, default: u16) -> Result<String, RenderError> {
-    match inp.mesh.get(key) {
+    match inp.mesh.field(key) {
         None | Some(serde_json::Value::Null) => Ok(default.to_string()),
         Some(v) => match crate::goconv::as_i64(v) {
             Some(0) => Ok(default.to_string()),

@@ -18,7 +18,7 @@ mod grpc_agent;
 mod grpc_simple;
 pub(crate) mod image;
 mod init_args;
-mod proxy_config_json;
+pub(crate) mod proxy_config_json;
 mod shared;
 
 use std::borrow::Cow;
@@ -26,6 +26,7 @@ use std::borrow::Cow;
 use askama::Template;
 use serde_json::{Map, Value};
 
+use crate::fields::{self, Fields};
 use crate::goconv::template_truthy;
 use crate::pod::{
     self, AGENT_LOG_LEVEL_ANNOTATION, INTERCEPTION_MODE_ANNOTATION, NATIVE_SIDECAR_ANNOTATION,
@@ -188,7 +189,7 @@ impl<'a> Inputs<'a> {
     fn new(data: &'a TemplateData<'a>) -> Result<Inputs<'a>, RenderError> {
         let annotations = pod::annotations(data.pod);
         let labels = pod::labels(data.pod);
-        let ann = |k: &str| annotations.and_then(|a| a.get(k)).and_then(Value::as_str);
+        let ann = |k: &str| annotations.and_then(|a| a.field(k)).and_then(Value::as_str);
         let interception_mode = match ann(INTERCEPTION_MODE_ANNOTATION) {
             Some(m) => m,
             None => proxy_config_interception_mode(data.proxy_config),
@@ -229,8 +230,8 @@ impl<'a> Inputs<'a> {
             values_global: None,
             values_global_proxy: None,
         };
-        inputs.values_global = data.values.get("global");
-        inputs.values_global_proxy = inputs.values_global.and_then(|g| g.get("proxy"));
+        inputs.values_global = data.values.field("global");
+        inputs.values_global_proxy = inputs.values_global.and_then(|g| g.field("proxy"));
         inputs.cni = template_truthy(inputs.values_at("pilot.cni.enabled"));
         inputs.status_port = match ann(STATUS_PORT_ANNOTATION) {
             Some(p) => Cow::Borrowed(p),
@@ -242,12 +243,14 @@ impl<'a> Inputs<'a> {
     /// The annotation's value when present (non-string values are not annotations and count as absent).
     pub fn ann(&self, key: &str) -> Option<&'a str> {
         self.annotations
-            .and_then(|a| a.get(key))
+            .and_then(|a| a.field(key))
             .and_then(Value::as_str)
     }
 
     pub fn label(&self, key: &str) -> Option<&'a str> {
-        self.labels.and_then(|l| l.get(key)).and_then(Value::as_str)
+        self.labels
+            .and_then(|l| l.field(key))
+            .and_then(Value::as_str)
     }
 
     /// `values` at a dotted path.
@@ -259,8 +262,7 @@ impl<'a> Inputs<'a> {
         } else {
             (Some(self.values), path)
         };
-        rest.split('.')
-            .try_fold(start?, |v, k| v.as_object().and_then(|m| m.get(k)))
+        fields::path(start?, rest.split('.'))
     }
 
     /// A values string ("" when absent or not a string).
@@ -300,11 +302,21 @@ impl<'a> Inputs<'a> {
         }
     }
 
+    /// Whether the ProxyConfig's `proxyMetadata` sets `key` to the string `"true"` (the template's
+    /// `eq (index .ProxyConfig.ProxyMetadata KEY) "true"`).
+    pub fn proxy_metadata_is_true(&self, key: &str) -> bool {
+        self.proxy_config
+            .field("proxyMetadata")
+            .and_then(|m| m.field(key))
+            .and_then(Value::as_str)
+            == Some("true")
+    }
+
     /// ProxyConfig `proxyMetadata` entries, sorted by key (values printed as Go prints them).
     pub fn proxy_metadata(&self) -> Vec<(&'a str, Cow<'a, str>)> {
         let Some(m) = self
             .proxy_config
-            .get("proxyMetadata")
+            .field("proxyMetadata")
             .and_then(Value::as_object)
         else {
             return Vec::new();
@@ -320,7 +332,7 @@ impl<'a> Inputs<'a> {
 
 /// The ProxyConfig's interception mode by name (`REDIRECT` when unset; "" when it is no known mode).
 pub(crate) fn proxy_config_interception_mode(proxy_config: &Value) -> &str {
-    match proxy_config.get("interceptionMode") {
+    match proxy_config.field("interceptionMode") {
         None | Some(Value::Null) => "REDIRECT",
         Some(Value::String(s)) => s.as_str(),
         Some(Value::Number(n)) => match n.as_u64() {
@@ -350,7 +362,7 @@ pub(crate) fn sprint(v: Option<&Value>) -> Cow<'_, str> {
             keys.sort();
             let items: Vec<String> = keys
                 .into_iter()
-                .map(|k| format!("{k}:{}", sprint(o.get(k))))
+                .map(|k| format!("{k}:{}", sprint(o.field(k))))
                 .collect();
             Cow::Owned(format!("map[{}]", items.join(" ")))
         }

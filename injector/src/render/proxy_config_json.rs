@@ -8,6 +8,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::fields::Fields;
 use crate::goconv::as_i64;
 
 /// How a known top-level ProxyConfig field is printed.
@@ -41,7 +42,8 @@ const TRACING_SERVICE_NAME: &[&str] = &[
     "CANONICAL_NAME_AND_NAMESPACE",
 ];
 
-/// ProxyConfig fields in proto declaration order (istio.mesh.v1alpha1.ProxyConfig).
+/// ProxyConfig fields in proto declaration order (istio.mesh.v1alpha1.ProxyConfig of istio.io/api 1.31,
+/// every field).
 const FIELDS: &[(&str, Kind)] = &[
     ("configPath", Kind::Str),
     ("binaryPath", Kind::Str),
@@ -80,6 +82,10 @@ const FIELDS: &[(&str, Kind)] = &[
     ("image", Kind::Message),
     ("privateKeyProvider", Kind::Message),
     ("proxyHeaders", Kind::Message),
+    ("fileFlushInterval", Kind::Duration),
+    ("fileFlushMinSizeKb", Kind::Int),
+    ("statsCompression", Kind::Wrapper),
+    ("connectionSettings", Kind::Message),
 ];
 
 /// Fields cleared when equal to Istio's built-in default ProxyConfig (`mesh.DefaultProxyConfig`), so that
@@ -128,18 +134,13 @@ pub fn proto_to_json(pc: &Value) -> Result<String, ProxyConfigError> {
     };
     let mut out = Map::new();
     for &(name, kind) in FIELDS {
-        let Some(v) = obj.get(name) else { continue };
+        let Some(v) = obj.field(name) else { continue };
         if let Some(pv) = print_field(name, kind, v)? {
             out.insert(name.to_string(), pv);
         }
     }
-    // Fields newer than this table: kept, after the known ones, in input order.
-    for (k, v) in obj {
-        if v.is_null() || FIELDS.iter().any(|(n, _)| n == k) {
-            continue;
-        }
-        out.insert(k.clone(), drop_nulls(v));
-    }
+    // A field the proto does not have is not written: Istio unmarshals into the proto, dropping unknown
+    // fields (`mesh.MergeProxyConfig`: `protomarshal.ApplyYAML` retries with unknown fields allowed).
     Ok(Value::Object(out).to_string())
 }
 
@@ -238,7 +239,8 @@ fn enum_name(names: &'static [&'static str], v: &Value) -> Option<&'static str> 
     }
 }
 
-fn drop_nulls(v: &Value) -> Value {
+/// `v` without its null object members, at every depth.
+pub(crate) fn drop_nulls(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
             m.iter()
@@ -314,20 +316,7 @@ pub(crate) fn parse_duration(s: &str) -> Option<(i64, u32)> {
 
 /// Proto JSON duration text: whole seconds as `"23s"`, else 3, 6 or 9 fraction digits.
 pub(crate) fn format_duration((secs, nanos): (i64, u32)) -> String {
-    // A negative duration with a fraction is printed with the sign in front of the magnitude.
-    let total = i128::from(secs) * 1_000_000_000 + i128::from(nanos);
-    let sign = if total < 0 { "-" } else { "" };
-    let abs = total.unsigned_abs();
-    let (s, n) = (abs / 1_000_000_000, abs % 1_000_000_000);
-    if n == 0 {
-        format!("{sign}{s}s")
-    } else if n % 1_000_000 == 0 {
-        format!("{sign}{s}.{:03}s", n / 1_000_000)
-    } else if n % 1_000 == 0 {
-        format!("{sign}{s}.{:06}s", n / 1_000)
-    } else {
-        format!("{sign}{s}.{n:09}s")
-    }
+    crate::config_types::format_duration_nanos(i128::from(secs) * 1_000_000_000 + i128::from(nanos))
 }
 
 #[cfg(test)]
@@ -403,6 +392,28 @@ mod tests {
         );
         assert!(proto_to_json(&json!({"interceptionMode": "BOGUS"})).is_err());
         assert!(proto_to_json(&json!({"statusPort": "x"})).is_err());
+    }
+
+    /// Istio unmarshals the ProxyConfig into its proto (`mesh.MergeProxyConfig`, `protomarshal.ApplyYAML`
+    /// retrying with unknown fields allowed) and marshals the proto back, so a field the proto does not
+    /// have never reaches `PROXY_CONFIG`; the fields after `proxyHeaders` (istio.io/api 1.31) do.
+    #[test]
+    fn unknown_fields_are_dropped_and_the_newest_fields_kept() {
+        let mut pc = mesh_default();
+        pc["unknownField"] = json!(1);
+        pc["connectionSettings"] = json!({});
+        pc["statsCompression"] = json!(false);
+        pc["fileFlushMinSizeKb"] = json!(64);
+        pc["fileFlushInterval"] = json!("1.5s");
+        pc["proxyHeaders"] = json!({});
+        assert_eq!(
+            proto_to_json(&pc).unwrap(),
+            r#"{"proxyHeaders":{},"fileFlushInterval":"1.500s","fileFlushMinSizeKb":64,"statsCompression":false,"connectionSettings":{}}"#
+        );
+        assert_eq!(
+            proto_to_json(&json!({"unknownField": {"a": 1}})).unwrap(),
+            "{}"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 
 use super::{image, sprint, Inputs, RenderError};
+use crate::fields::Fields;
 use crate::goconv::template_truthy;
 use crate::pod::{
     BOOTSTRAP_OVERRIDE_ANNOTATION, COMPONENT_LOG_LEVEL_ANNOTATION, LOG_LEVEL_ANNOTATION,
@@ -132,8 +133,11 @@ pub(crate) fn omit_nil(v: &Value) -> Option<Value> {
     }
 }
 
-/// `sidecar.istio.io/userVolume` / `userVolumeMount`: a JSON object of name → fields, one entry per key in
-/// sorted order, `name` first.
+/// `sidecar.istio.io/userVolume` / `userVolumeMount`: a JSON object of name → fields (one entry per key
+/// in sorted order) or a JSON list of fields (in order, named by their index). Istio's
+/// `injection-template.yaml` ranges over `fromJSON` of the annotation and writes `name: "<key or index>"`
+/// followed by the entry's own fields, so an entry's own `name` comes last and wins (Go's YAML decoder
+/// keeps the last of duplicate keys); found by the injection differential against the pinned istioctl.
 pub(crate) fn named_objects(
     inp: &Inputs<'_>,
     key: &'static str,
@@ -146,21 +150,33 @@ pub(crate) fn named_objects(
         value: text.to_string(),
         reason,
     };
-    let parsed: Map<String, Value> =
-        serde_json::from_str(text).map_err(|e| bad(format!("not a JSON object: {e}")))?;
-    let mut keys: Vec<&String> = parsed.keys().collect();
-    keys.sort();
-    keys.into_iter()
-        .map(|name| {
-            let Value::Object(fields) = &parsed[name.as_str()] else {
+    let parsed: Value =
+        serde_json::from_str(text).map_err(|e| bad(format!("not a JSON object or list: {e}")))?;
+    let entries: Vec<(String, &Value)> = match &parsed {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            keys.into_iter()
+                .map(|k| (k.clone(), &m[k.as_str()]))
+                .collect()
+        }
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i.to_string(), v))
+            .collect(),
+        _ => return Err(bad("not a JSON object or list".to_string())),
+    };
+    entries
+        .into_iter()
+        .map(|(name, entry)| {
+            let Value::Object(fields) = entry else {
                 return Err(bad(format!("entry {name:?} is not an object")));
             };
             let mut out = Map::with_capacity(fields.len() + 1);
-            out.insert("name".into(), Value::from(name.as_str()));
+            out.insert("name".into(), Value::from(name));
             for (k, v) in fields {
-                if k != "name" {
-                    out.insert(k.clone(), v.clone());
-                }
+                out.insert(k.clone(), v.clone());
             }
             Ok(Value::Object(out))
         })
@@ -238,8 +254,8 @@ pub(crate) fn readiness(inp: &Inputs<'_>) -> Result<Readiness, RenderError> {
 pub(crate) fn proxy_image<'a>(inp: &Inputs<'a>) -> Cow<'a, str> {
     let pc_image_type = inp
         .proxy_config
-        .get("image")
-        .and_then(|i| i.get("imageType"))
+        .field("image")
+        .and_then(|i| i.field("imageType"))
         .and_then(Value::as_str);
     let image_type = inp
         .ann(PROXY_IMAGE_TYPE_ANNOTATION)
@@ -271,7 +287,7 @@ pub(crate) fn pod_ports(containers: &[Value]) -> String {
     let mut first = true;
     for port in containers
         .iter()
-        .filter_map(|c| c.get("ports").and_then(Value::as_array))
+        .filter_map(|c| c.field("ports").and_then(Value::as_array))
         .flatten()
     {
         out.extend_from_slice(b"\n    ");
@@ -280,13 +296,13 @@ pub(crate) fn pod_ports(containers: &[Value]) -> String {
         }
         first = false;
         let text = |k: &str| {
-            port.get(k)
+            port.field(k)
                 .filter(|v| !v.is_null() && v.as_str() != Some(""))
         };
         let p = Port {
             name: text("name"),
-            host_port: port.get("hostPort").filter(|v| !is_zero(v)),
-            container_port: port.get("containerPort").unwrap_or(&zero),
+            host_port: port.field("hostPort").filter(|v| !is_zero(v)),
+            container_port: port.field("containerPort").unwrap_or(&zero),
             protocol: text("protocol"),
             host_ip: text("hostIP"),
         };
@@ -312,7 +328,7 @@ pub(crate) fn env_static(name: &'static str, value: &'static str) -> Env<'static
 pub(crate) fn app_containers(containers: &[Value]) -> Vec<&str> {
     containers
         .iter()
-        .filter_map(|c| c.get("name").and_then(Value::as_str))
+        .filter_map(|c| c.field("name").and_then(Value::as_str))
         .filter(|n| *n != PROXY_CONTAINER)
         .collect()
 }
@@ -387,8 +403,8 @@ impl<'a> IstioVolumes<'a> {
             let sa = inp
                 .data
                 .pod
-                .get("spec")
-                .and_then(|s| s.get("serviceAccountName"))
+                .field("spec")
+                .and_then(|s| s.field("serviceAccountName"))
                 .and_then(Value::as_str);
             format!("istio.{}", non_empty(sa).unwrap_or("default"))
         });
@@ -397,7 +413,10 @@ impl<'a> IstioVolumes<'a> {
             .and_then(Value::as_array)
             .map(|l| {
                 l.iter()
-                    .filter_map(|s| s.as_str().or_else(|| s.get("name").and_then(Value::as_str)))
+                    .filter_map(|s| {
+                        s.as_str()
+                            .or_else(|| s.field("name").and_then(Value::as_str))
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -458,8 +477,8 @@ pub(crate) fn values_lifecycle<'a>(inp: &Inputs<'a>) -> Option<&'a Value> {
 /// Whether the mesh's inbound traffic policy is `LOCALHOST` (the legacy probe destination env).
 pub(crate) fn localhost_inbound(inp: &Inputs<'_>) -> bool {
     inp.mesh
-        .get("inboundTrafficPolicy")
-        .and_then(|p| p.get("mode"))
+        .field("inboundTrafficPolicy")
+        .and_then(|p| p.field("mode"))
         .and_then(Value::as_str)
         == Some("LOCALHOST")
 }
@@ -526,6 +545,18 @@ pub(crate) fn push_network_env<'a>(inp: &Inputs<'a>, out: &mut Vec<Env<'a>>) {
     }
 }
 
+/// `ISTIO_META_WORKLOAD_NAME` when the workload has a name (`name`), then `ISTIO_META_OWNER`.
+pub(crate) fn push_workload_env<'a>(
+    inp: &Inputs<'a>,
+    name: Option<&'a str>,
+    out: &mut Vec<Env<'a>>,
+) {
+    if let Some(w) = name {
+        out.push(env("ISTIO_META_WORKLOAD_NAME", w));
+    }
+    push_owner_env(inp, out);
+}
+
 /// `ISTIO_META_OWNER` when the workload's apiVersion and name are known.
 pub(crate) fn push_owner_env<'a>(inp: &Inputs<'a>, out: &mut Vec<Env<'a>>) {
     let data = inp.data;
@@ -555,7 +586,7 @@ pub(crate) fn push_bootstrap_env<'a>(inp: &Inputs<'a>, out: &mut Vec<Env<'a>>) {
 
 /// `ISTIO_META_MESH_ID` and `TRUST_DOMAIN` (mesh trust domain, else `values.global.trustDomain`).
 pub(crate) fn push_mesh_identity_env<'a>(inp: &Inputs<'a>, out: &mut Vec<Env<'a>>) {
-    let trust_domain = non_empty(inp.mesh.get("trustDomain").and_then(Value::as_str))
+    let trust_domain = non_empty(inp.mesh.field("trustDomain").and_then(Value::as_str))
         .or(non_empty(Some(inp.values_str("global.trustDomain"))));
     if let Some(mesh_id) = non_empty(Some(inp.values_str("global.meshID"))).or(trust_domain) {
         out.push(env("ISTIO_META_MESH_ID", mesh_id));

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use test_support::corpus::{merge, read_inject};
 use test_support::istio_init::injected_args_with;
-use test_support::pods::{documents, injectable};
+use test_support::pods::{documents, injectable, named, names};
 
 use super::*;
 
@@ -69,6 +69,16 @@ impl Case {
     /// Renders the sidecar template for one workload document.
     fn render(&self, doc: &Value) -> Result<Value, RenderError> {
         self.render_template("sidecar", doc)
+    }
+
+    /// Renders the sidecar template for the hello pod with `annotations`.
+    fn render_hello(&self, annotations: Value) -> Value {
+        self.render(&hello_with(annotations)).unwrap()
+    }
+
+    /// The message of the error rendering the sidecar template for `doc` gives.
+    fn refusal(&self, doc: &Value) -> String {
+        self.render(doc).unwrap_err().to_string()
     }
 
     /// Renders template `name` for one workload document.
@@ -174,16 +184,12 @@ fn normalize(v: &Value, under_resources: bool) -> Value {
 
 /// The rendered pod's `istio-proxy` as a native sidecar (in `initContainers`).
 fn native_proxy(r: &Value) -> &Value {
-    container(&r["spec"]["initContainers"], "istio-proxy").expect("istio-proxy in initContainers")
+    named(&r["spec"]["initContainers"], "istio-proxy").expect("istio-proxy in initContainers")
 }
 
 /// The rendered pod's `istio-init`.
 fn init_container(r: &Value) -> &Value {
-    container(&r["spec"]["initContainers"], "istio-init").expect("istio-init in initContainers")
-}
-
-fn container<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
-    list.as_array()?.iter().find(|c| c["name"] == name)
+    named(&r["spec"]["initContainers"], "istio-init").expect("istio-init in initContainers")
 }
 
 /// Env that post-processing appends; not the template's.
@@ -235,8 +241,8 @@ fn compare(rendered: &Value, golden_pod: &Value) -> Vec<String> {
 
     // Init container.
     for name in ["istio-init", "istio-validation"] {
-        let r = container(&rspec["initContainers"], name);
-        let g = container(&gspec["initContainers"], name);
+        let r = named(&rspec["initContainers"], name);
+        let g = named(&gspec["initContainers"], name);
         eq(
             &format!("initContainers[{name}]"),
             r.unwrap_or(&Value::Null),
@@ -244,15 +250,15 @@ fn compare(rendered: &Value, golden_pod: &Value) -> Vec<String> {
         );
     }
     // The proxy, wherever it is.
-    let gproxy_init = container(&gspec["initContainers"], "istio-proxy");
-    let rproxy_init = container(&rspec["initContainers"], "istio-proxy");
+    let gproxy_init = named(&gspec["initContainers"], "istio-proxy");
+    let rproxy_init = named(&rspec["initContainers"], "istio-proxy");
     eq(
         "istio-proxy is a native sidecar",
         &json!(rproxy_init.is_some()),
         &json!(gproxy_init.is_some()),
     );
-    let gproxy = gproxy_init.or(container(&gspec["containers"], "istio-proxy"));
-    let rproxy = rproxy_init.or(container(&rspec["containers"], "istio-proxy"));
+    let gproxy = gproxy_init.or(named(&gspec["containers"], "istio-proxy"));
+    let rproxy = rproxy_init.or(named(&rspec["containers"], "istio-proxy"));
     eq(
         "istio-proxy",
         &rproxy.map(strip_post_env).unwrap_or(Value::Null),
@@ -395,12 +401,7 @@ fn hello_matches_golden_exactly_where_the_template_owns_it() {
     let (r, g) = render_case("hello");
     assert_eq!(compare(&r, &g), Vec::<String>::new());
     // The init container leads the init list, followed by the native proxy.
-    let names: Vec<&str> = r["spec"]["initContainers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
+    let names = names(&r["spec"]["initContainers"]);
     assert_eq!(names, ["istio-init", "istio-proxy"]);
     assert!(r["spec"]["containers"].is_null());
     assert_eq!(r["spec"]["initContainers"][1]["restartPolicy"], "Always");
@@ -410,14 +411,14 @@ fn hello_matches_golden_exactly_where_the_template_owns_it() {
 fn modes_of_spec_3_9() {
     // Non-native: proxy in containers, no restartPolicy, no preStop.
     let (r, _) = render_case("hello-old-version");
-    let proxy = container(&r["spec"]["containers"], "istio-proxy").expect("proxy");
+    let proxy = named(&r["spec"]["containers"], "istio-proxy").expect("proxy");
     assert!(proxy.get("restartPolicy").is_none());
     assert!(proxy.get("lifecycle").is_none());
     assert_eq!(r["spec"]["initContainers"].as_array().unwrap().len(), 1);
 
     // CNI: istio-validation as the proxy user, validation-only flags.
     let (r, _) = render_case("hello.cni");
-    let v = container(&r["spec"]["initContainers"], "istio-validation").expect("validation");
+    let v = named(&r["spec"]["initContainers"], "istio-validation").expect("validation");
     let args = args_of(v);
     assert!(args.ends_with(&["--run-validation", "--skip-rule-apply"]));
     assert_eq!(v["securityContext"]["runAsUser"], 1337);
@@ -440,12 +441,7 @@ fn modes_of_spec_3_9() {
 
     // Interception NONE, native: only the proxy in the init list.
     let (r, _) = render_case("init-no-intercept-no-native-sidecar");
-    let names: Vec<&str> = r["spec"]["initContainers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
+    let names = names(&r["spec"]["initContainers"]);
     assert_eq!(names, ["istio-proxy"]);
 }
 
@@ -468,10 +464,9 @@ fn hello_with(annotations: Value) -> Value {
 fn interception_none_non_native_has_no_init_container() {
     let mut case = Case::default_env();
     case.native = false;
-    let doc = hello_with(json!({"sidecar.istio.io/interceptionMode": "NONE"}));
-    let r = case.render(&doc).unwrap();
+    let r = case.render_hello(json!({"sidecar.istio.io/interceptionMode": "NONE"}));
     assert!(r["spec"]["initContainers"].is_null(), "{}", r["spec"]);
-    let proxy = container(&r["spec"]["containers"], "istio-proxy").unwrap();
+    let proxy = named(&r["spec"]["containers"], "istio-proxy").unwrap();
     let env = proxy["env"].as_array().unwrap();
     assert!(env
         .iter()
@@ -484,7 +479,7 @@ fn hold_application_non_native_gets_post_start_wait() {
     case.native = false;
     case.values["global"]["proxy"]["holdApplicationUntilProxyStarts"] = json!(true);
     let r = case.render(&hello_doc()).unwrap();
-    let proxy = container(&r["spec"]["containers"], "istio-proxy").unwrap();
+    let proxy = named(&r["spec"]["containers"], "istio-proxy").unwrap();
     assert_eq!(
         proxy["lifecycle"],
         json!({"postStart": {"exec": {"command": ["pilot-agent", "wait"]}}})
@@ -509,10 +504,9 @@ fn native_sidecar_annotation_follows_the_template_rule() {
         ("False", true),
         ("", false),
     ] {
-        let doc = hello_with(json!({"sidecar.istio.io/nativeSidecar": value}));
-        let r = case.render(&doc).unwrap();
+        let r = case.render_hello(json!({"sidecar.istio.io/nativeSidecar": value}));
         assert_eq!(
-            container(&r["spec"]["initContainers"], "istio-proxy").is_some(),
+            named(&r["spec"]["initContainers"], "istio-proxy").is_some(),
             native,
             "{value:?}"
         );
@@ -522,7 +516,7 @@ fn native_sidecar_annotation_follows_the_template_rule() {
 #[test]
 fn traffic_annotations_build_iptables_args() {
     let case = Case::default_env();
-    let doc = hello_with(json!({
+    let r = case.render_hello(json!({
         "traffic.sidecar.istio.io/includeOutboundPorts": "80,443",
         "traffic.sidecar.istio.io/excludeOutboundPorts": "9000",
         "traffic.sidecar.istio.io/kubevirtInterfaces": "net9",
@@ -531,7 +525,6 @@ fn traffic_annotations_build_iptables_args() {
         "status.sidecar.istio.io/port": "0",
         "sidecar.istio.io/agentLogLevel": "default:debug",
     }));
-    let r = case.render(&doc).unwrap();
     let init = init_container(&r);
     // Istio's default list with status port 0 dropped from the inbound excludes, then the annotations' flags.
     assert_eq!(
@@ -566,14 +559,14 @@ fn unvalidated_or_hostile_argument_values_are_rejected() {
     // includeOutboundPorts is not validated by Istio; here it must still be a port list.
     let doc =
         hello_with(json!({"traffic.sidecar.istio.io/includeOutboundPorts": "80 --run-validation"}));
-    let err = case.render(&doc).unwrap_err().to_string();
+    let err = case.refusal(&doc);
     assert!(
         err.contains("traffic.sidecar.istio.io/includeOutboundPorts"),
         "{err}"
     );
     let mut case = Case::default_env();
     case.values["global"]["proxy"]["excludeIPRanges"] = json!("10.0.0.0/8,-j");
-    let err = case.render(&hello_doc()).unwrap_err().to_string();
+    let err = case.refusal(&hello_doc());
     assert!(err.contains("global.proxy.excludeIPRanges"), "{err}");
 }
 
@@ -581,21 +574,15 @@ fn unvalidated_or_hostile_argument_values_are_rejected() {
 fn hostile_annotation_text_stays_inside_its_value() {
     let case = Case::default_env();
     let nasty = "x\"\n  injected: true\n- name: evil\u{7f}\u{85}\u{2028}'{{";
-    let doc = hello_with(json!({
+    let r = case.render_hello(json!({
         "sidecar.istio.io/logLevel": nasty,
         "sidecar.istio.io/bootstrapOverride": nasty,
         "sidecar.istio.io/proxyImage": format!("a/{nasty}"),
     }));
-    let r = case.render(&doc).unwrap();
     let proxy = native_proxy(&r);
     assert_eq!(proxy["args"][4], format!("--proxyLogLevel={nasty}"));
     assert_eq!(proxy["image"], format!("a/{nasty}"));
-    let vol = r["spec"]["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == "custom-bootstrap-volume")
-        .unwrap();
+    let vol = named(&r["spec"]["volumes"], "custom-bootstrap-volume").unwrap();
     assert_eq!(vol["configMap"]["name"], nasty);
     let init = init_container(&r);
     assert_eq!(init["image"], format!("a/{nasty}"));
@@ -605,8 +592,7 @@ fn hostile_annotation_text_stays_inside_its_value() {
 #[test]
 fn resources_from_annotations_replace_values() {
     let case = Case::default_env();
-    let doc = hello_with(json!({"sidecar.istio.io/proxyCPU": "4000m"}));
-    let r = case.render(&doc).unwrap();
+    let r = case.render_hello(json!({"sidecar.istio.io/proxyCPU": "4000m"}));
     let init = init_container(&r);
     assert_eq!(init["resources"], json!({"requests": {"cpu": "4000m"}}));
 }
@@ -614,31 +600,51 @@ fn resources_from_annotations_replace_values() {
 #[test]
 fn image_type_and_user_volumes() {
     let case = Case::default_env();
-    let doc = hello_with(json!({
+    let r = case.render_hello(json!({
         "sidecar.istio.io/proxyImageType": "distroless",
         "sidecar.istio.io/userVolume": "{\"b\":{\"emptyDir\":{}},\"a\":{\"secret\":{\"secretName\":\"s\"}}}",
         "sidecar.istio.io/userVolumeMount": "{\"a\":{\"mountPath\":\"/a\"}}",
     }));
-    let r = case.render(&doc).unwrap();
     let proxy = native_proxy(&r);
     assert_eq!(
         proxy["image"],
         "registry.istio.io/testing/proxyv2:latest-distroless"
     );
-    let names: Vec<&str> = r["spec"]["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["name"].as_str().unwrap())
-        .collect();
+    let names = names(&r["spec"]["volumes"]);
     assert_eq!(&names[names.len() - 2..], ["a", "b"]);
     assert_eq!(
-        proxy["volumeMounts"].as_array().unwrap().last().unwrap(),
+        last(&proxy["volumeMounts"]),
         &json!({"name": "a", "mountPath": "/a"})
     );
-    let bad = hello_with(json!({"sidecar.istio.io/userVolume": "{oops"}));
-    let err = case.render(&bad).unwrap_err().to_string();
+    let err = case.refusal(&hello_with(json!({"sidecar.istio.io/userVolume": "{oops"})));
     assert!(err.contains("sidecar.istio.io/userVolume"), "{err}");
+}
+
+/// Found by the injection differential (issue 21): Istio's template ranges over `fromJSON` of the
+/// annotation, so a JSON list works too (entries named by index), and an entry's own `name` wins over the
+/// key (written after it; the last of duplicate YAML keys is kept), as the pinned istioctl outputs.
+#[test]
+fn user_volumes_as_a_list_and_with_their_own_name() {
+    let case = Case::default_env();
+    let r = case.render_hello(json!({
+        "sidecar.istio.io/userVolume": "[{\"name\":\"v\",\"emptyDir\":{}},{\"emptyDir\":{}}]",
+        "sidecar.istio.io/userVolumeMount": "{\"k\":{\"name\":\"own\",\"mountPath\":\"/a\"}}",
+    }));
+    let volumes = r["spec"]["volumes"].as_array().unwrap();
+    assert_eq!(
+        &volumes[volumes.len() - 2..],
+        [
+            json!({"name": "v", "emptyDir": {}}),
+            json!({"name": "1", "emptyDir": {}})
+        ]
+    );
+    let proxy = native_proxy(&r);
+    assert_eq!(
+        last(&proxy["volumeMounts"]),
+        &json!({"name": "own", "mountPath": "/a"})
+    );
+    let err = case.refusal(&hello_with(json!({"sidecar.istio.io/userVolume": "5"})));
+    assert!(err.contains("not a JSON object or list"), "{err}");
 }
 
 #[test]
@@ -676,6 +682,13 @@ fn env_value<'a>(c: &'a Value, name: &str) -> Option<&'a Value> {
         .map(|e| e.get("value").unwrap_or(&Value::Null))
 }
 
+/// The last entry of a list (mounts, env).
+fn last(list: &Value) -> &Value {
+    list.as_array()
+        .and_then(|a| a.last())
+        .expect("a non-empty list")
+}
+
 /// Asserts the literal value of each named env entry of container `c`.
 fn assert_env(c: &Value, want: &[(&str, &str)]) {
     for (name, value) in want {
@@ -683,17 +696,10 @@ fn assert_env(c: &Value, want: &[(&str, &str)]) {
     }
 }
 
-fn names(list: &Value) -> Vec<&str> {
-    list.as_array()
-        .map(|a| a.iter().filter_map(|v| v["name"].as_str()).collect())
-        .unwrap_or_default()
-}
-
 #[test]
 fn security_contexts_for_cap_net_bind_and_iptables_trace() {
     let case = Case::default_env();
-    let doc = hello_with(json!({"sidecar.istio.io/capNetBindService": "true"}));
-    let r = case.render(&doc).unwrap();
+    let r = case.render_hello(json!({"sidecar.istio.io/capNetBindService": "true"}));
     let sc = &native_proxy(&r)["securityContext"];
     assert_eq!(
         sc["capabilities"],
@@ -945,14 +951,14 @@ fn labels_revision_and_hbone() {
 fn invalid_interception_mode_names_its_source() {
     let case = Case::default_env();
     let doc = hello_with(json!({"sidecar.istio.io/interceptionMode": "redirect"}));
-    let err = case.render(&doc).unwrap_err().to_string();
+    let err = case.refusal(&doc);
     assert!(
         err.contains("sidecar.istio.io/interceptionMode") && err.contains("redirect"),
         "{err}"
     );
     let mut case = Case::default_env();
     case.mesh["defaultConfig"]["interceptionMode"] = json!("BOGUS");
-    let err = case.render(&hello_doc()).unwrap_err().to_string();
+    let err = case.refusal(&hello_doc());
     assert!(
         err.contains("ProxyConfig interceptionMode") && err.contains("BOGUS"),
         "{err}"
@@ -964,8 +970,7 @@ fn init_image_name_from_values_and_zero_status_port() {
     let mut case = Case::default_env();
     case.values["global"]["proxy_init"]["image"] = json!("proxyInitTest");
     case.values["global"]["variant"] = json!("distroless");
-    let doc = hello_with(json!({"status.sidecar.istio.io/port": "0"}));
-    let r = case.render(&doc).unwrap();
+    let r = case.render_hello(json!({"status.sidecar.istio.io/port": "0"}));
     let init = init_container(&r);
     assert_eq!(
         init["image"],
@@ -1070,15 +1075,6 @@ fn template_doc(file: &str) -> Value {
     workloads(yaml_docs(&read(file))).remove(0)
 }
 
-fn env_names(container: &Value) -> Vec<&str> {
-    container["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect()
-}
-
 #[test]
 fn gateway_reads_what_istios_gateway_template_reads() {
     let case = Case::default_env();
@@ -1102,7 +1098,7 @@ fn gateway_reads_what_istios_gateway_template_reads() {
                      "ports": [{"containerPort": 8080, "protocol": "TCP"}]}));
     let r = case.render_template("gateway", &doc).unwrap();
     assert!(r["spec"].get("initContainers").is_none());
-    let proxy = container(&r["spec"]["containers"], "istio-proxy").unwrap();
+    let proxy = named(&r["spec"]["containers"], "istio-proxy").unwrap();
     assert!(proxy.get("restartPolicy").is_none());
     // Every value is one JSON string, whatever it contains.
     assert_eq!(proxy["image"], "my.registry/proxy:\"quoted\"");
@@ -1128,14 +1124,14 @@ fn gateway_reads_what_istios_gateway_template_reads() {
             ),
         ],
     );
-    let names = env_names(proxy);
-    let at = |n: &str| names.iter().position(|x| *x == n).unwrap();
+    let env = names(&proxy["env"]);
+    let at = |n: &str| env.iter().position(|x| *x == n).unwrap();
     assert!(at("GOMEMLIMIT") < at("ISTIO_META_APP_CONTAINERS"));
     for absent in [
         "REWRITE_PROBE_LEGACY_LOCALHOST_DESTINATION",
         "OTEL_RESOURCE_ATTRIBUTES",
     ] {
-        assert!(!names.contains(&absent), "{absent}");
+        assert!(!env.contains(&absent), "{absent}");
     }
     // Canonical name not truncated, unlike the sidecar's.
     assert_eq!(
@@ -1153,12 +1149,7 @@ fn gateway_reads_what_istios_gateway_template_reads() {
         r["spec"]["securityContext"],
         json!({"sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]})
     );
-    let volumes: Vec<&str> = r["spec"]["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["name"].as_str().unwrap())
-        .collect();
+    let volumes = names(&r["spec"]["volumes"]);
     assert_eq!(
         volumes,
         [
@@ -1185,7 +1176,7 @@ fn gateway_reads_what_istios_gateway_template_reads() {
         r["spec"]["securityContext"],
         json!({"runAsNonRoot": true, "fsGroup": 1337})
     );
-    let proxy = container(&r["spec"]["containers"], "istio-proxy").unwrap();
+    let proxy = named(&r["spec"]["containers"], "istio-proxy").unwrap();
     assert_eq!(
         proxy["lifecycle"],
         json!({"preStop": {"exec": {"command": ["sleep", "5"]}}})
@@ -1197,17 +1188,17 @@ fn grpc_agent_patches_every_app_container_and_gates_on_the_status_port() {
     let case = Case::default_env();
     let doc = template_doc("grpc-agent.yaml");
     let r = case.render_template("grpc-agent", &doc).unwrap();
-    let proxy = container(&r["spec"]["containers"], "istio-proxy").unwrap();
+    let proxy = named(&r["spec"]["containers"], "istio-proxy").unwrap();
     assert_eq!(proxy["readinessProbe"]["httpGet"]["port"], 15020);
     assert!(proxy["resources"].is_object());
-    let names = env_names(proxy);
+    let names = names(&proxy["env"]);
     assert_eq!(names[..2], ["ISTIO_META_GENERATOR", "OUTPUT_CERTS"]);
     assert_eq!(
         names[names.len() - 2..],
         ["ISTIO_META_DNS_CAPTURE", "DISABLE_ENVOY"]
     );
     assert!(!names.contains(&"ISTIO_META_INTERCEPTION_MODE"));
-    let app = container(&r["spec"]["containers"], "traffic").unwrap();
+    let app = named(&r["spec"]["containers"], "traffic").unwrap();
     assert_eq!(
         env_value(app, "GRPC_XDS_BOOTSTRAP"),
         Some(&json!("/etc/istio/proxy/grpc-bootstrap.json"))
@@ -1225,7 +1216,7 @@ fn grpc_agent_patches_every_app_container_and_gates_on_the_status_port() {
     let r = case
         .render_template("grpc-agent", &with_annotations(&doc, annotations.clone()))
         .unwrap();
-    let proxy = container(&r["spec"]["containers"], "istio-proxy").unwrap();
+    let proxy = named(&r["spec"]["containers"], "istio-proxy").unwrap();
     assert_eq!(proxy["readinessProbe"]["httpGet"]["port"], 15020);
     let mounts = proxy["volumeMounts"].as_array().unwrap();
     assert_eq!(
@@ -1238,14 +1229,11 @@ fn grpc_agent_patches_every_app_container_and_gates_on_the_status_port() {
     let r = case
         .render_template("grpc-agent", &with_annotations(&doc, annotations))
         .unwrap();
-    let proxy = container(&r["spec"]["containers"], "istio-proxy").unwrap();
+    let proxy = named(&r["spec"]["containers"], "istio-proxy").unwrap();
     for absent in ["readinessProbe", "resources", "volumeMounts"] {
         assert!(proxy.get(absent).is_none(), "{absent}: {proxy}");
     }
-    assert_eq!(
-        proxy["env"].as_array().unwrap().last().unwrap(),
-        &json!({"name": "extra"})
-    );
+    assert_eq!(last(&proxy["env"]), &json!({"name": "extra"}));
 }
 
 #[test]

@@ -7,11 +7,20 @@ use crate::engine::{Engine, InjectRequest, Mode};
 use crate::workload::Workload;
 
 fn settings(config: Value, values: Value) -> Result<Settings, crate::config::ConfigError> {
+    settings_native(config, values, true)
+}
+
+/// The settings of a values and a config document, with native sidecars on or off.
+fn settings_native(
+    config: Value,
+    values: Value,
+    native: bool,
+) -> Result<Settings, crate::config::ConfigError> {
     Settings::from_documents(
         Some(("values.yaml", &values)),
         None,
         Some(("config.yaml", &config)),
-        true,
+        native,
         "",
         "",
     )
@@ -146,18 +155,22 @@ fn the_data_root_has_istios_go_field_names() {
     let engine = Engine::new(settings(config, values).unwrap());
     let out = inject(&engine, &pod(), Mode::Webhook).unwrap();
     let a = &out["metadata"]["annotations"];
-    assert_eq!(a["kind"], json!("Deployment/apps/v1"));
-    assert_eq!(a["rev"], json!("default"));
-    assert_eq!(a["native"], json!("true"));
-    assert_eq!(a["image"], json!("h.io/proxyv2:1.2-distroless"));
-    assert_eq!(a["init"], json!("h.io/proxyv2:1.2-distroless"));
-    assert_eq!(a["uid"], json!("1337"));
-    assert_eq!(a["inbound"], json!("passthrough"));
-    assert_eq!(a["ns"], json!("ns"));
-    assert_eq!(a["names"], json!("app,b"));
-    assert_eq!(a["td"], json!("cluster.local"));
-    assert_eq!(a["hub"], json!("h.io"));
-    assert_eq!(a["disc"], json!("istiod.istio-system.svc:15012"));
+    for (key, want) in [
+        ("kind", "Deployment/apps/v1"),
+        ("rev", "default"),
+        ("native", "true"),
+        ("image", "h.io/proxyv2:1.2-distroless"),
+        ("init", "h.io/proxyv2:1.2-distroless"),
+        ("uid", "1337"),
+        ("inbound", "passthrough"),
+        ("ns", "ns"),
+        ("names", "app,b"),
+        ("td", "cluster.local"),
+        ("hub", "h.io"),
+        ("disc", "istiod.istio-system.svc:15012"),
+    ] {
+        assert_eq!(a[key], json!(want), "{key}");
+    }
     // kube-inject prints the revision as given (empty for the default).
     let out = inject(&engine, &pod(), Mode::KubeInject).unwrap();
     assert_eq!(out["metadata"]["annotations"]["rev"], json!(""));
@@ -217,24 +230,12 @@ fn the_spire_overlay_merges_into_the_proxy_only_without_native_sidecars() {
     let proxies = |native: bool| {
         let config = json!({"policy": "enabled", "templates": {"spire": SPIRE}});
         let values = json!({"sidecarInjectorWebhook": {"templates": {"spire": SPIRE}}});
-        let s = Settings::from_documents(
-            Some(("values.yaml", &values)),
-            None,
-            Some(("config.yaml", &config)),
-            native,
-            "",
-            "",
-        )
-        .unwrap();
+        let s = settings_native(config, values, native).unwrap();
         let mut p = pod();
         p["metadata"]["annotations"]["inject.istio.io/templates"] = json!("sidecar,spire");
         let out = inject(&Engine::new(s), &p, Mode::Webhook).unwrap();
-        let csi = out["spec"]["volumes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["name"] == json!("workload-socket"))
-            .unwrap()["csi"]["driver"]
+        let csi = test_support::pods::named(&out["spec"]["volumes"], "workload-socket").unwrap()
+            ["csi"]["driver"]
             .clone();
         assert_eq!(csi, json!("csi.spiffe.io"));
         let named = |list: &str| -> Vec<Value> {
@@ -267,4 +268,58 @@ fn the_spire_overlay_merges_into_the_proxy_only_without_native_sidecars() {
         .unwrap()
         .clone();
     assert_eq!(mount["readOnly"], json!(true));
+}
+
+/// Istio's `applyOverlayYAML` decodes the merged pod into a `corev1.Pod`: a rendered field of the wrong type
+/// fails the pod instead of wiping the pod's metadata or its app container.
+#[test]
+fn a_rendered_pod_of_the_wrong_type_fails_the_pod_naming_the_field_and_the_value() {
+    let config = json!({"policy": "enabled", "templates": {
+        "meta": "{{ if true }}metadata: [1, 2, 3]{{ end }}\n",
+        "containers": "spec: {containers: {{ quote \"\" }}}\n",
+        "env": "spec:\n  containers:\n  - name: {{ .ObjectMeta.Name }}\n    env:\n    - name: A\n      value: 8080\n",
+        "ok": "spec:\n  containers:\n  - name: app\n    resources: {limits: {cpu: {{ 1 }}}}\n    ports: [{containerPort: 8080.0}]\n  volumes: [{name: v, emptyDir: {sizeLimit: 1}}]\n",
+    }});
+    let engine = Engine::new(settings(config, json!({})).unwrap());
+    let run = |name: &str| {
+        let mut p = pod();
+        p["metadata"]["annotations"]["inject.istio.io/templates"] = json!(name);
+        inject(&engine, &p, Mode::Webhook)
+    };
+    for (name, want) in [
+        (
+            "meta",
+            "failed to run injection template: failed applying injection overlay: unmarshal patched pod: \
+             template \"meta\": metadata: expected an object, got [1,2,3]",
+        ),
+        (
+            "containers",
+            "failed to run injection template: failed applying injection overlay: unmarshal patched pod: \
+             template \"containers\": spec.containers: expected a list, got \"\"",
+        ),
+        (
+            "env",
+            "failed to run injection template: failed applying injection overlay: unmarshal patched pod: \
+             template \"env\": spec.containers[0].env[0].value: expected a string, got 8080",
+        ),
+    ] {
+        assert_eq!(run(name).unwrap_err().to_string(), want);
+    }
+    // What Go's decoder takes (a Quantity as a number, a whole float as an integer) still merges.
+    let injected = run("ok").expect("accepted");
+    let app = &injected["spec"]["containers"][0];
+    assert_eq!(app["name"], "app");
+    assert_eq!(app["resources"]["limits"]["cpu"], json!(1));
+}
+
+#[test]
+fn a_static_pod_of_the_wrong_type_is_refused_at_load() {
+    let config = json!({"policy": "enabled", "templates": {"t": "metadata: [1, 2, 3]\n"}});
+    let err = settings(config, json!({})).unwrap_err().to_string();
+    assert!(
+        err.contains("config.yaml")
+            && err.contains("templates.t")
+            && err.contains("static template \"t\" does not decode as a Pod: metadata: expected an object, got [1,2,3]"),
+        "{err}"
+    );
 }

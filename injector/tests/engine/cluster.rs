@@ -7,11 +7,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use injector::{deploy_meta_from_pod, Engine, InjectRequest, Mode};
 use injector::{ClusterState, PlatformArgs, ProxyConfigArgs};
 use injector::{ConfigArgs, NativeSidecars, Settings};
+use injector::{Engine, Mode};
 use serde_json::{json, Value};
 use test_support::corpus::{inject_dir, Case, Config};
+use test_support::pods;
 
 use crate::parity::{run_webhook, template_cases, TempDir};
 
@@ -63,37 +64,15 @@ fn pod(ns: &str, labels: Value, annotations: Value) -> Value {
 }
 
 fn inject(engine: &Engine, pod: &Value, mode: Mode) -> Value {
-    let workload = deploy_meta_from_pod(pod);
-    let req = InjectRequest {
-        pod,
-        workload: &workload,
-        url_env: Default::default(),
-        mode,
-    };
-    engine.inject(&req).expect("injects")
+    crate::with_request(pod, mode, |req| engine.inject(req).expect("injects"))
 }
 
 fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
-    ["/spec/initContainers", "/spec/containers"]
-        .iter()
-        .filter_map(|p| pod.pointer(p).and_then(Value::as_array))
-        .flatten()
-        .find(|c| c["name"] == json!(name))
-        .unwrap_or_else(|| panic!("no container {name}"))
+    pods::container(pod, name).unwrap_or_else(|| panic!("no container {name}"))
 }
 
 fn env(pod: &Value, name: &str) -> BTreeMap<String, String> {
-    container(pod, name)["env"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| {
-            Some((
-                e["name"].as_str()?.to_string(),
-                e["value"].as_str()?.to_string(),
-            ))
-        })
-        .collect()
+    pods::env_values(container(pod, name))
 }
 
 fn proxy_config(pod: &Value) -> Value {
@@ -355,8 +334,12 @@ fn a_bad_resource_file_is_refused_at_load_naming_the_object_and_field() {
         e.contains("pc.yaml: ProxyConfig a/bad: field spec.concurrency"),
         "{e}"
     );
-    let e = load(dir.path().join("missing")).unwrap_err();
-    assert!(e.contains("cannot read") && e.contains("missing"), "{e}");
+    let missing = dir.path().join("missing");
+    let e = load(missing.clone()).unwrap_err();
+    assert!(
+        e.starts_with(&format!("--proxy-configs {}: ", missing.display())),
+        "the flag and the path: {e}"
+    );
 }
 
 fn openshift(namespaces: &str, dir: &Path) -> ClusterState {

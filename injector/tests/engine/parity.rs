@@ -124,18 +124,7 @@ pub fn run_webhook(case: &Case) -> Result<(), String> {
             .and_then(Value::as_str)
             .unwrap_or("");
         let uid = format!("uid-{}-{i}", case.name);
-        let review = json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": uid,
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "namespace": namespace,
-                "operation": "CREATE",
-                "object": pod,
-            }
-        });
+        let review = pods::review("v1", &uid, namespace, &pod);
         let body = serde_json::to_vec(&review).map_err(|e| e.to_string())?;
         let webhook = injector::Webhook::new(Default::default());
         let outcome = webhook.handle(&engine, 0, &body, "/inject");

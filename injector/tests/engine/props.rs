@@ -4,7 +4,7 @@
 
 use base64::Engine as _;
 use injector::Settings;
-use injector::{deploy_meta_from_pod, Engine, InjectRequest, Mode};
+use injector::{Engine, Mode};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -88,14 +88,9 @@ fn engine() -> &'static Engine {
 }
 
 fn inject(pod: &Value) -> Value {
-    let w = deploy_meta_from_pod(pod);
-    let req = InjectRequest {
-        pod,
-        workload: &w,
-        url_env: Default::default(),
-        mode: Mode::Webhook,
-    };
-    engine().inject(&req).expect("inject")
+    crate::with_request(pod, Mode::Webhook, |req| {
+        engine().inject(req).expect("inject")
+    })
 }
 
 fn review(pod: &Value) -> Vec<u8> {

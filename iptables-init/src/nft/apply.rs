@@ -10,6 +10,7 @@ use super::netlink::{
     check_groups, Batch, Groups, NetlinkError, Socket, SystemGroups, UnknownGroup, What,
 };
 use super::state;
+use crate::config::Family;
 use crate::rtnetlink::{self, RouteError};
 
 /// Why a `--native-nftables` apply or cleanup failed. Nothing is left changed by any of them.
@@ -104,9 +105,13 @@ fn send_current<'a>(
 /// declares) are in the namespace too: both rule sets would see every packet. Asked over the apply's own
 /// socket; iptables-legacy rules are invisible to nf_tables, and a failed question says nothing.
 fn warn_of_iptables_rules(socket: &Socket) {
-    for (v6, tool, family) in [(false, "iptables", "ip"), (true, "ip6tables", "ip6")] {
-        if socket
-            .ip_chain_exists(v6, "nat", "ISTIO_INBOUND")
+    let mut probe = socket.probe();
+    for (ip, tool, family) in [
+        (Family::V4, "iptables", "ip"),
+        (Family::V6, "ip6tables", "ip6"),
+    ] {
+        if probe
+            .chain_exists(ip, "nat", "ISTIO_INBOUND")
             .unwrap_or(false)
         {
             tracing::warn!(

@@ -6,8 +6,11 @@
 //! operations as Istio issues them (appends and `insert … index N`), and [`Table::chain_rules`]
 //! resolves them to the final order the kernel ends up with.
 
-use crate::config::{Cidr, Config, InboundPorts, InterceptionMode, OutboundInclude, OwnerGroups};
-use crate::rules::{RouteAction, DNS_PROXY_PORT, OUTBOUND_MARK};
+use crate::config::{
+    Cidr, Config, InboundPorts, InterceptionMode, OutboundInclude, OwnerGroups, DNS_PROXY_PORT,
+    OUTBOUND_MARK,
+};
+use crate::routes::RouteAction;
 
 /// One of Istio's three `inet` tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -188,7 +191,9 @@ impl Group {
 /// One statement of a rule, in the form Istio writes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stmt {
-    /// `iifname NAME` / `oifname NAME` (`output` false / true).
+    /// `iifname NAME` / `oifname NAME` (`output` false / true), `NAME` as iptables spells it: a
+    /// trailing `+` is iptables' prefix match, which the text writes as nft's `"NAME*"` and netlink as
+    /// a compare of the prefix alone ([`ifname_prefix`]).
     Ifname { output: bool, name: String },
     /// `meta l4proto tcp|udp`.
     L4proto(Proto),
@@ -247,6 +252,9 @@ impl Rule {
     /// A rule from its statements with `counter` put where Istio's builder puts it: before the last
     /// statement (the verdict or the action).
     fn counted(mut stmts: Vec<Stmt>) -> Rule {
+        // A bare `+` (iptables: every interface) matches everything; nft has no all-wildcard name
+        // ("All-wildcard strings are not supported"), so the match is left out.
+        stmts.retain(|s| !matches!(s, Stmt::Ifname { name, .. } if name == "+"));
         let at = stmts.len().saturating_sub(1);
         stmts.insert(at, Stmt::Counter);
         Rule { stmts }
@@ -427,6 +435,13 @@ fn sport(proto: Proto, port: u16) -> Stmt {
     }
 }
 
+/// The prefix of an interface name with iptables' trailing `+` (`eth+` → `eth`), `None` for an exact
+/// name. Istio's istio-nftables writes the name verbatim, so nft refuses `iifname eth+`; here `+`
+/// keeps iptables' meaning on both backends.
+pub fn ifname_prefix(name: &str) -> Option<&str> {
+    name.strip_suffix('+')
+}
+
 fn iif(name: &str) -> Stmt {
     Stmt::Ifname {
         output: false,
@@ -447,36 +462,77 @@ fn oif(name: &str) -> Stmt {
 
 const TCP: Stmt = Stmt::L4proto(Proto::Tcp);
 
-/// The ruleset Istio's nftables backend builds for `cfg` (`Run` in its `run.go`), with the route
-/// actions of the iptables plan (the same `tproxy.ConfigureRoutes` runs after either backend).
+/// The ruleset Istio's nftables backend builds for `cfg` (`Run` in its `run.go`, in its order), with
+/// the route actions the same `tproxy.ConfigureRoutes` does after either backend.
 pub fn build(cfg: &Config) -> Ruleset {
     let mut b = Builder {
         ipv6: cfg.ipv6,
         rules: Default::default(),
     };
-    let tproxy = cfg.mode == InterceptionMode::Tproxy;
-    let dns = cfg.dns_capture();
-    let lo4 = cfg.loopback_cidr;
-    let lo6 = v6_loopback();
-    let src6 = v6_host(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6));
-    let src4 = v4_host(std::net::Ipv4Addr::new(127, 0, 0, 6));
-    use TableId::{Mangle, Nat};
+    excluded_interfaces(&mut b, cfg);
+    drop_invalid(&mut b, cfg);
+    shared_chains(&mut b, cfg);
+    inbound_capture(&mut b, cfg);
+    outbound_entry(&mut b, cfg);
+    proxy_owners(&mut b, cfg);
+    owner_groups(&mut b, cfg);
+    if cfg.dns_capture() {
+        dns_capture(&mut b, cfg);
+    }
+    outbound_destinations(&mut b, cfg);
+    outbound_include(&mut b, cfg);
+    if tproxy(cfg) {
+        tproxy_marks(&mut b, cfg);
+    }
+    Ruleset {
+        tables: b.finish(),
+        routes: crate::routes::build(cfg),
+    }
+}
 
-    // Exclude interfaces (`shortCircuitExcludeInterfaces`).
+fn tproxy(cfg: &Config) -> bool {
+    cfg.mode == InterceptionMode::Tproxy
+}
+
+/// `SRC`: Envoy's inbound passthrough source address in IPv4, 127.0.0.6.
+fn passthrough_v4() -> Cidr {
+    v4_host(std::net::Ipv4Addr::new(127, 0, 0, 6))
+}
+
+/// `SRC` in IPv6, `::6`.
+fn passthrough_v6() -> Cidr {
+    v6_host(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6))
+}
+
+/// The loopback destinations never captured: the configured IPv4 CIDR, and `::1` with IPv6 on.
+fn loopbacks(cfg: &Config) -> impl Iterator<Item = Cidr> {
+    [Some(cfg.loopback_cidr), cfg.ipv6.then_some(v6_loopback())]
+        .into_iter()
+        .flatten()
+}
+
+/// Interfaces left alone, nat then (TPROXY) mangle (`shortCircuitExcludeInterfaces`), and kube-virt
+/// interfaces never captured inbound (`shortCircuitKubeInternalInterface`).
+fn excluded_interfaces(b: &mut Builder, cfg: &Config) {
+    use TableId::{Mangle, Nat};
     for c in &cfg.exclude_interfaces {
         b.append(Nat, PREROUTING, vec![iif(c), Stmt::Return]);
         b.append(Nat, OUTPUT, vec![oif(c), Stmt::Return]);
     }
-    if tproxy {
+    if tproxy(cfg) {
         for c in &cfg.exclude_interfaces {
             b.append(Mangle, PREROUTING, vec![iif(c), Stmt::Return]);
             b.append(Mangle, OUTPUT, vec![oif(c), Stmt::Return]);
         }
     }
-    // Kube-virt interfaces (`shortCircuitKubeInternalInterface`).
     for k in &cfg.kube_virt_interfaces {
         b.insert(Nat, PREROUTING, 0, vec![iif(k), Stmt::Return]);
     }
+}
+
+/// `--drop-invalid`: TCP in conntrack state INVALID is dropped.
+fn drop_invalid(b: &mut Builder, cfg: &Config) {
+    use TableId::Mangle;
     if cfg.drop_invalid {
         b.append(
             Mangle,
@@ -485,6 +541,11 @@ pub fn build(cfg: &Config) -> Ruleset {
         );
         b.append(Mangle, DROP, vec![Stmt::Drop]);
     }
+}
+
+/// The tunnel port is never captured inbound, and the redirect chains every capture jumps to.
+fn shared_chains(b: &mut Builder, cfg: &Config) {
+    use TableId::Nat;
     b.append(
         Nat,
         INBOUND,
@@ -500,67 +561,76 @@ pub fn build(cfg: &Config) -> Ruleset {
         IN_REDIRECT,
         vec![TCP, Stmt::Redirect(cfg.inbound_capture_port)],
     );
+}
 
-    // Inbound (`handleInboundPortsInclude`).
-    if cfg.inbound_ports != InboundPorts::None {
-        let z = cfg.inbound_capture_port;
-        let m = cfg.tproxy_mark;
-        let table = if tproxy {
-            b.append(Mangle, DIVERT, vec![Stmt::SetMark(m)]);
-            b.append(Mangle, DIVERT, vec![Stmt::Accept]);
-            b.append(
-                Mangle,
-                TPROXY,
-                vec![
-                    TCP,
-                    daddr(true, lo4),
-                    Stmt::Tproxy {
-                        ip: Ip::V4,
-                        port: z,
-                    },
-                    Stmt::SetMark(m),
-                    Stmt::Accept,
-                ],
-            );
-            b.append_v6(
-                Mangle,
-                TPROXY,
-                vec![
-                    TCP,
-                    daddr(true, lo6),
-                    Stmt::Tproxy {
-                        ip: Ip::V6,
-                        port: z,
-                    },
-                    Stmt::SetMark(m),
-                    Stmt::Accept,
-                ],
-            );
-            Mangle
-        } else {
-            Nat
-        };
-        b.append(table, PREROUTING, vec![TCP, Stmt::Jump(INBOUND)]);
-        match &cfg.inbound_ports {
-            InboundPorts::All => {
-                for &p in &cfg.inbound_exclude_ports {
-                    b.append(
-                        table,
-                        INBOUND,
-                        vec![TCP, dport(Proto::Tcp, false, p), Stmt::Return],
-                    );
-                }
-                capture_inbound(&mut b, tproxy, None);
-            }
-            InboundPorts::List(ports) => {
-                for &p in ports {
-                    capture_inbound(&mut b, tproxy, Some(p));
-                }
-            }
-            InboundPorts::None => {}
-        }
+/// Inbound capture, through nat redirect or mangle TPROXY (`handleInboundPortsInclude`).
+fn inbound_capture(b: &mut Builder, cfg: &Config) {
+    use TableId::{Mangle, Nat};
+    if cfg.inbound_ports == InboundPorts::None {
+        return;
     }
+    let tproxy = tproxy(cfg);
+    let z = cfg.inbound_capture_port;
+    let m = cfg.tproxy_mark;
+    let table = if tproxy {
+        b.append(Mangle, DIVERT, vec![Stmt::SetMark(m)]);
+        b.append(Mangle, DIVERT, vec![Stmt::Accept]);
+        b.append(
+            Mangle,
+            TPROXY,
+            vec![
+                TCP,
+                daddr(true, cfg.loopback_cidr),
+                Stmt::Tproxy {
+                    ip: Ip::V4,
+                    port: z,
+                },
+                Stmt::SetMark(m),
+                Stmt::Accept,
+            ],
+        );
+        b.append_v6(
+            Mangle,
+            TPROXY,
+            vec![
+                TCP,
+                daddr(true, v6_loopback()),
+                Stmt::Tproxy {
+                    ip: Ip::V6,
+                    port: z,
+                },
+                Stmt::SetMark(m),
+                Stmt::Accept,
+            ],
+        );
+        Mangle
+    } else {
+        Nat
+    };
+    b.append(table, PREROUTING, vec![TCP, Stmt::Jump(INBOUND)]);
+    match &cfg.inbound_ports {
+        InboundPorts::All => {
+            for &p in &cfg.inbound_exclude_ports {
+                b.append(
+                    table,
+                    INBOUND,
+                    vec![TCP, dport(Proto::Tcp, false, p), Stmt::Return],
+                );
+            }
+            capture_inbound(b, tproxy, None);
+        }
+        InboundPorts::List(ports) => {
+            for &p in ports {
+                capture_inbound(b, tproxy, Some(p));
+            }
+        }
+        InboundPorts::None => {}
+    }
+}
 
+/// Outbound through nat `istio-output`: the excluded ports, then the inbound passthrough.
+fn outbound_entry(b: &mut Builder, cfg: &Config) {
+    use TableId::Nat;
     b.append(Nat, OUTPUT, vec![Stmt::Jump(ISTIO_OUTPUT)]);
     for &p in &cfg.outbound_exclude_ports {
         b.append(
@@ -577,15 +647,20 @@ pub fn build(cfg: &Config) -> Ruleset {
     b.append(
         Nat,
         ISTIO_OUTPUT,
-        vec![oif("lo"), saddr(src4), Stmt::Return],
+        vec![oif("lo"), saddr(passthrough_v4()), Stmt::Return],
     );
     b.append_v6(
         Nat,
         ISTIO_OUTPUT,
-        vec![oif("lo"), saddr(src6), Stmt::Return],
+        vec![oif("lo"), saddr(passthrough_v6()), Stmt::Return],
     );
+}
 
-    // Proxy uids, then gids.
+/// The proxy's own traffic, uids then gids: over `lo` to a non-loopback address it goes to the inbound
+/// listener, otherwise it leaves uncaptured (unless loopback is an included destination).
+fn proxy_owners(b: &mut Builder, cfg: &Config) {
+    use TableId::Nat;
+    let dns = cfg.dns_capture();
     let include_loopback = match &cfg.outbound_include {
         OutboundInclude::All => false,
         OutboundInclude::List(list) => list.has_loopback(),
@@ -603,7 +678,7 @@ pub fn build(cfg: &Config) -> Ruleset {
     };
     // The rules of one proxy uid or gid, which `owner(neq)` matches; `tunnel_dns` picks the tunnel match.
     let proxy_owner = |b: &mut Builder, owner: &dyn Fn(bool) -> Stmt, tunnel_dns: bool| {
-        for lo in [Some(lo4), cfg.ipv6.then_some(lo6)].into_iter().flatten() {
+        for lo in loopbacks(cfg) {
             b.append(
                 Nat,
                 ISTIO_OUTPUT,
@@ -633,7 +708,7 @@ pub fn build(cfg: &Config) -> Ruleset {
             uid: u,
             meta: false,
         };
-        proxy_owner(&mut b, &uid, dns);
+        proxy_owner(b, &uid, dns);
     }
     for &g in &cfg.proxy_gids {
         let gid = |neq| Stmt::SkGid {
@@ -642,10 +717,13 @@ pub fn build(cfg: &Config) -> Ruleset {
             meta: false,
         };
         // Always the non-DNS tunnel match here, as Istio does (an asymmetry with the uid rule).
-        proxy_owner(&mut b, &gid, false);
+        proxy_owner(b, &gid, false);
     }
+}
 
-    // Owner groups (`handleCaptureByOwnerGroup`).
+/// The owner-group filter (`handleCaptureByOwnerGroup`).
+fn owner_groups(b: &mut Builder, cfg: &Config) {
+    use TableId::Nat;
     match &cfg.owner_groups {
         OwnerGroups::AllExcept(groups) => {
             for g in groups {
@@ -676,13 +754,22 @@ pub fn build(cfg: &Config) -> Ruleset {
             b.append(Nat, ISTIO_OUTPUT, stmts);
         }
     }
+}
 
-    if dns {
-        dns_rules(&mut b, cfg);
-    }
-
-    b.append(Nat, ISTIO_OUTPUT, vec![daddr(false, lo4), Stmt::Return]);
-    b.append_v6(Nat, ISTIO_OUTPUT, vec![daddr(false, lo6), Stmt::Return]);
+/// Which destinations outbound capture leaves alone (loopback, the excluded CIDRs) and which it always
+/// sends to the proxy (the always-captured ports).
+fn outbound_destinations(b: &mut Builder, cfg: &Config) {
+    use TableId::Nat;
+    b.append(
+        Nat,
+        ISTIO_OUTPUT,
+        vec![daddr(false, cfg.loopback_cidr), Stmt::Return],
+    );
+    b.append_v6(
+        Nat,
+        ISTIO_OUTPUT,
+        vec![daddr(false, v6_loopback()), Stmt::Return],
+    );
     for &c in &cfg.outbound_exclude.v4 {
         b.append(Nat, ISTIO_OUTPUT, vec![daddr(false, c), Stmt::Return]);
     }
@@ -696,8 +783,12 @@ pub fn build(cfg: &Config) -> Ruleset {
             vec![dport(Proto::Tcp, false, p), Stmt::Jump(REDIRECT)],
         );
     }
+}
 
-    // Outbound include (`handleOutboundIncludeRules`).
+/// The included destinations go to the proxy, from the pod and from kube-virt interfaces
+/// (`handleOutboundIncludeRules`).
+fn outbound_include(b: &mut Builder, cfg: &Config) {
+    use TableId::Nat;
     match &cfg.outbound_include {
         OutboundInclude::All => {
             b.append(Nat, ISTIO_OUTPUT, vec![Stmt::Jump(REDIRECT)]);
@@ -725,68 +816,64 @@ pub fn build(cfg: &Config) -> Ruleset {
             }
         }
     }
-
-    if tproxy {
-        let m = cfg.tproxy_mark;
-        b.append(
-            Mangle,
-            PREROUTING,
-            vec![TCP, mark(false, m), Stmt::CtMarkSetMark],
-        );
-        b.append(
-            Mangle,
-            OUTPUT,
-            vec![oif("lo"), TCP, mark(false, m), Stmt::Return],
-        );
-        for owner in proxy_owners(cfg, false) {
-            for lo in [Some(lo4), cfg.ipv6.then_some(lo6)].into_iter().flatten() {
-                b.append(
-                    Mangle,
-                    OUTPUT,
-                    vec![
-                        oif("lo"),
-                        TCP,
-                        daddr(true, lo),
-                        owner.clone(),
-                        Stmt::SetMark(OUTBOUND_MARK),
-                    ],
-                );
-            }
-        }
-        b.append(
-            Mangle,
-            OUTPUT,
-            vec![TCP, Stmt::CtMark(m), Stmt::MarkSetCtMark],
-        );
-        b.insert(Mangle, INBOUND, 0, vec![TCP, mark(false, m), Stmt::Return]);
-        b.insert(
-            Mangle,
-            INBOUND,
-            1,
-            vec![iif("lo"), TCP, saddr(src4), Stmt::Return],
-        );
-        b.insert_v6(
-            Mangle,
-            INBOUND,
-            1,
-            vec![iif("lo"), TCP, saddr(src6), Stmt::Return],
-        );
-        b.insert(
-            Mangle,
-            INBOUND,
-            2,
-            vec![iif("lo"), TCP, mark(true, OUTBOUND_MARK), Stmt::Return],
-        );
-    }
-
-    Ruleset {
-        tables: b.finish(),
-        routes: crate::rules::build(cfg).routes,
-    }
 }
 
-/// A match of each proxy uid (`-u`), then of each proxy gid (`-g`); `meta` picks the `meta skuid`
-/// spelling.
+/// TPROXY marks, even with no inbound ports: the mark kept on the connection, the proxy's loopback
+/// traffic marked, and the marked or passthrough traffic never captured inbound.
+fn tproxy_marks(b: &mut Builder, cfg: &Config) {
+    use TableId::Mangle;
+    let m = cfg.tproxy_mark;
+    b.append(
+        Mangle,
+        PREROUTING,
+        vec![TCP, mark(false, m), Stmt::CtMarkSetMark],
+    );
+    b.append(
+        Mangle,
+        OUTPUT,
+        vec![oif("lo"), TCP, mark(false, m), Stmt::Return],
+    );
+    for owner in owner_matches(cfg, false) {
+        for lo in loopbacks(cfg) {
+            b.append(
+                Mangle,
+                OUTPUT,
+                vec![
+                    oif("lo"),
+                    TCP,
+                    daddr(true, lo),
+                    owner.clone(),
+                    Stmt::SetMark(OUTBOUND_MARK),
+                ],
+            );
+        }
+    }
+    b.append(
+        Mangle,
+        OUTPUT,
+        vec![TCP, Stmt::CtMark(m), Stmt::MarkSetCtMark],
+    );
+    b.insert(Mangle, INBOUND, 0, vec![TCP, mark(false, m), Stmt::Return]);
+    b.insert(
+        Mangle,
+        INBOUND,
+        1,
+        vec![iif("lo"), TCP, saddr(passthrough_v4()), Stmt::Return],
+    );
+    b.insert_v6(
+        Mangle,
+        INBOUND,
+        1,
+        vec![iif("lo"), TCP, saddr(passthrough_v6()), Stmt::Return],
+    );
+    b.insert(
+        Mangle,
+        INBOUND,
+        2,
+        vec![iif("lo"), TCP, mark(true, OUTBOUND_MARK), Stmt::Return],
+    );
+}
+
 /// The rules that capture inbound TCP to `port` (to every port when `None`): with TPROXY, established
 /// connections diverted and the rest sent to the TPROXY chain; else the redirect.
 fn capture_inbound(b: &mut Builder, tproxy: bool, port: Option<u16>) {
@@ -806,7 +893,9 @@ fn capture_inbound(b: &mut Builder, tproxy: bool, port: Option<u16>) {
     }
 }
 
-fn proxy_owners(cfg: &Config, meta: bool) -> impl Iterator<Item = Stmt> + '_ {
+/// A match of each proxy uid (`-u`), then of each proxy gid (`-g`); `meta` picks the `meta skuid`
+/// spelling.
+fn owner_matches(cfg: &Config, meta: bool) -> impl Iterator<Item = Stmt> + '_ {
     let uids = cfg.proxy_uids.iter().map(move |&uid| Stmt::SkUid {
         neq: false,
         uid,
@@ -820,8 +909,9 @@ fn proxy_owners(cfg: &Config, meta: bool) -> impl Iterator<Item = Stmt> + '_ {
     uids.chain(gids)
 }
 
-/// DNS capture (`SetupDNSRedir` and `addDNSConntrackZones` in Istio's `run.go`).
-fn dns_rules(b: &mut Builder, cfg: &Config) {
+/// DNS capture to the agent, with conntrack zones (`SetupDNSRedir` and `addDNSConntrackZones` in
+/// Istio's `run.go`).
+fn dns_capture(b: &mut Builder, cfg: &Config) {
     use TableId::{Nat, Raw};
     let all = cfg.capture_all_dns;
     let (s4, s6) = (&cfg.dns_servers_v4, &cfg.dns_servers_v6);
@@ -830,7 +920,7 @@ fn dns_rules(b: &mut Builder, cfg: &Config) {
     // whole transaction. A jump to an empty chain does nothing, so those jumps are left out exactly then,
     // as istio-iptables' per-family jumps are.
     let servers = all || !s4.is_empty() || (cfg.ipv6 && !s6.is_empty());
-    let owners = proxy_owners(cfg, true).next().is_some();
+    let owners = owner_matches(cfg, true).next().is_some();
     if servers || owners {
         b.append(Raw, OUTPUT, vec![Stmt::Jump(OUTPUT_DNS)]);
     }
@@ -861,7 +951,7 @@ fn dns_rules(b: &mut Builder, cfg: &Config) {
             }
         }
     }
-    for owner in proxy_owners(cfg, true) {
+    for owner in owner_matches(cfg, true) {
         b.append(
             Raw,
             OUTPUT_DNS,

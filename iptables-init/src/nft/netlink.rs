@@ -8,21 +8,22 @@
 //! protocol dependencies included, so the kernel holds the same bytecode as after `nft -f` of the
 //! golden text. Inserts are already resolved by the model: every rule is appended in final order.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::sys::socket::{setsockopt, sockopt, MsgFlags, SockProtocol};
 
-use super::model::{Chain, CtState, Dir, Group, Ip, Proto, Rule, Stmt, Table, TableId};
+use super::model::{
+    ifname_prefix, Chain, CtState, Dir, Group, Ip, Proto, Rule, Stmt, Table, TableId,
+};
 use super::render::rule_text;
 use crate::config::Cidr;
 pub(super) use crate::netlink::attr;
 use crate::netlink::{
-    self, error_code, NFNL_SUBSYS_NFTABLES, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6,
-    NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFT_MSG_DELTABLE, NFT_MSG_GETCHAIN, NFT_MSG_GETGEN,
-    NFT_MSG_GETTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWGEN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET,
-    NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE, NLMSG_DONE, NLMSG_ERROR, NLM_F_ACK, NLM_F_CREATE,
-    NLM_F_DUMP, NLM_F_REQUEST,
+    self, error_code, Probe, NFNL_SUBSYS_NFTABLES, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6,
+    NFT_MSG_DELTABLE, NFT_MSG_GETGEN, NFT_MSG_GETTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWGEN,
+    NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE, NLMSG_DONE, NLMSG_ERROR,
+    NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_REQUEST,
 };
 
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
@@ -546,9 +547,16 @@ pub(super) fn encode_rule(
         match s {
             Stmt::Ifname { output, name } => {
                 meta_load(b, if *output { META_OIFNAME } else { META_IIFNAME });
-                let mut v = name.as_bytes().to_vec();
-                v.resize(IFNAMSIZ, 0);
-                cmp(b, false, &v);
+                match ifname_prefix(name) {
+                    // As nft encodes `iifname "eth*"`: the prefix alone, no NUL, so the kernel's
+                    // compare covers only its bytes.
+                    Some(prefix) => cmp(b, false, prefix.as_bytes()),
+                    None => {
+                        let mut v = name.as_bytes().to_vec();
+                        v.resize(IFNAMSIZ, 0);
+                        cmp(b, false, &v);
+                    }
+                }
             }
             Stmt::L4proto(p) => {
                 meta_load(b, META_L4PROTO);
@@ -700,30 +708,9 @@ impl Socket {
         self.query_family(NFPROTO_INET, kind, flags, want, attrs)
     }
 
-    /// Whether the iptables-nft chain `chain` of table `table` exists in the `ip` (`v6`: `ip6`) family: one
-    /// `NFT_MSG_GETCHAIN`, answered with the chain or `ENOENT`.
-    pub fn ip_chain_exists(
-        &self,
-        v6: bool,
-        table: &str,
-        chain: &str,
-    ) -> Result<bool, NetlinkError> {
-        let family = if v6 { NFPROTO_IPV6 } else { NFPROTO_IPV4 };
-        let attrs = [(NFTA_CHAIN_TABLE, table), (NFTA_CHAIN_NAME, chain)];
-        match self.query_family(
-            family,
-            NFT_MSG_GETCHAIN,
-            NLM_F_ACK,
-            NFT_MSG_NEWCHAIN,
-            &attrs,
-        ) {
-            Ok(found) => Ok(!found.is_empty()),
-            Err(NetlinkError::Refused {
-                errno: Errno::ENOENT,
-                ..
-            }) => Ok(false),
-            Err(e) => Err(e),
-        }
+    /// The nf_tables existence probe over this socket (no other socket is opened for asking).
+    pub fn probe(&self) -> Probe<BorrowedFd<'_>> {
+        Probe::over(self.fd.as_fd())
     }
 
     /// [`Socket::query`] for the nf_tables family `family`.
@@ -968,6 +955,40 @@ mod tests {
         assert!(c.len() > b.len(), "a /12 needs a bitwise mask");
         assert!(!b.windows(7).any(|w| w == b"bitwise"));
         assert!(c.windows(7).any(|w| w == b"bitwise"));
+    }
+
+    #[test]
+    fn interface_prefixes_compare_the_prefix_alone_as_nft_encodes_a_wildcard() {
+        let encode = |name: &str| {
+            let mut b = Buf(Vec::new());
+            let rule = Rule {
+                stmts: vec![
+                    Stmt::Ifname {
+                        output: false,
+                        name: name.into(),
+                    },
+                    Stmt::Return,
+                ],
+            };
+            encode_rule(&mut b, &rule, &GroupFile(String::new()), &[]).expect("encodes");
+            b.0
+        };
+        let value = |data: &[u8]| {
+            let len = u16::try_from(4 + data.len()).expect("short");
+            let mut v = len.to_ne_bytes().to_vec();
+            v.extend(NFTA_DATA_VALUE.to_ne_bytes());
+            v.extend(data);
+            v
+        };
+        let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+        // `nft --debug=netlink` for `iifname "eth*"`: `cmp eq reg 1 0x00687465`, the 3 bytes of "eth".
+        let prefix = encode("eth+");
+        assert!(has(&prefix, &value(b"eth")), "{prefix:?}");
+        assert!(!prefix.contains(&b'+'), "{prefix:?}");
+        // An exact name is the whole IFNAMSIZ buffer, NUL-padded.
+        let mut exact = b"eth0".to_vec();
+        exact.resize(IFNAMSIZ, 0);
+        assert!(has(&encode("eth0"), &value(&exact)));
     }
 
     #[test]

@@ -4,9 +4,9 @@
 
 use std::fmt::Write as _;
 
-use super::model::{CtState, Dir, Group, Ip, Op, Rule, Ruleset, Stmt, TableId};
+use super::model::{ifname_prefix, CtState, Dir, Group, Ip, Op, Rule, Ruleset, Stmt, TableId};
 use crate::config::Cidr;
-use crate::render::route_command;
+use crate::routes::route_command;
 
 /// One statement in Istio's spelling.
 fn stmt(out: &mut String, s: &Stmt) {
@@ -15,8 +15,9 @@ fn stmt(out: &mut String, s: &Stmt) {
         Stmt::Ifname { output, name } => {
             write!(
                 out,
-                "{} {name}",
-                if *output { "oifname" } else { "iifname" }
+                "{} {}",
+                if *output { "oifname" } else { "iifname" },
+                ifname_text(name)
             )
         }
         Stmt::L4proto(p) => write!(out, "meta l4proto {}", p.as_str()),
@@ -93,6 +94,25 @@ fn stmt(out: &mut String, s: &Stmt) {
         Stmt::MarkSetCtMark => write!(out, "meta mark set ct mark"),
         Stmt::CtZoneSet(z) => write!(out, "ct zone set {z}"),
     };
+}
+
+/// An interface name as `nft -f` reads it: iptables' `eth+` as nft's wildcard `"eth*"`; a name nft
+/// would read as something else (a leading digit, `@`, or all letters like the keywords `tcp` and
+/// `return`) quoted; otherwise bare, as Istio's goldens write `eth0`, `not-istio-nic` and `lo`.
+fn ifname_text(name: &str) -> String {
+    if let Some(prefix) = ifname_prefix(name) {
+        return format!("\"{prefix}*\"");
+    }
+    let plain = name.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        && (name == "lo" || !name.bytes().all(|b| b.is_ascii_alphabetic()));
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{name}\"")
+    }
 }
 
 /// A CIDR as Go's `netip.Prefix.String()` prints it; an IPv4-compatible IPv6 address (`::a.b.c.d`)
@@ -178,7 +198,7 @@ pub fn cleanup_transaction(rs: &Ruleset) -> String {
         let _ = writeln!(out, "delete table inet {}", t.name());
     }
     for action in &rs.routes {
-        if !matches!(action, crate::rules::RouteAction::AddLoopbackV6Source) {
+        if !matches!(action, crate::routes::RouteAction::AddLoopbackV6Source) {
             let _ = writeln!(out, "# ip {}", action.ip_args("del").join(" "));
         }
     }
@@ -222,6 +242,44 @@ mod tests {
         assert!(
             text.starts_with("add table inet istio-proxy-nat\nflush table inet istio-proxy-nat\n")
         );
+    }
+
+    #[test]
+    fn interface_names_are_written_as_nft_reads_them() {
+        // iptables' `eth+` is nft's wildcard; Istio's verbatim `iifname eth+` is a syntax error to nft.
+        assert_eq!(ifname_text("eth+"), "\"eth*\"");
+        assert_eq!(ifname_text("kube.v-1+"), "\"kube.v-1*\"");
+        // Istio's goldens keep plain names bare.
+        for bare in ["eth0", "not-istio-nic", "lo", "a_b", "veth-a.1"] {
+            assert_eq!(ifname_text(bare), bare);
+        }
+        // A leading digit, `@` and keyword-like names are quoted, or nft would refuse them.
+        for quoted in ["0eth", "veth@x", "tcp", "return", "eth"] {
+            assert_eq!(ifname_text(quoted), format!("\"{quoted}\""));
+        }
+        let cfg = Config {
+            exclude_interfaces: vec!["eth+".into(), "+".into()],
+            kube_virt_interfaces: vec!["kv+".into()],
+            ..Config::injected()
+        };
+        let text = transaction(&build(&cfg));
+        assert!(
+            text.contains(
+                "add rule inet istio-proxy-nat prerouting iifname \"eth*\" counter return\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("add rule inet istio-proxy-nat output oifname \"eth*\" counter return\n"),
+            "{text}"
+        );
+        assert!(text.contains("insert rule inet istio-proxy-nat prerouting index 0 iifname \"kv*\" counter jump istio-redirect\n"), "{text}");
+        // A bare `+` (every interface in iptables) is a rule without an interface match.
+        assert!(
+            text.contains("add rule inet istio-proxy-nat prerouting counter return\n"),
+            "{text}"
+        );
+        assert!(!text.contains('+'), "{text}");
     }
 
     #[test]

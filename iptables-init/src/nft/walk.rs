@@ -8,9 +8,7 @@ use super::model::{ChainType, CtState, Dir, Group, Hook, Ip, Ruleset, Stmt, Tabl
 use super::model::{IN_REDIRECT, OUTPUT_DNS, REDIRECT, TPROXY};
 use super::render::rule_text;
 use crate::connection::{Packet, Protocol};
-use crate::walk::{
-    self, Cond, Ifname, Model, Outcome, RuleError, Step, VerdictKind, WalkRule, WalkTable,
-};
+use crate::walk::{self, Cond, Model, Outcome, RuleError, Step, VerdictKind, WalkRule, WalkTable};
 
 fn protocol(p: super::model::Proto) -> Protocol {
     match p {
@@ -24,7 +22,8 @@ pub(crate) fn step(stmt: &Stmt) -> Step {
     let m = |neg: bool, cond: Cond| Step::Match { neg, cond };
     match stmt {
         Stmt::Ifname { output, name } => {
-            let name = Ifname::Exact(name.clone());
+            // `eth+` is a prefix here as in iptables (the netlink encoding compares the prefix alone).
+            let name = walk::parse_ifname(name);
             m(
                 false,
                 if *output {
@@ -245,8 +244,8 @@ mod tests {
         let c: Connection = "outbound:udp:10.0.0.5:53".parse().expect("spec");
         let o = walk(&build(&cfg), &c.packet(), true).expect("walks");
         assert_eq!(o.kind, VerdictKind::Bypass);
-        let plan = crate::rules::build(&cfg);
-        let o = crate::walk::walk(&plan, &c.packet(), true).expect("walks");
+        let plan = crate::iptables::model::build(&cfg);
+        let o = crate::iptables::walk::walk(&plan, &c.packet(), true).expect("walks");
         assert_eq!(o.kind, VerdictKind::Bypass);
     }
 
@@ -258,10 +257,11 @@ mod tests {
 
     impl Both {
         fn new(cfg: &Config) -> Both {
-            let plan = crate::rules::build(cfg);
+            let plan = crate::iptables::model::build(cfg);
             let empty = Vec::new();
             let v6 = plan.v6.as_ref().unwrap_or(&empty);
-            let ipt = |rules, out| crate::walk::iptables_model(rules, out).expect("iptables model");
+            let ipt =
+                |rules, out| crate::iptables::walk::model(rules, out).expect("iptables model");
             let rs = build(cfg);
             Both {
                 iptables: vec![

@@ -9,7 +9,9 @@
 //! coordinated omission).
 //!
 //! Usage: webhook-load --addr 127.0.0.1:PORT --ca ca.crt --pod FILE.yaml [--name svc.ns.svc]
-//!        [--connections 8] [--duration 10] [--rate 0] [--warmup 1]
+//!        [--connections 8] [--duration 10] [--rate 0] [--warmup 1] [--distinct]
+//! `--distinct`: every request's pod carries a label `load-variant` with its own number, so no request
+//! repeats an earlier one and no patch cache can answer it (the full injection every time).
 //! Prints one JSON object.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +37,7 @@ struct Opts {
     duration: f64,
     rate: f64,
     warmup: f64,
+    distinct: bool,
 }
 
 fn opts() -> anyhow::Result<Opts> {
@@ -47,6 +50,7 @@ fn opts() -> anyhow::Result<Opts> {
         duration: 10.0,
         rate: 0.0,
         warmup: 1.0,
+        distinct: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -60,6 +64,7 @@ fn opts() -> anyhow::Result<Opts> {
             "--duration" => o.duration = v()?.parse()?,
             "--rate" => o.rate = v()?.parse()?,
             "--warmup" => o.warmup = v()?.parse()?,
+            "--distinct" => o.distinct = true,
             _ => bail!("unknown argument {a}"),
         }
     }
@@ -97,6 +102,23 @@ async fn one(send: &mut Sender, body: &Bytes) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The label `--distinct` sets, and the placeholder value each request's number overwrites.
+const VARIANT_LABEL: &str = "load-variant";
+const VARIANT_MARK: &str = "v00000000000000000000";
+
+/// `body` with the placeholder replaced by `n`, zero-padded to the same width.
+fn variant(body: &Bytes, n: u64) -> Bytes {
+    let mut b = body.to_vec();
+    if let Some(at) = b
+        .windows(VARIANT_MARK.len())
+        .position(|w| w == VARIANT_MARK.as_bytes())
+    {
+        let digits = format!("v{n:020}");
+        b[at..at + digits.len()].copy_from_slice(digits.as_bytes());
+    }
+    Bytes::from(b)
+}
+
 fn percentile(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -125,15 +147,29 @@ async fn main() -> anyhow::Result<()> {
         .into_iter()
         .next()
         .ok_or_else(|| anyhow!("no pod in {}", o.pod))?;
-    let pod = pods::as_typed_pod(pods::to_pod(&doc)?);
+    let mut pod = pods::as_typed_pod(pods::to_pod(&doc)?);
+    if o.distinct {
+        pod["metadata"]["labels"][VARIANT_LABEL] = serde_json::json!(VARIANT_MARK);
+    }
     let review = pods::review("v1", "load", "default", &pod);
     let body = Bytes::from(serde_json::to_vec(&review)?);
+    let counter = Arc::new(AtomicU64::new(0));
+    let next_body = {
+        let (body, counter, distinct) = (body.clone(), counter.clone(), o.distinct);
+        move || {
+            if distinct {
+                variant(&body, counter.fetch_add(1, Ordering::Relaxed))
+            } else {
+                body.clone()
+            }
+        }
+    };
 
     // Warm-up on one connection (first handshake, lazy initialisation in the server).
     let mut c = connect(&o, &tls).await?;
     let warm_end = Instant::now() + Duration::from_secs_f64(o.warmup);
     while Instant::now() < warm_end {
-        one(&mut c, &body).await?;
+        one(&mut c, &next_body()).await?;
     }
 
     let start = Instant::now() + Duration::from_millis(50);
@@ -168,7 +204,8 @@ async fn main() -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     for _ in 0..o.connections {
         let mut send = connect(&o, &tls).await?;
-        let (o, body, due_rx, errors) = (o.clone(), body.clone(), due_rx.clone(), errors.clone());
+        let (o, next_body, due_rx, errors) =
+            (o.clone(), next_body.clone(), due_rx.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut due_lat = Vec::new();
@@ -188,6 +225,7 @@ async fn main() -> anyhow::Result<()> {
                     }
                     now
                 };
+                let body = next_body();
                 let sent = Instant::now();
                 match one(&mut send, &body).await {
                     Ok(()) => {

@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use e2e::apiserver::{injector_certs, serve_args, CertFiles, Injector, TempDir};
 use serde_json::{json, Value};
 use test_support::corpus::Config;
+use test_support::process::run_ok;
 
 /// The TLS name doctor checks: `<service>.<namespace>.svc` of the generated configuration.
-const SERVICE_NAME: &str = "sidecar-injector.sidecar-injector.svc";
+pub(crate) const SERVICE_NAME: &str = "sidecar-injector.sidecar-injector.svc";
 
 /// `injector serve` with `cert`/`key` on the base test configuration.
 fn serve(dir: &Path, cert: &Path, key: &Path) -> Injector {
@@ -28,32 +29,28 @@ fn serve(dir: &Path, cert: &Path, key: &Path) -> Injector {
 }
 
 /// `injector webhook-config --ca-bundle ca <extra>` written to `out`.
-fn webhook_config(ca: &Path, out: &Path, extra: &[&str]) -> PathBuf {
-    let o = Command::new(e2e::bin("injector"))
-        .arg("webhook-config")
-        .arg("--ca-bundle")
-        .arg(ca)
-        .args(extra)
-        .output()
-        .expect("injector webhook-config runs");
-    assert!(
-        o.status.success(),
-        "webhook-config: {}",
-        String::from_utf8_lossy(&o.stderr)
+pub(crate) fn webhook_config(ca: &Path, out: &Path, extra: &[&str]) -> PathBuf {
+    let o = run_ok(
+        Command::new(e2e::bin("injector"))
+            .arg("webhook-config")
+            .arg("--ca-bundle")
+            .arg(ca)
+            .args(extra),
+        "injector webhook-config",
     );
     std::fs::write(out, &o.stdout).unwrap();
     out.to_path_buf()
 }
 
-struct Run {
-    code: i32,
-    report: Value,
-    elapsed: Duration,
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) report: Value,
+    pub(crate) elapsed: Duration,
 }
 
 /// Runs `injector doctor -o json` with `args`; checks the report's shape and that every finding that is
 /// not `ok` carries a fix.
-fn doctor(args: &[String]) -> Run {
+pub(crate) fn doctor(args: &[String]) -> Run {
     let start = Instant::now();
     let o = Command::new(e2e::bin("injector"))
         .arg("doctor")
@@ -101,7 +98,14 @@ fn doctor(args: &[String]) -> Run {
     }
 }
 
-fn args(mwc: &Path, tls_cert: Option<&Path>, addr: Option<SocketAddr>) -> Vec<String> {
+/// [`doctor`] on `args`, which must exit 1: an error found.
+pub(crate) fn doctor_finds_errors(args: &[String]) -> Run {
+    let run = doctor(args);
+    assert_eq!(run.code, 1, "{:#}", run.report);
+    run
+}
+
+pub(crate) fn args(mwc: &Path, tls_cert: Option<&Path>, addr: Option<SocketAddr>) -> Vec<String> {
     let mut a = vec!["--webhook-config".to_string(), mwc.display().to_string()];
     if let Some(c) = tls_cert {
         a.extend(["--tls-cert".to_string(), c.display().to_string()]);
@@ -113,7 +117,7 @@ fn args(mwc: &Path, tls_cert: Option<&Path>, addr: Option<SocketAddr>) -> Vec<St
 }
 
 /// The findings of `check` at `level`.
-fn findings<'a>(run: &'a Run, level: &str, check: &str) -> Vec<&'a Value> {
+pub(crate) fn findings<'a>(run: &'a Run, level: &str, check: &str) -> Vec<&'a Value> {
     run.report["findings"]
         .as_array()
         .unwrap()
@@ -123,7 +127,7 @@ fn findings<'a>(run: &'a Run, level: &str, check: &str) -> Vec<&'a Value> {
 }
 
 /// The one error finding of `check`, which must say `found` (the report is printed when it does not).
-fn the_error<'a>(run: &'a Run, check: &str, found: &str) -> &'a Value {
+pub(crate) fn the_error<'a>(run: &'a Run, check: &str, found: &str) -> &'a Value {
     let errs = findings(run, "error", check);
     assert_eq!(errs.len(), 1, "{:#}", run.report);
     let text = errs[0]["found"].as_str().unwrap_or("");
@@ -245,16 +249,12 @@ fn apply_fix(fix: &str, mwc: &Path, cwd: &Path, out: &Path) -> PathBuf {
         e2e::apiserver::kubectl().display(),
         mwc.display()
     );
-    let o = Command::new("bash")
-        .arg("-c")
-        .arg(&command)
-        .current_dir(cwd)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{command}: {}",
-        String::from_utf8_lossy(&o.stderr)
+    let o = run_ok(
+        Command::new("bash")
+            .arg("-c")
+            .arg(&command)
+            .current_dir(cwd),
+        &command,
     );
     std::fs::write(out, &o.stdout).unwrap();
     out.to_path_buf()
@@ -281,8 +281,7 @@ fn lock_out_and_timeout_findings_are_fixed_by_their_commands() {
     mwc["webhooks"][1]["objectSelector"] = Value::Null;
     let mut current = dir.path().join("step0.json");
     std::fs::write(&current, mwc.to_string()).unwrap();
-    let run = doctor(&args(&current, None, None));
-    assert_eq!(run.code, 1, "{:#}", run.report);
+    let run = doctor_finds_errors(&args(&current, None, None));
     // rev.object. without an objectSelector takes every pod of kube-system: an error; object. only the
     // labelled ones: a warning; the namespace-label entries exclude them.
     let err = the_error(

@@ -20,24 +20,30 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use serde_json::{json, Value};
 use test_support::corpus::{Config, ConfigFiles};
 use test_support::pods;
+use test_support::process::run_ok;
 
 /// Every entry name ends so (Istio's certificate patcher keys on it); the tables name entries by prefix.
-const ENTRY_SUFFIX: &str = ".sidecar-injector.istio.io";
+pub(crate) const ENTRY_SUFFIX: &str = ".sidecar-injector.istio.io";
 
 /// One row of a table: its line in the file (for messages) and its cells by column name.
-struct Row {
-    line: usize,
+pub(crate) struct Row {
+    pub(crate) line: usize,
     cells: BTreeMap<String, String>,
 }
 
 impl Row {
-    fn get(&self, column: &str) -> &str {
+    pub(crate) fn get(&self, column: &str) -> &str {
         self.cells
             .get(column)
             .unwrap_or_else(|| panic!("line {}: no column {column}", self.line))
     }
 
-    fn yes(&self, column: &str) -> bool {
+    /// Whether the table has `column`.
+    pub(crate) fn has(&self, column: &str) -> bool {
+        self.cells.contains_key(column)
+    }
+
+    pub(crate) fn yes(&self, column: &str) -> bool {
         match self.get(column) {
             "yes" => true,
             "no" => false,
@@ -45,7 +51,7 @@ impl Row {
         }
     }
 
-    fn pairs(&self, column: &str) -> BTreeMap<String, String> {
+    pub(crate) fn pairs(&self, column: &str) -> BTreeMap<String, String> {
         let cell = self.get(column);
         if cell == "-" {
             return BTreeMap::new();
@@ -72,7 +78,7 @@ impl Row {
     }
 
     /// The row as written, for failure messages.
-    fn input(&self) -> String {
+    pub(crate) fn input(&self) -> String {
         self.cells
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
@@ -86,7 +92,7 @@ fn repo_dir() -> PathBuf {
 }
 
 /// The rows of `testdata/explain/<name>`, at least `min` of them.
-fn table(name: &str, min: usize) -> Vec<Row> {
+pub(crate) fn table(name: &str, min: usize) -> Vec<Row> {
     let path = repo_dir().join("testdata/explain").join(name);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
@@ -120,7 +126,7 @@ fn table(name: &str, min: usize) -> Vec<Row> {
 }
 
 /// A Pod as a controller would create it, with the row's labels, annotations and hostNetwork.
-fn pod(
+pub(crate) fn pod(
     name: &str,
     namespace: &str,
     labels: &BTreeMap<String, String>,
@@ -151,34 +157,30 @@ fn namespaces(name: &str, labels: &BTreeMap<String, String>) -> Value {
 
 /// The stdout of a successful `injector webhook-config <args>`.
 fn webhook_config(args: &[&str]) -> String {
-    let out = Command::new(e2e::bin("injector"))
-        .arg("webhook-config")
-        .args(args)
-        .output()
-        .expect("running injector webhook-config");
-    assert!(
-        out.status.success(),
-        "webhook-config {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        Command::new(e2e::bin("injector"))
+            .arg("webhook-config")
+            .args(args),
+        &format!("injector webhook-config {args:?}"),
     );
     String::from_utf8(out.stdout).expect("UTF-8")
 }
 
 /// Injector configuration files (the test base with `values` and `config` overrides), written once each.
-struct Configs {
+pub(crate) struct Configs {
     dir: TempDir,
     written: BTreeMap<String, ConfigFiles>,
 }
 
 impl Configs {
-    fn new() -> Configs {
+    pub(crate) fn new() -> Configs {
         Configs {
             dir: TempDir::new("explain-cfg"),
             written: BTreeMap::new(),
         }
     }
 
-    fn get(&mut self, values: &Value, config: &Value) -> ConfigFiles {
+    pub(crate) fn get(&mut self, values: &Value, config: &Value) -> ConfigFiles {
         let key = json!([values, config]).to_string();
         let n = self.written.len();
         let dir = self.dir.path().join(format!("cfg{n}"));
@@ -193,7 +195,7 @@ impl Configs {
     }
 
     /// The configuration of an injection-table row: its policy, selectors and enableNamespacesByDefault.
-    fn for_row(&mut self, row: &Row) -> ConfigFiles {
+    pub(crate) fn for_row(&mut self, row: &Row) -> ConfigFiles {
         let values = json!({"sidecarInjectorWebhook":
             {"enableNamespacesByDefault": row.yes("enable_namespaces_by_default")}});
         let config = json!({
@@ -234,12 +236,7 @@ fn explain(dir: &Path, input: &Input) -> Result<Value, String> {
         .arg(&pod_file)
         .arg("--namespaces")
         .arg(&ns_file)
-        .arg("--values")
-        .arg(&cfg.values)
-        .arg("--mesh-config")
-        .arg(&cfg.mesh)
-        .arg("--injector-config")
-        .arg(&cfg.injector_config)
+        .args(cfg.args())
         .args(["-o", "json"])
         // The flags' environment fallbacks would change the answer.
         .env_remove("REVISION")
@@ -324,9 +321,23 @@ fn check(failures: &mut Vec<String>, what: &str, row: &Row, dir: &Path, input: &
         Ok(item) => answer(&item, namespace),
         Err(e) => e,
     };
+    record(failures, what, row, ["want", "got "], want, &got);
+}
+
+/// Records in `failures` that `row` of `table` gave `got` where `want` was expected, unless they agree;
+/// `sides` names the two in the message.
+pub(crate) fn record(
+    failures: &mut Vec<String>,
+    table: &str,
+    row: &Row,
+    sides: [&str; 2],
+    want: &str,
+    got: &str,
+) {
     if got != want {
+        let [want_side, got_side] = sides;
         failures.push(format!(
-            "{what} line {}: {}\n    want {want}\n    got  {got}",
+            "{table} line {}: {}\n    {want_side} {want}\n    {got_side} {got}",
             row.line,
             row.input()
         ));
@@ -334,9 +345,14 @@ fn check(failures: &mut Vec<String>, what: &str, row: &Row, dir: &Path, input: &
 }
 
 fn report(failures: &[String], rows: usize, table: &str) {
+    assert_no_failures(failures, &format!("{rows} checks of {table} disagree"));
+}
+
+/// Fails with every failure listed, headed "<count> of <of>:", unless there is none.
+pub(crate) fn assert_no_failures(failures: &[String], of: &str) {
     assert!(
         failures.is_empty(),
-        "{} of {rows} checks of {table} disagree:\n{}",
+        "{} of {of}:\n{}",
         failures.len(),
         failures.join("\n")
     );
@@ -409,13 +425,15 @@ fn routing_table() {
             ("-", "-") => "-".to_string(),
             (c, e) => format!("{c}/{e}"),
         };
-        if routed != table_says {
-            failures.push(format!(
-                "routing.tsv line {}: {}\n    table      {table_says}\n    selectors  {routed}",
-                row.line,
-                row.input()
-            ));
-        }
+        let sides = ["table     ", "selectors "];
+        record(
+            &mut failures,
+            "routing.tsv",
+            row,
+            sides,
+            &table_says,
+            &routed,
+        );
         let cfg = configs.get(
             &json!({"sidecarInjectorWebhook": {"enableNamespacesByDefault": auto == "yes"}}),
             &Value::Null,

@@ -20,6 +20,7 @@ use e2e::iptables_init::{init, init_ok};
 use e2e::netns::{Family, NetNs, Pair};
 use e2e::nettool::PROXY_UID;
 use test_support::istio_init::injected_args_with;
+use test_support::process::run_ok;
 use test_support::require_root;
 
 /// The pod/peer pair of a test, once root and the tools are checked.
@@ -332,18 +333,13 @@ fn k_backend_choice_is_stable_and_legacy_works_when_forced_or_in_use() {
     // Forced legacy: rules in the legacy tables, real traffic captured through them, and a later run
     // without forcing sees legacy in use and finds nothing to do.
     let q = pair("ipt-k2");
-    let out = q
-        .pod
-        .command(e2e::bin("iptables-init"))
-        .args(&args)
-        .env("FORCE_IPTABLES_BINARY", "legacy")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        q.pod
+            .command(e2e::bin("iptables-init"))
+            .args(&args)
+            .env("FORCE_IPTABLES_BINARY", "legacy")
+            .stdin(Stdio::null()),
+        "iptables-init",
     );
     let legacy = q.pod.run(&["iptables-legacy-save"]).expect("legacy save");
     assert!(legacy.contains("ISTIO_OUTPUT"), "{legacy}");

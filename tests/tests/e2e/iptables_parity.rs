@@ -8,11 +8,12 @@
 //! Netfilter canonicalises spelling (`--to-port`, `::127.0.0.53`), so equal dumps mean equal behaviour.
 //! Each run also sets `DRY_RUN_FILE_PATH`, whose record must be the golden file's text itself.
 
-use std::collections::BTreeMap;
 use std::process::Command;
 
 use anyhow::{ensure, Context as _, Result};
 use e2e::netns::{Family, NetNs};
+// Save dumps as table → chain → ordered rules, declared chains included (the rules differential's parser).
+use e2e::rules_differential::normalise::{save_chains as parse_dump, Dump};
 use test_support::corpus::{load_run_cases, RunCase};
 use test_support::groups::ensure_groups;
 use test_support::istio_init::{self, injected_args_with};
@@ -51,39 +52,6 @@ fn dry_run_parts(out: &str) -> (String, String) {
         Some((v4, v6)) => (v4.to_string(), v6.to_string()),
         None => (out.to_string(), String::new()),
     }
-}
-
-/// A save dump as table → chain → ordered rules (declared chains included with no rules).
-type Dump = BTreeMap<String, BTreeMap<String, Vec<String>>>;
-
-fn parse_dump(save: &str) -> Dump {
-    let mut dump = Dump::new();
-    let mut table = String::new();
-    for line in save.lines() {
-        if line.starts_with('#') || line.is_empty() || line == "COMMIT" {
-            continue;
-        }
-        if let Some(t) = line.strip_prefix('*') {
-            table = t.to_string();
-            dump.entry(table.clone()).or_default();
-        } else if let Some(rest) = line.strip_prefix(':').or_else(|| line.strip_prefix("-A ")) {
-            // A chain declaration (`:CHAIN policy counters`) or a rule (`-A CHAIN ...`) of the chain.
-            let chain = rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            let rules = dump
-                .entry(table.clone())
-                .or_default()
-                .entry(chain)
-                .or_default();
-            if line.starts_with("-A ") {
-                rules.push(line.to_string());
-            }
-        }
-    }
-    dump
 }
 
 fn describe_diff(family: Family, ours: &Dump, theirs: &Dump) -> String {

@@ -1,6 +1,7 @@
 //! The crates' module graphs have no cycles: each concept lives in one module and dependencies point one
 //! way. Read from the sources (`use crate::…` and `crate::…` paths outside test code), so a new cycle fails
-//! here rather than in review.
+//! here rather than in review. In the injector the front ends (one module per subcommand) stand on the
+//! shared layer and the engine below them: none imports another, and nothing below imports one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -131,6 +132,26 @@ fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
     None
 }
 
+/// The injector's front ends: `server` (with the webhook's review handling, `server::admission`),
+/// `kube_inject`, `explain`, `doctor` and `certs`. `webhook_config` is the shared generation of the
+/// webhook configurations (certs and explain build on it) with its own small `run`, so it sits below.
+const INJECTOR_FRONT_ENDS: [&str; 5] = ["certs", "doctor", "explain", "kube_inject", "server"];
+
+/// Every import of a front end by another module, front end or not, as `from → to`.
+fn front_end_imports(
+    edges: &BTreeMap<String, BTreeSet<String>>,
+    front_ends: &[&str],
+) -> Vec<String> {
+    edges
+        .iter()
+        .flat_map(|(from, to)| {
+            to.iter()
+                .filter(|t| front_ends.contains(&t.as_str()))
+                .map(move |t| format!("{from} → {t}"))
+        })
+        .collect()
+}
+
 fn crate_src(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
@@ -146,20 +167,51 @@ fn no_module_cycles_in_the_injector() {
 }
 
 #[test]
+fn no_injector_module_imports_a_front_end() {
+    let edges = graph(&crate_src("injector"));
+    for f in INJECTOR_FRONT_ENDS {
+        assert!(edges.contains_key(f), "front end {f} not found: {edges:?}");
+    }
+    assert_eq!(
+        front_end_imports(&edges, &INJECTOR_FRONT_ENDS),
+        Vec::<String>::new(),
+        "front ends are imported (module graph: {edges:#?})"
+    );
+}
+
+#[test]
 fn no_module_cycles_in_iptables_init() {
     let edges = graph(&crate_src("iptables-init"));
     assert!(edges.len() > 5, "too few modules found: {edges:?}");
     assert_eq!(find_cycle(&edges), None, "module graph: {edges:#?}");
 }
 
+/// A graph of one edge per module, for the tests of the checks themselves.
+fn edges_of(pairs: &[(&str, &str)]) -> BTreeMap<String, BTreeSet<String>> {
+    pairs
+        .iter()
+        .map(|(from, to)| (from.to_string(), BTreeSet::from([to.to_string()])))
+        .collect()
+}
+
 #[test]
 fn the_cycle_finder_finds_a_cycle() {
-    let edges: BTreeMap<String, BTreeSet<String>> =
-        [("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")]
-            .iter()
-            .map(|(from, to)| (from.to_string(), BTreeSet::from([to.to_string()])))
-            .collect();
+    let edges = edges_of(&[("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")]);
     let cycle = find_cycle(&edges).expect("a → b → c → a");
     assert_eq!(cycle.first(), cycle.last());
     assert_eq!(cycle.len(), 4);
+}
+
+#[test]
+fn the_layering_check_finds_a_front_end_import() {
+    let edges = edges_of(&[
+        ("explain", "doctor"),
+        ("doctor", "shared"),
+        ("shared", "engine"),
+        ("engine", "kube_inject"),
+    ]);
+    assert_eq!(
+        front_end_imports(&edges, &["doctor", "explain", "kube_inject"]),
+        ["engine → kube_inject", "explain → doctor"]
+    );
 }

@@ -2,11 +2,18 @@
 //! `iptables-init explain` is run again with the built binaries (in a scratch directory that sees the
 //! repository's `examples/`), and its printed output must be what the block shows, byte for byte. Those
 //! commands read nothing but their arguments, so their output cannot drift from the code unnoticed.
+//!
+//! The blocks a newcomer runs first — the README's opening block and "Run it locally" — are replayed as
+//! scripts, as written, from a scratch directory laid out like the repository's root (`examples/`, and
+//! the built binaries where `target/debug/` and `target/release/` would hold them); only their `cargo`
+//! build lines and the full test run are left out, which is what this test runs inside.
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use test_support::tempdir::TempDir;
 
@@ -160,6 +167,186 @@ fn readme_explain_blocks_are_the_real_output() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The code block that follows the heading line `heading` (the README's first block for `None`): the
+/// line its text starts on and the text.
+fn block_after(readme: &str, heading: Option<&str>) -> (usize, String) {
+    let mut lines = readme.lines().enumerate();
+    if let Some(h) = heading {
+        lines
+            .by_ref()
+            .find(|(_, l)| *l == h)
+            .unwrap_or_else(|| panic!("README.md has no heading {h:?}"));
+    }
+    let (n, _) = lines
+        .by_ref()
+        .find(|(_, l)| l.starts_with("```"))
+        .unwrap_or_else(|| panic!("README.md has no code block after {heading:?}"));
+    let text: Vec<&str> = lines
+        .take_while(|(_, l)| !l.starts_with("```"))
+        .map(|(_, l)| l)
+        .collect();
+    (n + 2, text.join("\n") + "\n")
+}
+
+/// What a replayed block printed.
+struct Replay {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs a README `sh` block as one bash script (`-e -o pipefail`: the first failing line ends it) in a
+/// scratch repository root, with `replace` applied to its text, and cleans up whatever it left running.
+fn replay(line: usize, text: &str, replace: &[(&str, String)]) -> Replay {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let scratch = TempDir::new("readme-replay");
+    std::os::unix::fs::symlink(repo.join("examples"), scratch.path().join("examples")).unwrap();
+    for (profile, name) in [
+        ("debug", "injector"),
+        ("debug", "iptables-init"),
+        ("release", "injector"),
+    ] {
+        let dir = scratch.path().join("target").join(profile);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(e2e::bin(name), dir.join(name)).unwrap();
+    }
+    // The build lines and the full test run are what this test runs inside.
+    let mut script: String = text
+        .lines()
+        .filter(|l| !l.starts_with("cargo ") && !l.starts_with("bash scripts/test.sh"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for (from, to) in replace {
+        assert!(
+            script.contains(from),
+            "README.md:{line}: no {from:?} to replace"
+        );
+        script = script.replace(from, to);
+    }
+    let (out, err) = (scratch.path().join("stdout"), scratch.path().join("stderr"));
+    // Its own process group, so a server the block starts in the background is stopped with it even
+    // when a line fails before the block's own `kill`.
+    let mut child = Command::new("bash")
+        .args(["-e", "-o", "pipefail", "-c", &script])
+        .current_dir(scratch.path())
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let group = nix::unistd::Pid::from_raw(-(child.id() as i32));
+    let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait();
+    Replay {
+        ok: status.is_some_and(|s| s.success()),
+        stdout: std::fs::read_to_string(&out).unwrap(),
+        stderr: std::fs::read_to_string(&err).unwrap(),
+    }
+}
+
+/// A port free on loopback now (the replayed block binds it a moment later).
+fn free_port() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port().to_string()
+}
+
+#[test]
+fn readme_first_block_runs_as_written() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let (line, text) = block_after(&readme, None);
+    assert!(
+        text.lines()
+            .next()
+            .is_some_and(|l| l.contains("several minutes")),
+        "README.md:{line}: the first line should say that the first build takes minutes:\n{text}"
+    );
+    let r = replay(line, &text, &[]);
+    assert!(r.ok, "README.md:{line} failed: {}\n{}", r.stderr, r.stdout);
+    // kube-inject's Deployment with the sidecar, then the dry run's rules.
+    let injected = r.stdout.find("name: istio-proxy");
+    let rules = r.stdout.find("-A ISTIO_OUTPUT");
+    assert!(
+        injected.is_some() && rules.is_some() && injected < rules,
+        "README.md:{line}: {}",
+        r.stdout
+    );
+}
+
+#[test]
+fn readme_run_it_locally_runs_as_written() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let (line, text) = block_after(&readme, Some("### Run it locally"));
+    let scratch = TempDir::new("readme-local");
+    // Fresh ports and certificate directory: other tests (or another checkout's) may run at the same time.
+    let r = replay(
+        line,
+        &text,
+        &[
+            ("/tmp/inj", scratch.path().join("inj").display().to_string()),
+            ("15017", free_port()),
+            ("15014", free_port()),
+        ],
+    );
+    assert!(r.ok, "README.md:{line} failed: {}\n{}", r.stderr, r.stdout);
+    // /healthz, then the patch of examples/review.json as JSON, then the metrics.
+    assert!(r.stdout.starts_with("ok"), "README.md:{line}: {}", r.stdout);
+    let patch_start = r.stdout.find("\n[").expect("a JSON patch") + 1;
+    let patch_end = r.stdout[patch_start..]
+        .find("\n]")
+        .expect("the patch's end")
+        + patch_start
+        + 2;
+    let patch: serde_json::Value = serde_json::from_str(&r.stdout[patch_start..patch_end]).unwrap();
+    // Native sidecars: both arrive as the pod's first init containers.
+    let init = patch
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|op| op["op"] == "add" && op["path"] == "/spec/initContainers")
+        .unwrap_or_else(|| panic!("README.md:{line}: no initContainers in {patch}"));
+    let names: Vec<&str> = init["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["istio-init", "istio-proxy"], "README.md:{line}");
+    // The sample configuration was read: its proxy image tag is in the patch.
+    assert!(
+        r.stdout[patch_start..patch_end].contains("docker.io/istio/proxyv2:1.28.0"),
+        "README.md:{line}: examples/values.json not applied"
+    );
+    assert!(
+        r.stdout[patch_end..].contains("sidecar_injection_requests_total"),
+        "README.md:{line}: no metrics: {}",
+        &r.stdout[patch_end..]
+    );
+    // serve's log went to a file: no colour codes in it.
+    assert!(
+        r.stderr.contains("injector webhook listening"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !r.stderr.contains('\x1b'),
+        "ANSI codes in a log file: {:?}",
+        r.stderr
+    );
 }
 
 #[test]

@@ -23,18 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const LOCAL_SANS: &[&str] = &["--san", "localhost", "--san", "127.0.0.1"];
 
 fn serve_args(certs: &CertFiles, cfg: &ConfigFiles, extra: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = vec![
-        "--tls-cert".into(),
-        certs.cert.display().to_string(),
-        "--tls-key".into(),
-        certs.key.display().to_string(),
-        "--values".into(),
-        cfg.values.display().to_string(),
-        "--mesh-config".into(),
-        cfg.mesh.display().to_string(),
-        "--injector-config".into(),
-        cfg.injector_config.display().to_string(),
-    ];
+    let mut a = e2e::apiserver::serve_args(&certs.cert, &certs.key, cfg);
     a.extend(extra.iter().map(|s| s.to_string()));
     a
 }
@@ -649,10 +638,7 @@ async fn certificate_hot_reload() {
 }
 
 fn images(pod: &Value) -> Vec<String> {
-    ["/spec/initContainers", "/spec/containers"]
-        .iter()
-        .filter_map(|p| pod.pointer(p).and_then(Value::as_array))
-        .flatten()
+    pods::all_containers(pod)
         .filter_map(|c| c["image"].as_str().map(str::to_string))
         .collect()
 }
@@ -1155,24 +1141,8 @@ async fn path_parameters() {
     assert_eq!(a.status, 200);
     let v = a.json().unwrap();
     let patched = apply_patch(&v["response"], &pod).unwrap();
-    let proxy = ["/spec/initContainers", "/spec/containers"]
-        .iter()
-        .filter_map(|p| patched.pointer(p).and_then(Value::as_array))
-        .flatten()
-        .find(|c| c["name"] == json!("istio-proxy"))
-        .expect("istio-proxy")
-        .clone();
-    let env: BTreeMap<String, String> = proxy["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| {
-            Some((
-                e["name"].as_str()?.to_string(),
-                e["value"].as_str()?.to_string(),
-            ))
-        })
-        .collect();
+    let proxy = pods::container(&patched, "istio-proxy").expect("istio-proxy");
+    let env = pods::env_values(proxy);
     assert_eq!(
         env.get("ISTIO_META_CLUSTER_ID").map(String::as_str),
         Some("east/1")
@@ -1240,7 +1210,8 @@ async fn gateway_chart_pod_through_serve() {
     assert_eq!(status["initContainers"], Value::Null);
 }
 
-/// `kubectl kustomize deploy/` renders, every object parses with k8s-openapi types, and the manifests
+/// `kubectl kustomize deploy/` (the chart rendered by scripts/render-deploy.sh, and its Namespace) renders,
+/// every object parses with k8s-openapi types, and the manifests
 /// carry the production settings; the ConfigMap's documents configure a real server whose injected pods
 /// run the project's iptables-init image.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1335,6 +1306,19 @@ async fn deploy_kustomize_base() {
                     );
                 }
             }
+            // The chart's least-privilege RBAC, checked against a real apiserver by helm_chart.rs.
+            "ClusterRole" => {
+                typed!(k8s_openapi::api::rbac::v1::ClusterRole, d);
+            }
+            "ClusterRoleBinding" => {
+                typed!(k8s_openapi::api::rbac::v1::ClusterRoleBinding, d);
+            }
+            "Role" => {
+                typed!(k8s_openapi::api::rbac::v1::Role, d);
+            }
+            "RoleBinding" => {
+                typed!(k8s_openapi::api::rbac::v1::RoleBinding, d);
+            }
             "Deployment" => deployment = Some(typed!(Deployment, d)),
             "Service" => service = Some(typed!(Service, d)),
             "ConfigMap" => config = Some(typed!(ConfigMap, d)),
@@ -1346,11 +1330,15 @@ async fn deploy_kustomize_base() {
     assert_eq!(
         kinds,
         [
+            "ClusterRole",
+            "ClusterRoleBinding",
             "ConfigMap",
             "Deployment",
             "MutatingWebhookConfiguration",
             "Namespace",
             "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
             "Secret",
             "Service",
             "ServiceAccount"
@@ -1513,15 +1501,52 @@ fn deploy_local_overlay_with_generated_certs() {
     }
 }
 
-/// `--max-connections` caps the connections served at once: a further client waits (in the kernel's
-/// backlog, not refused) until a slot frees up, then is served normally.
+/// `--max-connections` caps the connections open at once. At the cap a new connection is served at once
+/// and the oldest idle one is closed; when every connection has a request in flight, a further client
+/// waits (in the kernel's backlog, not refused) until a slot frees up, then is served normally.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_cap() {
-    let f = fixture(Value::Null, Value::Null, &["--max-connections", "2"]);
+    let f = fixture(
+        Value::Null,
+        Value::Null,
+        &["--max-connections", "2", "--body-timeout-secs", "60"],
+    );
+    // Idle connections make room: the oldest goes.
     let mut a = f.api.connect(Http::H1).await.unwrap();
     let mut b = f.api.connect(Http::H2).await.unwrap();
     assert_eq!(get(&mut a, "/healthz").await, 200);
     assert_eq!(get(&mut b, "/healthz").await, 200);
+    let mut c = tokio::time::timeout(Duration::from_secs(5), f.api.connect(Http::H1))
+        .await
+        .expect("a new connection is served at the cap while others are idle")
+        .unwrap();
+    assert_eq!(get(&mut c, "/readyz").await, 200);
+    assert!(
+        a.send("GET", "/healthz", None, Bytes::new()).await.is_err(),
+        "the oldest idle connection is still open"
+    );
+    assert_eq!(get(&mut b, "/healthz").await, 200);
+    drop((a, b, c));
+    wait_until("connections closed", Duration::from_secs(10), || async {
+        f.server
+            .metric("injector_open_connections")
+            .await
+            .unwrap_or(1.0)
+            == 0.0
+    })
+    .await;
+
+    // Busy connections (a request in flight each) are not closed: the next client waits.
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        let mut s = f.api.tls_stream(&[b"http/1.1"]).await.unwrap();
+        s.write_all(b"POST /inject HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+            .await
+            .unwrap();
+        s.flush().await.unwrap();
+        busy.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let api = f.api.clone();
     let third = tokio::spawn(async move {
         let mut c = api.connect(Http::H1).await?;
@@ -1532,23 +1557,18 @@ async fn connection_cap() {
         !third.is_finished(),
         "a third connection was served beyond the cap"
     );
-    drop(a);
+    drop(busy.pop());
     let answer = tokio::time::timeout(Duration::from_secs(5), third)
         .await
         .expect("the waiting client is served once a slot frees up")
         .unwrap()
         .unwrap();
     assert_eq!(answer.status, 200);
-    assert_eq!(get(&mut b, "/healthz").await, 200);
 }
 
 /// The `istio-proxy` container of a patched pod (native sidecar: an init container).
 fn proxy_container(pod: &Value) -> Value {
-    ["/spec/initContainers", "/spec/containers"]
-        .iter()
-        .filter_map(|p| pod.pointer(p).and_then(Value::as_array))
-        .flatten()
-        .find(|c| c["name"] == json!("istio-proxy"))
+    pods::container(pod, "istio-proxy")
         .cloned()
         .expect("an istio-proxy container")
 }

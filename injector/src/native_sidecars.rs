@@ -1,0 +1,149 @@
+//! Native sidecars `auto` decided from the cluster's Nodes, as Istio's `DetectNativeSidecar`
+//! (`pkg/kube/inject/webhook.go`) does: the kubelet version of the pod's node when it is set and known,
+//! else of every node; native sidecars only when each one checked is at least 1.33 (the release where
+//! they graduated to stable). Without a cluster (`serve` from files, `kube-inject`), `auto` is on.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::fields;
+
+/// Istio's `minVersion`: the Kubernetes minor release from which native sidecars are on.
+const MIN_MINOR: i64 = 33;
+
+/// The kubelet version of every Node, by name (empty when a Node reports none).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Nodes {
+    kubelet_versions: BTreeMap<String, String>,
+}
+
+impl Nodes {
+    /// From the watch's reduced objects, `{"name": …, "kubeletVersion": …}`.
+    pub fn from_reduced(objects: &[Value]) -> Nodes {
+        let s = |o: &Value, k: &str| {
+            fields::path(o, [k])
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        Nodes {
+            kubelet_versions: objects
+                .iter()
+                .map(|o| (s(o, "name"), s(o, "kubeletVersion")))
+                .collect(),
+        }
+    }
+
+    /// Istio's `DetectNativeSidecar` for a pod whose `spec.nodeName` is `node_name` ("" when unset).
+    pub fn detect(&self, node_name: &str) -> bool {
+        if !node_name.is_empty() {
+            match self.kubelet_versions.get(node_name) {
+                Some(v) => return supports(node_name, v),
+                None => tracing::warn!(
+                    node = node_name,
+                    "pod assigned to a node not found in the cluster; checking all nodes"
+                ),
+            }
+        }
+        // Any older node turns the feature off, so a mixed cluster never gets a pod its node cannot run.
+        self.kubelet_versions.iter().all(|(n, v)| supports(n, v))
+    }
+}
+
+/// Istio's `checkNodeVersion`: the version's second segment (go-version's `Segments()[1]`) ≥ 33; a
+/// version that does not parse is unsupported.
+fn supports(node: &str, version: &str) -> bool {
+    match minor(version) {
+        Some(m) => m >= MIN_MINOR,
+        None => {
+            tracing::warn!(node, version, "could not read the node's kubelet version");
+            false
+        }
+    }
+}
+
+/// The minor segment as hashicorp/go-version's `NewVersion` reads it: an optional `v`, dot-separated
+/// decimal segments (missing ones are 0), then nothing, a pre-release (`-rc.1`, or letters right after
+/// the numbers) or build metadata (`+…`); anything else does not parse.
+fn minor(version: &str) -> Option<i64> {
+    let v = version.strip_prefix('v').unwrap_or(version);
+    let end = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (numbers, rest) = v.split_at(end);
+    let segments: Vec<&str> = numbers.split('.').collect();
+    if segments.iter().any(|s| s.is_empty()) {
+        return None;
+    }
+    let suffix_ok = match rest.chars().next() {
+        None => true,
+        Some(c) => {
+            (c == '-' || c == '+' || c == '~' || c.is_ascii_alphabetic())
+                && rest.len() > 1
+                && rest[1..]
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-~.+".contains(c))
+        }
+    };
+    if !suffix_ok {
+        return None;
+    }
+    let mut parsed = segments.iter().map(|s| s.parse::<i64>().ok());
+    let _major = parsed.next()??;
+    match parsed.next() {
+        Some(m) => m,
+        None => Some(0),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn versions_are_read_as_go_version_reads_them() {
+        for (v, m) in [
+            ("v1.33.0", Some(33)),
+            ("1.32.4", Some(32)),
+            ("v1.34.1-gke.1200", Some(34)),
+            ("v1.33.2+k3s1", Some(33)),
+            ("v1.33.0-rc.1", Some(33)),
+            ("1", Some(0)),
+            ("", None),
+            ("v", None),
+            ("1..33", None),
+            ("banana", None),
+            ("1.33 ", None),
+        ] {
+            assert_eq!(minor(v), m, "{v:?}");
+        }
+    }
+
+    fn nodes(pairs: &[(&str, &str)]) -> Nodes {
+        Nodes::from_reduced(
+            &pairs
+                .iter()
+                .map(|(n, v)| json!({"name": n, "kubeletVersion": v}))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn the_pods_node_decides_else_every_node() {
+        let mixed = nodes(&[("old", "v1.32.0"), ("new", "v1.33.0")]);
+        assert!(mixed.detect("new"));
+        assert!(!mixed.detect("old"));
+        assert!(!mixed.detect(""));
+        // A node the cluster does not know: all nodes decide.
+        assert!(!mixed.detect("gone"));
+        let new = nodes(&[("a", "v1.33.0"), ("b", "v1.35.1")]);
+        assert!(new.detect(""));
+        assert!(new.detect("gone"));
+        assert!(!nodes(&[("a", "v1.33.0"), ("b", "")]).detect(""));
+        // No node at all: nothing disagrees (Istio's loop over an empty list).
+        assert!(Nodes::default().detect(""));
+    }
+}

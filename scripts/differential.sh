@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The differential tests against Istio's own binaries, by hand (issue 21). Every difference not in the
+# kind's allow-list is printed with the two command lines that reproduce it.
+#
+#   scripts/differential.sh [--kind rules|inject|template] [--seed N] [--cases N] [--minutes M] [--start N]
+#                           [--jobs J] [--apply-every K (rules)] [--istioctl-every K] [--keep DIR (inject, template)]
+#
+# rules (the default): generated istio-iptables configurations through `pilot-agent istio-iptables` and
+#   `iptables-init istio-iptables` (tests/rules-differential-allow.tsv); defaults: seed 1, 1000 cases, every
+#   20th iptables case also applied for real, 2 jobs. Needs root (network namespaces).
+# inject, template: generated workloads and configurations (inject), or user templates (template), through
+#   Istio's kube-inject code (tools/istio/cmd/inject-batch, every 50th case also through the real istioctl)
+#   and `injector kube-inject` (tests/inject-differential-allow.tsv); the files of a differing case are kept
+#   under --keep (default $TMPDIR/inject-differential).
+# CI runs a fixed seed's few hundred cases of each kind in the e2e tests `rules_differential` and
+# `inject_differential`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=rules
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kind) kind="${2:?--kind needs a value}"; shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+case "$kind" in
+  inject|template)
+    bash scripts/istio-peers.sh build >/dev/null
+    cargo build -q --locked -p injector -p e2e --bins
+    exec target/debug/inject-differential --kind "$kind" "${args[@]}"
+    ;;
+  rules) ;;
+  *) echo "scripts/differential.sh: --kind $kind: expected rules, inject or template" >&2; exit 2 ;;
+esac
+set -- "${args[@]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "scripts/differential.sh: needs root (network namespaces)" >&2
+  exit 1
+fi
+bash scripts/istio-peers.sh build >/dev/null
+cargo build -q --locked -p iptables-init -p e2e --bins
+exec target/debug/rules-differential "$@"

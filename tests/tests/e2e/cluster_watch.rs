@@ -1,0 +1,529 @@
+//! `injector serve --kubeconfig`: what Istio's webhook reads from the API server (ProxyConfig resources,
+//! Namespaces, Nodes) watched in a real kube-apiserver (`scripts/cluster.sh`, e2e::cluster), changed
+//! with kubectl, and seen in the next review sent straight to the injector. One control plane for the
+//! whole file: the scenarios run in order in one test.
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use e2e::apiserver::{apply_patch, injector_certs, ApiServer, CertFiles, Http, Injector, TempDir};
+use e2e::cluster::{wait_for, Cluster};
+use serde_json::{json, Value};
+use test_support::corpus::{Config, ConfigFiles};
+use test_support::pods;
+
+/// Istio's ProxyConfig CRD (testdata/istio/crds, from Istio's `crd-all.gen.yaml`).
+fn proxy_config_crd() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/istio/crds/proxyconfigs.networking.istio.io.yaml")
+}
+
+/// Installs the ProxyConfig CRD and waits until the apiserver serves it.
+fn install_proxy_config_crd(c: &Cluster) {
+    c.kubectl(&["apply", "-f", proxy_config_crd().to_str().unwrap()], None)
+        .unwrap();
+    c.kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=30s",
+            "crd/proxyconfigs.networking.istio.io",
+        ],
+        None,
+    )
+    .unwrap();
+}
+
+/// An `injector serve --kubeconfig` on the base configuration and its reviewer.
+struct Served {
+    injector: Injector,
+    api: ApiServer,
+    rt: tokio::runtime::Runtime,
+}
+
+fn serve(c: &Cluster, certs: &CertFiles, cfg: &ConfigFiles, extra: &[&str]) -> Served {
+    let mut args = e2e::apiserver::serve_args(&certs.cert, &certs.key, cfg);
+    args.extend([
+        "--kubeconfig".to_string(),
+        c.kubeconfig.display().to_string(),
+    ]);
+    args.extend(extra.iter().map(|a| a.to_string()));
+    Served::start(&args, certs)
+}
+
+impl Served {
+    /// `injector serve <args>` and a reviewer trusting `certs`' CA.
+    fn start(args: &[String], certs: &CertFiles) -> Served {
+        let injector = Injector::start(args, &BTreeMap::new()).expect("injector serve starts");
+        let api = ApiServer::new(&certs.mwc, injector.https).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        Served { injector, api, rt }
+    }
+
+    fn ready(&self) -> bool {
+        self.rt.block_on(self.injector.ready()).unwrap()
+    }
+
+    fn metric(&self, sample: &str) -> f64 {
+        self.rt.block_on(self.injector.metric(sample)).unwrap()
+    }
+
+    /// Polls `/readyz` until it answers 200 (the first full list of every watch).
+    fn wait_ready(&self) {
+        wait_for("/readyz 200", Duration::from_secs(20), || {
+            self.ready().then_some(()).ok_or("not ready")
+        });
+    }
+
+    /// The pod the injector makes of `pod` in `namespace`.
+    fn inject(&self, namespace: &str, pod: &Value) -> Value {
+        self.rt.block_on(async {
+            let mut conn = self.api.connect(Http::H1).await.unwrap();
+            let answer = self
+                .api
+                .review(&mut conn, &pods::review("v1", "uid-1", namespace, pod))
+                .await
+                .unwrap_or_else(|e| panic!("review: {e:#}\n{}", self.injector.log()));
+            assert_eq!(answer["response"]["allowed"], json!(true), "{answer}");
+            apply_patch(&answer["response"], pod).unwrap()
+        })
+    }
+}
+
+/// A plain pod (no injection annotations) named `name`.
+fn pod(name: &str, node: Option<&str>) -> Value {
+    let mut p = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
+    });
+    if let Some(n) = node {
+        p["spec"]["nodeName"] = json!(n);
+    }
+    p
+}
+
+/// The istio-proxy container of an injected pod, and whether it is a native sidecar (an init container).
+fn proxy(injected: &Value) -> (Value, bool) {
+    for (list, native) in [("initContainers", true), ("containers", false)] {
+        if let Some(c) = injected["spec"][list]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["name"] == "istio-proxy"))
+        {
+            return (c.clone(), native);
+        }
+    }
+    panic!("no istio-proxy in {injected}");
+}
+
+/// The value of the proxy's environment variable `name` (`environmentVariables` of a ProxyConfig land
+/// there through `proxyMetadata`).
+fn proxy_env(injected: &Value, name: &str) -> Option<String> {
+    proxy(injected).0["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
+        .and_then(|e| e["value"].as_str())
+        .map(str::to_string)
+}
+
+fn proxy_config(namespace: &str, name: &str, watched: &str) -> Value {
+    json!({
+        "apiVersion": "networking.istio.io/v1beta1",
+        "kind": "ProxyConfig",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"environmentVariables": {"WATCHED": watched}},
+    })
+}
+
+/// The acceptance bound of issue 20: a change is in the next injected pod within a second.
+const WITHIN: Duration = Duration::from_secs(1);
+
+#[test]
+fn cluster_state_is_watched_from_the_apiserver() {
+    let c = Cluster::up();
+    let dir = TempDir::new("cluster-watch");
+    let certs = injector_certs(&dir.path().join("certs"), &["--san", "127.0.0.1"]).unwrap();
+    let cfg = Config::base()
+        .and_then(|c| c.write(&dir.path().join("cfg")))
+        .unwrap();
+    for ns in ["apps", "istio-system"] {
+        c.namespace(ns, &BTreeMap::new()).unwrap();
+    }
+
+    // Before the ProxyConfig CRD exists its list fails: no ProxyConfigs (ready, as Istio's delayed
+    // informer), the failure counted and retried until the CRD is there.
+    let s = serve(&c, &certs, &cfg, &[]);
+    let errors = r#"injector_cluster_watch_errors_total{resource="proxyconfigs"}"#;
+    wait_for(
+        "a counted proxyconfigs watch error",
+        Duration::from_secs(20),
+        || (s.metric(errors) >= 1.0).then_some(()).ok_or("none yet"),
+    );
+    s.wait_ready();
+    install_proxy_config_crd(&c);
+    c.apply(&proxy_config("apps", "early", "early")).unwrap();
+    // kube-rs' backoff after a few failed lists (0.8 s doubling): the CRD is found within seconds.
+    wait_for(
+        "the CRD found on a retried list",
+        Duration::from_secs(30),
+        || {
+            let got = proxy_env(&s.inject("apps", &pod("app", None)), "WATCHED");
+            (got.as_deref() == Some("early")).then_some(()).ok_or(got)
+        },
+    );
+    c.kubectl(&["delete", "proxyconfig", "-n", "apps", "early"], None)
+        .unwrap();
+
+    proxy_configs_apply_to_the_next_pod(&c, &s);
+    native_sidecars_follow_the_nodes(&c, &s);
+    drop(s);
+    openshift_ids_follow_the_namespace(&c, &certs, &cfg);
+    a_lost_apiserver_keeps_the_last_state(&c, &certs, &cfg, dir.path());
+    configuration_from_config_maps(&c, &certs, &cfg);
+}
+
+/// `--injector-configmap` / `--mesh-configmap` (Istio's `NewConfigMapWatcher`): the same documents read
+/// through the API inject as the files do, a change is followed, a deleted ConfigMap keeps the last
+/// configuration.
+fn configuration_from_config_maps(c: &Cluster, certs: &CertFiles, cfg: &ConfigFiles) {
+    let file = |p: &std::path::Path| format!("{}", p.display());
+    c.kubectl(
+        &[
+            "create",
+            "configmap",
+            "istio-sidecar-injector",
+            "-n",
+            "istio-system",
+            &format!("--from-file=values={}", file(&cfg.values)),
+            &format!("--from-file=config={}", file(&cfg.injector_config)),
+        ],
+        None,
+    )
+    .unwrap();
+    c.kubectl(
+        &[
+            "create",
+            "configmap",
+            "istio",
+            "-n",
+            "istio-system",
+            &format!("--from-file=mesh={}", file(&cfg.mesh)),
+        ],
+        None,
+    )
+    .unwrap();
+    let from_files = serve(c, certs, cfg, &[]);
+    from_files.wait_ready();
+    let mut args: Vec<String> = [
+        "--tls-cert",
+        &file(&certs.cert),
+        "--tls-key",
+        &file(&certs.key),
+        "--kubeconfig",
+        &file(&c.kubeconfig),
+        "--injector-configmap",
+        "istio-sidecar-injector",
+        "--mesh-configmap",
+        "istio",
+        "--configmap-namespace",
+        "istio-system",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let s = Served::start(&args, certs);
+    s.wait_ready();
+    let p = pod("app", None);
+    assert_eq!(
+        s.inject("apps", &p),
+        from_files.inject("apps", &p),
+        "ConfigMaps inject as the files"
+    );
+
+    // The mesh document changed in place: followed.
+    let mut mesh =
+        pods::documents(&std::fs::read_to_string(&cfg.mesh).unwrap()).unwrap()[0].clone();
+    mesh["defaultConfig"]["proxyMetadata"]["FROM_CONFIGMAP"] = json!("yes");
+    c.apply(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "istio", "namespace": "istio-system"},
+        "data": {"mesh": mesh.to_string()},
+    }))
+    .unwrap();
+    let from_configmap = || proxy_env(&s.inject("apps", &p), "FROM_CONFIGMAP");
+    wait_for(
+        "the changed mesh ConfigMap",
+        Duration::from_secs(10),
+        || {
+            let v = from_configmap();
+            (v.as_deref() == Some("yes")).then_some(()).ok_or(v)
+        },
+    );
+
+    // Deleted: the last configuration stays (and is counted as a failed reload).
+    c.kubectl(
+        &[
+            "delete",
+            "configmap",
+            "-n",
+            "istio-system",
+            "istio-sidecar-injector",
+        ],
+        None,
+    )
+    .unwrap();
+    wait_for("the delete refused", Duration::from_secs(10), || {
+        let failed = s.metric(r#"injector_config_reloads_total{result="failure"}"#);
+        (failed >= 1.0).then_some(()).ok_or(failed)
+    });
+    assert_eq!(from_configmap().as_deref(), Some("yes"));
+    args.push("--values".to_string());
+    args.push(file(&cfg.values));
+    let both = Injector::start(&args, &BTreeMap::new());
+    assert!(
+        both.is_err(),
+        "--values with --injector-configmap must be refused"
+    );
+}
+
+/// A TCP forwarder to the apiserver that the test can cut (open connections closed, new ones dropped
+/// at once) and restore: the apiserver lost, from the injector's side.
+struct Cuttable {
+    addr: std::net::SocketAddr,
+    open: tokio::sync::watch::Sender<bool>,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Cuttable {
+    fn to(upstream: std::net::SocketAddr) -> Cuttable {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (open, rx) = tokio::sync::watch::channel(true);
+        rt.spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let mut rx = rx.clone();
+                if !*rx.borrow() {
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let Ok(mut out) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut out) => {}
+                        _ = rx.wait_for(|open| !*open) => {}
+                    }
+                });
+            }
+        });
+        Cuttable {
+            addr,
+            open,
+            _rt: rt,
+        }
+    }
+}
+
+/// Watch failures keep the last state (and readiness): a ProxyConfig deleted while the apiserver cannot
+/// be reached stays applied, the failures are counted, and once it is back the delete is seen.
+fn a_lost_apiserver_keeps_the_last_state(
+    c: &Cluster,
+    certs: &CertFiles,
+    cfg: &ConfigFiles,
+    dir: &std::path::Path,
+) {
+    let upstream: std::net::SocketAddr =
+        c.server.strip_prefix("https://").unwrap().parse().unwrap();
+    let proxy = Cuttable::to(upstream);
+    // The same kubeconfig through the forwarder (same IP, so the serving certificate still matches).
+    let kubeconfig = dir.join("kubeconfig-through-proxy");
+    let text = std::fs::read_to_string(&c.kubeconfig).unwrap();
+    assert!(text.contains(&c.server), "{text}");
+    std::fs::write(
+        &kubeconfig,
+        text.replace(&c.server, &format!("https://{}", proxy.addr)),
+    )
+    .unwrap();
+    let mut args = e2e::apiserver::serve_args(&certs.cert, &certs.key, cfg);
+    args.extend(["--kubeconfig".to_string(), kubeconfig.display().to_string()]);
+    // Started with the apiserver out of reach: not ready until the first list.
+    proxy.open.send_replace(false);
+    let s = Served::start(&args, certs);
+    wait_for(
+        "a counted watch error while cut off",
+        Duration::from_secs(20),
+        || {
+            let e = s.metric(r#"injector_cluster_watch_errors_total{resource="proxyconfigs"}"#);
+            (e >= 1.0).then_some(()).ok_or(e)
+        },
+    );
+    assert!(!s.ready(), "ready before any watch listed");
+    proxy.open.send_replace(true);
+    s.wait_ready();
+    let p = pod("app", None);
+    let watched = || proxy_env(&s.inject("apps", &p), "WATCHED");
+    c.apply(&proxy_config("apps", "kept", "kept")).unwrap();
+    wait_for("the ProxyConfig through the forwarder", WITHIN, || {
+        let w = watched();
+        (w.as_deref() == Some("kept")).then_some(()).ok_or(w)
+    });
+
+    let errors = |s: &Served| {
+        ["proxyconfigs", "namespaces", "nodes"]
+            .iter()
+            .map(|r| {
+                s.metric(&format!(
+                    r#"injector_cluster_watch_errors_total{{resource="{r}"}}"#
+                ))
+            })
+            .sum::<f64>()
+    };
+    let before = errors(&s);
+    proxy.open.send_replace(false);
+    c.kubectl(&["delete", "proxyconfig", "-n", "apps", "kept"], None)
+        .unwrap();
+    wait_for(
+        "watch errors counted while cut off",
+        Duration::from_secs(20),
+        || (errors(&s) > before).then_some(()).ok_or("none"),
+    );
+    assert_eq!(watched().as_deref(), Some("kept"), "the last state is kept");
+    assert!(s.ready(), "readiness stays after the first sync");
+
+    proxy.open.send_replace(true);
+    // kube-rs' default backoff (0.8 s doubling) after a few seconds of failures: well under 30 s.
+    wait_for(
+        "the delete seen once reconnected",
+        Duration::from_secs(30),
+        || {
+            let w = watched();
+            w.is_none().then_some(()).ok_or(w)
+        },
+    );
+}
+
+/// Istio's acceptance: a ProxyConfig created with kubectl changes the next injected pod within a second,
+/// deleting it reverts it; with Istio's precedence (the pod's namespace over the root namespace).
+fn proxy_configs_apply_to_the_next_pod(c: &Cluster, s: &Served) {
+    let p = pod("app", None);
+    assert_eq!(proxy_env(&s.inject("apps", &p), "WATCHED"), None);
+    let seen = |want: Option<&str>, after: &str| {
+        wait_for(after, WITHIN, || {
+            let got = proxy_env(&s.inject("apps", &p), "WATCHED");
+            (got.as_deref() == want).then_some(()).ok_or(got)
+        })
+    };
+    c.apply(&proxy_config("apps", "watched", "namespace"))
+        .unwrap();
+    seen(
+        Some("namespace"),
+        "the namespace's ProxyConfig after its create",
+    );
+    c.apply(&proxy_config("istio-system", "mesh-wide", "root"))
+        .unwrap();
+    // The root namespace's resource is below the pod namespace's: no change may show, so give the
+    // watch the same second, then check.
+    std::thread::sleep(WITHIN);
+    seen(
+        Some("namespace"),
+        "the namespace's ProxyConfig over the root's",
+    );
+    c.kubectl(&["delete", "proxyconfig", "-n", "apps", "watched"], None)
+        .unwrap();
+    seen(
+        Some("root"),
+        "the root namespace's ProxyConfig after the delete",
+    );
+    c.kubectl(
+        &["delete", "proxyconfig", "-n", "istio-system", "mesh-wide"],
+        None,
+    )
+    .unwrap();
+    seen(None, "no ProxyConfig after both deletes");
+}
+
+/// Creates a Node named `name` whose kubelet reports `version` (status written through its subresource,
+/// as a kubelet does).
+fn node(c: &Cluster, name: &str, version: &str) {
+    c.apply(&json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
+        .unwrap();
+    let status = json!({"status": {"nodeInfo": {"kubeletVersion": version}}}).to_string();
+    c.kubectl(
+        &[
+            "patch",
+            "node",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status,
+        ],
+        None,
+    )
+    .unwrap();
+}
+
+/// Native sidecars `auto` (serve's default) as Istio's `DetectNativeSidecar`: the pod's node when set and
+/// known, else every node, at least 1.33.
+fn native_sidecars_follow_the_nodes(c: &Cluster, s: &Served) {
+    let native = |node: Option<&str>| proxy(&s.inject("apps", &pod("app", node))).1;
+    // No nodes: nothing disagrees.
+    assert!(native(None));
+    node(c, "new", "v1.33.0");
+    node(c, "old", "v1.32.5");
+    wait_for("a 1.32 node turns native sidecars off", WITHIN, || {
+        (!native(None)).then_some(()).ok_or("still native")
+    });
+    assert!(native(Some("new")), "a pod on the 1.33 node");
+    assert!(!native(Some("old")), "a pod on the 1.32 node");
+    assert!(
+        !native(Some("unknown")),
+        "an unknown node: all nodes decide"
+    );
+    c.kubectl(&["delete", "node", "old"], None).unwrap();
+    wait_for(
+        "without the 1.32 node, native sidecars again",
+        WITHIN,
+        || native(None).then_some(()).ok_or("not native"),
+    );
+    assert!(native(Some("unknown")));
+    c.kubectl(&["delete", "node", "new"], None).unwrap();
+}
+
+/// On OpenShift the proxy's uid comes from the pod's Namespace, watched like the rest.
+fn openshift_ids_follow_the_namespace(c: &Cluster, certs: &CertFiles, cfg: &ConfigFiles) {
+    let s = serve(c, certs, cfg, &["--platform", "openshift"]);
+    s.wait_ready();
+    let uid =
+        || proxy(&s.inject("apps", &pod("app", None))).0["securityContext"]["runAsUser"].clone();
+    assert_eq!(
+        uid(),
+        json!(1337),
+        "a Namespace without OpenShift's annotations"
+    );
+    c.kubectl(
+        &[
+            "annotate",
+            "namespace",
+            "apps",
+            "openshift.io/sa.scc.uid-range=1000620000/10000",
+        ],
+        None,
+    )
+    .unwrap();
+    wait_for("the uid of the Namespace's range", WITHIN, || {
+        let u = uid();
+        (u == json!(1000629999)).then_some(()).ok_or(u)
+    });
+}
