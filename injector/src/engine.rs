@@ -439,7 +439,8 @@ impl Engine {
                 }));
             }
             let rendered = match user {
-                Some(u) => u.render(data, native_move, req.mode == Mode::Webhook)?,
+                // `.NativeSidecars` is the global decision; the annotation only decides the move.
+                Some(u) => u.render(data, data.native_sidecars, req.mode == Mode::Webhook)?,
                 None => render::render(&name, data)?,
             };
             apply_template(&mut merged, &mut template_pod, rendered, native_move)?;

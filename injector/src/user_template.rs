@@ -299,8 +299,9 @@ impl UserTemplate {
     }
 
     /// The partial pod this template adds to a pod, to be strategic-merged like a rendered built-in.
-    /// `native_sidecars` is the per-pod decision (Istio's `inject.go` `RunTemplate`: the global one unless
-    /// `sidecar.istio.io/nativeSidecar` is exactly `true` or `false`); `webhook` tells the front end.
+    /// `native_sidecars` is the engine's decision for the pod before its `sidecar.istio.io/nativeSidecar`
+    /// annotation (Istio's `inject.go` `RunTemplate` puts `params.nativeSidecar` in
+    /// `SidecarTemplateData`; the annotation only moves a user `istio-proxy`); `webhook` tells the front end.
     pub fn render(
         &self,
         data: &TemplateData<'_>,

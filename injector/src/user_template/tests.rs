@@ -152,7 +152,7 @@ fn the_data_root_has_istios_go_field_names() {
         disc: {{ .ProxyConfig.DiscoveryAddress }}\n";
     let config = json!({"policy": "enabled", "templates": {"t": text}});
     let values = json!({"global": {"hub": "h.io", "tag": "1.2", "variant": "distroless"}});
-    let engine = Engine::new(settings(config, values).unwrap());
+    let engine = Engine::new(settings(config.clone(), values.clone()).unwrap());
     let out = inject(&engine, &pod(), Mode::Webhook).unwrap();
     let a = &out["metadata"]["annotations"];
     for (key, want) in [
@@ -174,9 +174,15 @@ fn the_data_root_has_istios_go_field_names() {
     // kube-inject prints the revision as given (empty for the default).
     let out = inject(&engine, &pod(), Mode::KubeInject).unwrap();
     assert_eq!(out["metadata"]["annotations"]["rev"], json!(""));
-    // The per-pod native decision: an exact "false" annotation turns it off.
+    // `.NativeSidecars` is the global decision, as Istio's `inject.go` `RunTemplate` fills
+    // `SidecarTemplateData`: the pod's annotation only moves a user `istio-proxy`, so it changes nothing
+    // here (found by the template differential, seed 102 case 4110).
     let mut p = pod();
     p["metadata"]["annotations"]["sidecar.istio.io/nativeSidecar"] = json!("false");
+    let out = inject(&engine, &p, Mode::Webhook).unwrap();
+    assert_eq!(out["metadata"]["annotations"]["native"], json!("true"));
+    let engine = Engine::new(settings_native(config, values, false).unwrap());
+    p["metadata"]["annotations"]["sidecar.istio.io/nativeSidecar"] = json!("true");
     let out = inject(&engine, &p, Mode::Webhook).unwrap();
     assert_eq!(out["metadata"]["annotations"]["native"], json!("false"));
 }
