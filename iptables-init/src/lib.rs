@@ -40,11 +40,13 @@ mod stdio;
 pub(crate) mod validation;
 pub(crate) mod walk;
 
+pub use config::Cidr;
 pub use connection::{Connection, ConnectionError, Direction, Protocol};
 pub use explain::{
     assumptions, explain, Backend, ExplainError, Explanation, Verdict, VerdictKind,
     OFFLINE_ASSUMPTIONS,
 };
+pub use flags::parse_go_bool;
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -107,6 +109,53 @@ pub(crate) fn parse_failure(e: &clap::Error) -> u8 {
         }
     }
     code
+}
+
+/// Why [`apply_in_process`] applied nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum InProcessError {
+    /// The arguments are not istio-iptables' command line (clap's message).
+    #[error("istio-iptables arguments: {0}")]
+    Usage(String),
+    /// The configuration was refused before any rule was built.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// The backend's apply failed; it is atomic, so nothing of it stays.
+    #[error("{0}")]
+    Apply(String),
+}
+
+/// Applies the rules that istio-iptables' `args` (without the program name) describe to the current
+/// network namespace, inside this process and without ever `exec`ing: what the CNI plugin does once it
+/// has entered a pod's namespace (Istio's `cni/pkg/plugin` `Program`, which calls `ProgramIptables` or
+/// `ProgramNftables`). The same resolution, rule model and apply as `run`; `env` is read for the
+/// environment-only settings, as Istio's `FillConfigFromEnvironment`. Dry runs and `--run-validation`
+/// are not for this caller and are refused.
+pub fn apply_in_process(
+    args: impl IntoIterator<Item = OsString>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), InProcessError> {
+    let argv = std::iter::once(OsString::from("istio-iptables")).chain(args);
+    let args = cli::Args::parse_args(argv).map_err(|e| InProcessError::Usage(e.to_string()))?;
+    let cfg = config::resolve(&args, env, &detect::HostSystem)?;
+    if cfg.dry_run || cfg.run_validation {
+        return Err(InProcessError::Usage(
+            "--dry-run and --run-validation are not applied in-process".to_string(),
+        ));
+    }
+    tracing::debug!(?cfg, "configuration");
+    if cfg.skip_rule_apply {
+        return Ok(());
+    }
+    if cfg.native_nftables {
+        return nft::apply::run(&cfg).map_err(|e| InProcessError::Apply(e.to_string()));
+    }
+    let mut probe = apply::probe();
+    if !cfg.cleanup_only {
+        apply::warn_of_native_tables(probe.as_mut());
+    }
+    apply::apply(&iptables::model::build(&cfg), &apply_options(&cfg))
+        .map_err(|e| InProcessError::Apply(e.to_string()))
 }
 
 /// Runs `iptables-init` with the process environment and surroundings.
