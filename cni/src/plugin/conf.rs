@@ -168,6 +168,7 @@ pub fn parse(bytes: &[u8]) -> Result<PluginConf, CniError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

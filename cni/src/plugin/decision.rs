@@ -61,6 +61,7 @@ pub fn is_agent_pod(pod_name: &str, pod_namespace: &str, agent_namespace: &str) 
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -83,7 +84,8 @@ mod tests {
 
     #[test]
     fn each_of_istio_s_exclusions_skips() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut PodInfo)>)> = vec![
+        type Change = Box<dyn Fn(&mut PodInfo)>;
+        let cases: Vec<(&str, Change)> = vec![
             (
                 "istio-init",
                 Box::new(|p| {

@@ -54,6 +54,7 @@ pub fn parse(args: &str) -> Result<K8sArgs, CniError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

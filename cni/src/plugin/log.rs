@@ -7,7 +7,9 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt as _;
 
 use super::conf::{PluginConf, LOG_NAME};
 
@@ -72,13 +74,20 @@ pub fn install(conf: &PluginConf) {
     } else {
         None
     };
+    // Our crates at the configured level; the HTTP and TLS stack only when something is wrong.
+    let targets = Targets::new()
+        .with_target("istio_cni", level)
+        .with_target("iptables_init", level)
+        .with_default(tracing::Level::WARN);
     let subscriber = tracing_subscriber::fmt()
         .json()
         .with_max_level(level)
         .with_current_span(false)
+        .with_span_list(false)
         .with_writer(Tee {
             file: file.map(Mutex::new),
         })
-        .finish();
+        .finish()
+        .with(targets);
     let _ = tracing::subscriber::set_global_default(subscriber);
 }

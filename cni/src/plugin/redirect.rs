@@ -275,6 +275,7 @@ impl Redirect {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

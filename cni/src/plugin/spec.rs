@@ -156,6 +156,7 @@ pub fn pass_through(prev: Option<&Value>, cni_version: &str) -> Result<Value, Cn
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
