@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Istio's own binaries, built from the istio.io/istio Go module pinned in tools/istio (go.mod + go.sum), as
 # the peers of the differential tests and benchmarks (issue 21). No Istio code is in the repository: the Go
-# command fetches the module from the Go module proxy and builds it.
+# command fetches the module from the Go module proxy and builds it. `istio-cni` is Istio's CNI plugin, the
+# peer of our own (run through the CNI project's tools, scripts/cni-tools.sh); no package of ours imports it,
+# so tools/istio/go.mod names it in its tool block, which keeps go.sum covering its build.
 #
 #   scripts/istio-peers.sh build   build what is missing, print NAME=PATH for each peer
 #   scripts/istio-peers.sh path    print NAME=PATH without building (fails if one is missing)
@@ -18,6 +20,7 @@ peers=(
   "pilot-agent istio.io/istio/pilot/cmd/pilot-agent"
   "inject-batch ./cmd/inject-batch"
   "inject-webhook ./cmd/inject-webhook"
+  "istio-cni istio.io/istio/cni/cmd/istio-cni"
 )
 # A peer of ours (a package under tools/istio/cmd) is cached under a name keyed by its sources too.
 binary_of() {
