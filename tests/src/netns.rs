@@ -73,6 +73,11 @@ impl NetNs {
         &self.name
     }
 
+    /// The namespace's file, as a CNI runtime passes it in `CNI_NETNS`.
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
     /// A command that runs `program` inside the namespace; add arguments, env and stdio as needed.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut cmd = Command::new("ip");

@@ -121,6 +121,10 @@ fn dispatch(
         args: env("CNI_ARGS").unwrap_or_default(),
     };
     if inv.command == "VERSION" {
+        // The runtime writes `{"cniVersion": ...}`; it is read (so the writer never meets a closed pipe)
+        // but the answer does not depend on it.
+        let mut ignored = Vec::new();
+        let _ = stdin.take(conf::MAX_CONF_BYTES).read_to_end(&mut ignored);
         return Ok(Some(spec::version_info()));
     }
     match inv.command.as_str() {

@@ -900,7 +900,7 @@ const REFUSED: &[(&str, &str)] = &[
 ];
 
 /// What a cluster fills in that the corpus' pod shaping leaves empty (see [`corpus_pod`]), and a name.
-fn fill_as_a_cluster_does(pod: &mut Value, name: &str) {
+pub(crate) fn fill_as_a_cluster_does(pod: &mut Value, name: &str) {
     let meta = pod["metadata"].as_object_mut().unwrap();
     meta.insert("name".into(), json!(name));
     meta.remove("namespace");
@@ -918,7 +918,7 @@ fn fill_as_a_cluster_does(pod: &mut Value, name: &str) {
 }
 
 /// `injector kube-inject` of `pod` on configuration `cfg` with the injector's `flags` and `env`.
-fn kube_inject_with(
+pub(crate) fn kube_inject_with(
     dir: &std::path::Path,
     cfg: &ConfigFiles,
     flags: &[String],

@@ -7,6 +7,7 @@
 mod ca_bundle_patch;
 mod cluster_script;
 mod cluster_watch;
+mod cni_plugin;
 mod doctor;
 mod explain;
 mod explain_kernel;
