@@ -3,6 +3,8 @@
 //! network namespaces of the test, the pods read from a real kube-apiserver. Istio's own `istio-cni`,
 //! built from its module, is the reference for the kernel state.
 
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
