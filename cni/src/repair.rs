@@ -11,7 +11,10 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::watcher;
 
-use crate::agent::metrics::Metrics;
+/// Counts one handled pod: `type` (`delete`, `label`) and `result` (`success`, `skip`, `fail`), as
+/// Istio's `istio_cni_repair_pods_repaired_total`; the agent passes its metrics in, so this module
+/// depends on nothing of the agent's.
+pub type Record = Arc<dyn Fn(&'static str, &'static str) + Send + Sync>;
 
 /// The repair flags (Istio's `REPAIR_*`).
 #[derive(Debug, Clone, Args)]
@@ -197,14 +200,14 @@ pub async fn repair(
     client: &kube::Client,
     args: &RepairArgs,
     pod: &Pod,
-    metrics: &Metrics,
+    record: &Record,
 ) -> Result<(), RepairError> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
     let id = format!("{namespace}/{name}");
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let failed = |kind: &'static str, source| {
-        metrics.repaired(kind, "fail");
+        record(kind, "fail");
         RepairError::Api {
             pod: id.clone(),
             source,
@@ -223,7 +226,7 @@ pub async fn repair(
             pods.delete(&name, &params)
                 .await
                 .map_err(|e| failed("delete", e))?;
-            metrics.repaired("delete", "success");
+            record("delete", "success");
         }
         Action::Label => {
             let labelled = pod
@@ -232,7 +235,7 @@ pub async fn repair(
                 .as_ref()
                 .is_some_and(|l| l.contains_key(&args.label_key));
             if labelled {
-                metrics.repaired("label", "skip");
+                record("label", "skip");
                 return Ok(());
             }
             tracing::info!(pod = %id, "pod detected as broken, labelling {}={}", args.label_key, args.label_value);
@@ -241,7 +244,7 @@ pub async fn repair(
             pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| failed("label", e))?;
-            metrics.repaired("label", "success");
+            record("label", "success");
         }
         Action::Report => {
             tracing::warn!(pod = %id, "pod detected as broken; repair deletes and labels nothing")
@@ -253,12 +256,7 @@ pub async fn repair(
 /// Watches this node's pods and repairs each broken one, until the task is dropped. The watch
 /// reconnects on its own (kube-rs' default backoff); a failed repair is logged and tried again on the
 /// pod's next event.
-pub async fn run(
-    client: kube::Client,
-    args: RepairArgs,
-    node: String,
-    state: Arc<crate::agent::health::State>,
-) {
+pub async fn run(client: kube::Client, args: RepairArgs, node: String, record: Record) {
     let mut config = watcher::Config::default().fields(&args.field_selector(&node));
     if !args.repair_label_selectors.is_empty() {
         config = config.labels(&args.repair_label_selectors);
@@ -278,7 +276,7 @@ pub async fn run(
         if !args.is_broken(&pod) {
             continue;
         }
-        if let Err(e) = repair(&client, &args, &pod, &state.metrics).await {
+        if let Err(e) = repair(&client, &args, &pod, &record).await {
             tracing::warn!("race repair: {e}");
         }
     }

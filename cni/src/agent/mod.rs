@@ -109,11 +109,12 @@ async fn run_async(settings: Settings) -> Result<(), AgentError> {
         settings.interval,
     ));
     if args.repair.repair_enabled {
+        let counted = state.clone();
         tasks.spawn(crate::repair::run(
             client.clone(),
             args.repair.clone(),
             settings.node_name.clone(),
-            state.clone(),
+            Arc::new(move |kind, result| counted.metrics.repaired(kind, result)),
         ));
     } else {
         tracing::info!("race repair is disabled");
