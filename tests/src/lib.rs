@@ -41,6 +41,7 @@ pub fn bin(name: &str) -> PathBuf {
 pub mod apiserver;
 pub mod cluster;
 pub mod cni;
+pub mod cni_agent;
 pub mod differential;
 pub mod helm;
 pub mod inject_differential;

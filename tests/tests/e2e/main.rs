@@ -7,7 +7,9 @@
 mod ca_bundle_patch;
 mod cluster_script;
 mod cluster_watch;
+mod cni_agent;
 mod cni_plugin;
+mod cni_repair;
 mod doctor;
 mod explain;
 mod explain_kernel;

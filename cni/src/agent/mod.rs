@@ -1,0 +1,208 @@
+//! `istio-cni install`, the node agent (a DaemonSet pod): Istio's install-cni (`cni/pkg/cmd/root.go`,
+//! `cni/pkg/install`) for sidecar pods.
+//!
+//! Flow: the flags (`cli`) → the health listener (`health`: `/readyz`, `/metrics` from `metrics`) → the
+//! plugin's log followed to stdout (`log_follow`) → race repair (`crate::repair`) → the install loop
+//! (`install`: the binary copied and the kubeconfig written through `atomic_file`, our entry put into
+//! the node's configuration by `cni_config`, then every file polled and the pass run again on a change)
+//! → the Node's `cni.istio.io/not-ready` taint removed once ready (`untaint`) → on SIGTERM or SIGINT,
+//! `Installer::cleanup` and exit 0.
+
+pub mod atomic_file;
+pub mod cli;
+pub mod cni_config;
+pub mod health;
+pub mod install;
+pub mod kubeconfig;
+pub mod log_follow;
+pub mod metrics;
+pub mod untaint;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::signal::unix::{signal, SignalKind};
+
+use cli::Settings;
+use health::State;
+use install::{InstallError, Installer};
+
+/// Why the agent stopped with a failure.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The async runtime, the signal handlers or the listener cannot be set up.
+    #[error("{what}: {source}")]
+    Setup {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent's own API client cannot be made from `--kubeconfig` or the pod's service account.
+    #[error("the agent's API client ({from}): {what}")]
+    Client { from: String, what: String },
+    /// Cleaning up on shutdown failed.
+    #[error("cleanup: {0}")]
+    Cleanup(#[source] InstallError),
+}
+
+fn setup(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> AgentError {
+    let what = what.into();
+    move |source| AgentError::Setup { what, source }
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, AgentError> {
+    let from = kubeconfig.map_or("in-cluster".to_string(), |p| {
+        format!("--kubeconfig {}", p.display())
+    });
+    let fail = |what: String| AgentError::Client {
+        from: from.clone(),
+        what,
+    };
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|e| fail(e.to_string()))?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| fail(e.to_string()))?
+        }
+        None => kube::Config::incluster().map_err(|e| fail(e.to_string()))?,
+    };
+    config.connect_timeout = Some(Duration::from_secs(10));
+    kube::Client::try_from(config).map_err(|e| fail(e.to_string()))
+}
+
+/// Runs the agent until SIGTERM or SIGINT, then cleans up. Builds its own runtime.
+pub fn run(settings: Settings) -> Result<(), AgentError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(setup("starting the async runtime"))?
+        .block_on(run_async(settings))
+}
+
+async fn run_async(settings: Settings) -> Result<(), AgentError> {
+    let mut terminate = signal(SignalKind::terminate()).map_err(setup("SIGTERM handler"))?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(setup("SIGINT handler"))?;
+    let args = settings.args.clone();
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(setup(format!("--listen {}", args.listen)))?;
+    let local = listener.local_addr().map_err(setup("--listen"))?;
+    tracing::info!("serving /readyz, /healthz and /metrics on {local}");
+    if let Some(path) = &args.port_file {
+        std::fs::write(path, format!("http={local}\n"))
+            .map_err(setup(format!("--port-file {}", path.display())))?;
+    }
+    let state = Arc::new(State {
+        ready: AtomicBool::new(false),
+        metrics: metrics::Metrics::default(),
+    });
+    let client = client(args.kubeconfig.as_ref()).await?;
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(health::serve(listener, state.clone()));
+    tasks.spawn(log_follow::run(
+        args.run_dir.join(crate::plugin::conf::LOG_NAME),
+        settings.interval,
+    ));
+    if args.repair.repair_enabled {
+        let counted = state.clone();
+        tasks.spawn(crate::repair::run(
+            client.clone(),
+            args.repair.clone(),
+            settings.node_name.clone(),
+            Arc::new(move |kind, result| counted.metrics.repaired(kind, result)),
+        ));
+    } else {
+        tracing::info!("race repair is disabled");
+    }
+    let mut installer = Installer::new(settings.clone());
+    tokio::select! {
+        () = keep_installed(&mut installer, &settings, &state, &client, &mut tasks) => {}
+        _ = terminate.recv() => tracing::info!("SIGTERM: cleaning up"),
+        _ = interrupt.recv() => tracing::info!("SIGINT: cleaning up"),
+    }
+    state.ready.store(false, Ordering::SeqCst);
+    state.metrics.set_ready(false);
+    tasks.abort_all();
+    installer.cleanup().map_err(AgentError::Cleanup)
+}
+
+/// Istio's `Installer.Run`: install, report ready, poll until something changes, install again. A
+/// failed pass is logged and retried (Istio's agent exits and is restarted by the kubelet instead).
+async fn keep_installed(
+    installer: &mut Installer,
+    settings: &Settings,
+    state: &Arc<State>,
+    client: &kube::Client,
+    tasks: &mut tokio::task::JoinSet<()>,
+) {
+    let mut untainting = false;
+    let mut waiting_logged = false;
+    loop {
+        match installer.install_all(&state.metrics) {
+            Ok(()) => waiting_logged = false,
+            Err(e @ InstallError::NoConfig(_)) => {
+                if !waiting_logged {
+                    tracing::info!("{e}: waiting for the primary CNI to write one");
+                    waiting_logged = true;
+                }
+                tokio::time::sleep(settings.interval).await;
+                continue;
+            }
+            Err(e) => {
+                tracing::error!("install: {e}");
+                tokio::time::sleep(settings.interval.max(Duration::from_secs(1))).await;
+                continue;
+            }
+        }
+        if let Err(why) = installer.check() {
+            tracing::warn!("after install: {why}");
+            tokio::time::sleep(settings.interval).await;
+            continue;
+        }
+        let installed = installer.snapshot();
+        state.ready.store(true, Ordering::SeqCst);
+        state.metrics.set_ready(true);
+        state.metrics.install(metrics::install_result::SUCCESS);
+        tracing::info!(
+            config = %installer.conf_path().map(|p| p.display().to_string()).unwrap_or_default(),
+            "istio-cni installed; watching the node's CNI setup"
+        );
+        if !untainting {
+            untainting = true;
+            tasks.spawn(untaint::run(
+                client.clone(),
+                settings.node_name.clone(),
+                state.clone(),
+            ));
+        }
+        loop {
+            tokio::time::sleep(settings.interval).await;
+            if installer.snapshot() != installed {
+                break;
+            }
+            if let Err(why) = installer.check() {
+                tracing::info!("{why}");
+                break;
+            }
+        }
+        state.ready.store(false, Ordering::SeqCst);
+        state.metrics.set_ready(false);
+        tracing::info!("the node's CNI setup changed: checking and reinstalling");
+    }
+}
+
+/// The agent's own log on standard error (standard output carries the plugin's lines); `RUST_LOG`
+/// overrides the `info` default.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

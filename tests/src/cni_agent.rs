@@ -1,0 +1,219 @@
+//! `istio-cni install` run by a test: the node's folders in a temporary folder, a service account of a
+//! real control plane, the agent's health listener found through `--port-file`, its output in files.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+
+use crate::apiserver::TempDir;
+use crate::cluster::Cluster;
+
+/// The node's folders the agent works in.
+pub struct NodeDirs {
+    _root: TempDir,
+    /// The CNI binaries' folder.
+    pub bin: PathBuf,
+    /// The CNI configuration folder.
+    pub conf: PathBuf,
+    /// The agent's run dir.
+    pub run: PathBuf,
+    /// The service-account folder (`token`, `ca.crt`).
+    pub sa: PathBuf,
+}
+
+impl NodeDirs {
+    /// Empty folders, and the service account `namespace/name` of `cluster` (created, allowed to read
+    /// pods as the plugin does) with a token from the TokenRequest API and the cluster's CA.
+    pub fn new(cluster: &Cluster, namespace: &str, name: &str) -> anyhow::Result<NodeDirs> {
+        let root = TempDir::new("cni-agent");
+        let dir = |n: &str| -> anyhow::Result<PathBuf> {
+            let p = root.path().join(n);
+            std::fs::create_dir_all(&p)?;
+            Ok(p)
+        };
+        let dirs = NodeDirs {
+            bin: dir("bin")?,
+            conf: dir("net.d")?,
+            run: dir("run")?,
+            sa: dir("sa")?,
+            _root: root,
+        };
+        cluster.namespace(namespace, &Default::default())?;
+        cluster.kubectl(&["create", "serviceaccount", name, "-n", namespace], None)?;
+        // The plugin's own permission; the built-in `view` role stays empty without the controller
+        // manager's aggregation.
+        cluster.kubectl(
+            &[
+                "create",
+                "clusterrole",
+                &format!("{name}-pods"),
+                "--verb=get,list,watch",
+                "--resource=pods",
+            ],
+            None,
+        )?;
+        cluster.kubectl(
+            &[
+                "create",
+                "clusterrolebinding",
+                &format!("{name}-pods"),
+                &format!("--clusterrole={name}-pods"),
+                &format!("--serviceaccount={namespace}:{name}"),
+            ],
+            None,
+        )?;
+        let token = cluster.kubectl(
+            &["create", "token", name, "-n", namespace, "--duration=1h"],
+            None,
+        )?;
+        std::fs::write(dirs.sa.join("token"), token.trim())?;
+        std::fs::copy(cluster.dir().join("pki/ca.crt"), dirs.sa.join("ca.crt"))?;
+        Ok(dirs)
+    }
+}
+
+/// A running `istio-cni install`.
+pub struct Agent {
+    child: Option<Child>,
+    /// `/readyz` and `/metrics`.
+    pub http: SocketAddr,
+    out: PathBuf,
+    err: PathBuf,
+    _dir: TempDir,
+}
+
+impl Agent {
+    /// Starts `istio-cni install` for `dirs` against `cluster` (the agent's own client as
+    /// cluster-admin, the plugin's kubeconfig from the service account), node `node`, `extra` flags.
+    pub fn start(
+        cluster: &Cluster,
+        dirs: &NodeDirs,
+        node: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Agent> {
+        let dir = TempDir::new("cni-agent-proc");
+        let port_file = dir.path().join("port");
+        let out = dir.path().join("stdout");
+        let err = dir.path().join("stderr");
+        let mut child = Command::new(crate::bin("istio-cni"))
+            .arg("install")
+            .arg("--cni-bin-dir")
+            .arg(&dirs.bin)
+            .arg("--mounted-cni-net-dir")
+            .arg(&dirs.conf)
+            .arg("--cni-agent-run-dir")
+            .arg(&dirs.run)
+            .arg("--service-account-dir")
+            .arg(&dirs.sa)
+            .args(["--kube-server", &cluster.server])
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .args(["--listen", "127.0.0.1:0", "--node-name", node])
+            .arg("--port-file")
+            .arg(&port_file)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out)?)
+            .stderr(std::fs::File::create(&err)?)
+            .spawn()
+            .context("starting istio-cni install")?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&port_file) {
+                if let Some(addr) = text.trim().strip_prefix("http=") {
+                    return Ok(Agent {
+                        http: addr.parse().context("port file address")?,
+                        child: Some(child),
+                        out,
+                        err,
+                        _dir: dir,
+                    });
+                }
+            }
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "istio-cni install exited with {status} before listening: {}",
+                    std::fs::read_to_string(&err).unwrap_or_default()
+                );
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("istio-cni install did not report its port within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `GET path` over HTTP/1.0: the status and the body.
+    pub fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        let mut s = TcpStream::connect(self.http)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: agent\r\n\r\n")?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        let status = text
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| anyhow!("no HTTP status in {text:?}"))?;
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        Ok((status, body.to_string()))
+    }
+
+    /// What the agent printed on standard output (the plugin's log lines).
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    /// The agent's own log.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits (at most 20 s) for the exit.
+    pub fn terminate(&mut self) -> anyhow::Result<ExitStatus> {
+        let mut child = self
+            .child
+            .take()
+            .ok_or_else(|| anyhow!("already stopped"))?;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id())?);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("no exit within 20 s of SIGTERM: {}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The value of the sample `line_start` (a metric name with its labels) in a text exposition.
+pub fn metric(text: &str, line_start: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+}
+
+/// Reads `path` as JSON.
+pub fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_slice(&bytes).with_context(|| format!("{} is not JSON", path.display()))
+}

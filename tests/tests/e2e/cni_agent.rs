@@ -1,0 +1,275 @@
+//! `istio-cni install` against a real kube-apiserver and real files: the plugin installed (binary,
+//! kubeconfig, our entry last in a bridge + host-local conflist), repaired when the conflist or the
+//! binary is changed behind its back, the Node's not-ready taint removed, everything taken off again
+//! on SIGTERM.
+
+#![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use e2e::cluster::{wait_for, Cluster};
+use e2e::cni_agent::{metric, read_json, Agent, NodeDirs};
+use serde_json::{json, Value};
+
+const CONFLIST: &str = r#"{
+  "cniVersion": "1.0.0",
+  "name": "k8s-pod-network",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+"#;
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+fn plugins(v: &Value) -> Vec<Value> {
+    v["plugins"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn installs_repairs_untaints_and_cleans_up() {
+    let cluster = Cluster::up();
+    let dirs = NodeDirs::new(&cluster, "istio-system", "istio-cni").unwrap();
+    let conflist = dirs.conf.join("10-bridge.conflist");
+    std::fs::write(&conflist, CONFLIST).unwrap();
+    let original: Value = serde_json::from_str(CONFLIST).unwrap();
+    cluster
+        .apply(&json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "node-a"},
+            "spec": {"taints": [
+                {"key": "cni.istio.io/not-ready", "effect": "NoSchedule"},
+                {"key": "example.com/other", "value": "kept", "effect": "NoExecute"},
+            ]},
+        }))
+        .unwrap();
+
+    let started = Instant::now();
+    let mut agent = Agent::start(
+        &cluster,
+        &dirs,
+        "node-a",
+        &[
+            "--exclude-namespaces=kube-system,istio-system",
+            "--pod-namespace=istio-system",
+        ],
+    )
+    .unwrap();
+    wait_for("/readyz 200", Duration::from_secs(15), || {
+        agent.get("/readyz").and_then(|(s, b)| match s {
+            200 => Ok(()),
+            _ => Err(anyhow::anyhow!("{s} {b}")),
+        })
+    });
+    eprintln!("ready after {:?}", started.elapsed());
+
+    // The binary: this build's bytes, 0755.
+    let installed = dirs.bin.join("istio-cni");
+    assert_eq!(
+        std::fs::read(&installed).unwrap(),
+        std::fs::read(e2e::bin("istio-cni")).unwrap()
+    );
+    assert_eq!(mode(&installed), 0o755);
+
+    // The kubeconfig: 0600, the service account's token, usable by kubectl.
+    let kubeconfig = dirs.run.join("istio-cni-kubeconfig");
+    assert_eq!(mode(&kubeconfig), 0o600);
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    assert!(
+        text.contains(&format!("server: {}\n", cluster.server)),
+        "{text}"
+    );
+    assert!(
+        text.contains("current-context: istio-cni-context\n"),
+        "{text}"
+    );
+    let out = Command::new(&cluster.kubectl)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["get", "pods", "-n", "default"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl with the written kubeconfig: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&cluster.kubectl)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "system:serviceaccount:istio-system:istio-cni"
+    );
+
+    // The conflist: the other plugins as they were, ours last with the plugin's keys.
+    let v = read_json(&conflist).unwrap();
+    let list = plugins(&v);
+    assert_eq!(list.len(), 3);
+    assert_eq!(list[..2], plugins(&original)[..]);
+    assert_eq!(
+        list[2],
+        json!({
+            "name": "istio-cni", "type": "istio-cni",
+            "cni_agent_run_dir": dirs.run.to_str().unwrap(),
+            "plugin_log_level": "info",
+            "exclude_namespaces": ["kube-system", "istio-system"],
+            "pod_namespace": "istio-system",
+            "native_nftables": false,
+        })
+    );
+
+    // The taint: ours gone, the others kept (the apiserver's TaintNodesByCondition admission added
+    // node.kubernetes.io/not-ready to the new Node).
+    wait_for(
+        "the not-ready taint removed",
+        Duration::from_secs(10),
+        || {
+            let node = cluster.kubectl_json(&["get", "node", "node-a"], None)?;
+            let taints = node["spec"]["taints"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let keys: Vec<&str> = taints.iter().filter_map(|t| t["key"].as_str()).collect();
+            if keys.contains(&"cni.istio.io/not-ready") {
+                return Err(anyhow::anyhow!("taints {taints:?}"));
+            }
+            assert!(
+                taints.contains(
+                    &json!({"key": "example.com/other", "value": "kept", "effect": "NoExecute"})
+                ),
+                "{taints:?}"
+            );
+            assert!(keys.contains(&"node.kubernetes.io/not-ready"), "{taints:?}");
+            Ok(())
+        },
+    );
+
+    // The plugin's log lines are copied to the agent's stdout.
+    let line = r#"{"level":"info","msg":"from the plugin"}"#;
+    std::fs::write(dirs.run.join("istio-cni.log"), format!("{line}\n")).unwrap();
+    wait_for(
+        "the plugin's log line on stdout",
+        Duration::from_secs(5),
+        || {
+            let out = agent.stdout();
+            if out.contains(line) {
+                Ok(())
+            } else {
+                Err(out)
+            }
+        },
+    );
+
+    // The conflist rewritten without our entry: repaired.
+    std::fs::write(&conflist, CONFLIST).unwrap();
+    let t = Instant::now();
+    wait_for(
+        "our entry back in the conflist",
+        Duration::from_secs(5),
+        || {
+            let v = read_json(&conflist)?;
+            match plugins(&v).last() {
+                Some(p) if p["type"] == "istio-cni" && plugins(&v).len() == 3 => Ok(()),
+                _ => Err(anyhow::anyhow!("{v}")),
+            }
+        },
+    );
+    eprintln!("conflist repaired in {:?}", t.elapsed());
+
+    // The binary removed: copied again.
+    std::fs::remove_file(&installed).unwrap();
+    let t = Instant::now();
+    wait_for("the binary restored", Duration::from_secs(5), || {
+        std::fs::read(&installed)
+    });
+    eprintln!("binary restored in {:?}", t.elapsed());
+    assert_eq!(mode(&installed), 0o755);
+    wait_for("/readyz 200 again", Duration::from_secs(5), || {
+        agent.get("/readyz").and_then(|(s, _)| match s {
+            200 => Ok(()),
+            _ => Err(anyhow::anyhow!("{s}")),
+        })
+    });
+
+    let (status, text) = agent.get("/metrics").unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        metric(&text, "istio_cni_installs_total{result=\"SUCCESS\"}").unwrap() >= 3.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "istio_cni_install_ready"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "istio_cni_node_untainted_total"),
+        Some(1.0),
+        "{text}"
+    );
+
+    // SIGTERM: everything taken off, exit 0.
+    let status = agent.terminate().unwrap();
+    assert!(status.success(), "{status}: {}", agent.stderr());
+    assert_eq!(read_json(&conflist).unwrap(), original);
+    assert!(!installed.exists());
+    assert!(!kubeconfig.exists());
+    let left: Vec<_> = std::fs::read_dir(&dirs.bin).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn waits_for_a_configuration_then_chains_into_a_conf() {
+    let cluster = Cluster::up();
+    let dirs = NodeDirs::new(&cluster, "istio-system", "istio-cni").unwrap();
+    let agent = Agent::start(&cluster, &dirs, "node-b", &["--repair-enabled=false"]).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let (status, _) = agent.get("/readyz").unwrap();
+    assert_eq!(status, 503, "ready without any CNI configuration");
+
+    // A single-plugin .conf appears: it becomes a .conflist with the plugin first and ours second.
+    let conf = json!({"cniVersion": "0.4.0", "name": "bridge-net", "type": "bridge",
+                      "ipam": {"type": "host-local", "subnet": "10.245.0.0/24"}});
+    std::fs::write(dirs.conf.join("10-bridge.conf"), conf.to_string()).unwrap();
+    let list = dirs.conf.join("10-bridge.conflist");
+    wait_for(
+        "the .conf chained as a .conflist",
+        Duration::from_secs(10),
+        || {
+            let v = read_json(&list)?;
+            let p = plugins(&v);
+            if p.len() == 2 && p[1]["type"] == "istio-cni" {
+                Ok(v)
+            } else {
+                Err(anyhow::anyhow!("{v}"))
+            }
+        },
+    );
+    assert!(!dirs.conf.join("10-bridge.conf").exists());
+    let v = read_json(&list).unwrap();
+    let mut first = conf.clone();
+    first.as_object_mut().unwrap().remove("cniVersion");
+    assert_eq!(plugins(&v)[0], first);
+    assert_eq!(v["name"], "k8s-pod-network");
+    wait_for("/readyz 200", Duration::from_secs(5), || {
+        agent.get("/readyz").and_then(|(s, _)| match s {
+            200 => Ok(()),
+            _ => Err(anyhow::anyhow!("{s}")),
+        })
+    });
+}
