@@ -571,3 +571,92 @@ fn same_kernel_state_as_istio_s_istio_cni_for_the_injection_corpus() {
         "too few pods programmed: {programmed}"
     );
 }
+
+/// The whole node: `istio-cni install` puts the plugin into a bridge conflist (the binary it copies, the
+/// kubeconfig of its ServiceAccount, which may only read pods), then the runtime's ADD through exactly
+/// what it installed programs an injected pod, and STATUS (spec 1.1) reports the plugin ready. Once the
+/// agent is stopped its entry is gone, and a pod created then is not programmed: its validation fails
+/// with 126, the case the race repair exists for.
+#[test]
+fn the_runtime_programs_a_pod_through_what_the_node_agent_installed() {
+    test_support::require_root();
+    let cluster = Cluster::up();
+    let dir = TempDir::new("cni-flow");
+    let dirs = e2e::cni_agent::NodeDirs::new(&cluster, "istio-system", "istio-cni").unwrap();
+    // The node's own network: the bridge of a test Node, written as the cluster's CNI would.
+    let names = Node::new(&cluster.kubeconfig, &json!({}));
+    let mut conflist = names.conflist(&json!({}));
+    conflist["cniVersion"] = json!("1.1.0");
+    conflist["plugins"].as_array_mut().unwrap().truncate(1);
+    std::fs::write(dirs.conf.join("10-bridge.conflist"), conflist.to_string()).unwrap();
+    for tool in ["bridge", "host-local"] {
+        std::os::unix::fs::symlink(e2e::peers::cni_tool(tool), dirs.bin.join(tool)).unwrap();
+    }
+    let mut agent = e2e::cni_agent::Agent::start(
+        &cluster,
+        &dirs,
+        "node-flow",
+        &[
+            "--exclude-namespaces=kube-system",
+            "--pod-namespace=istio-system",
+        ],
+    )
+    .unwrap();
+    e2e::cluster::wait_for("/readyz 200", Duration::from_secs(15), || {
+        agent.get("/readyz").and_then(|(s, b)| match s {
+            200 => Ok(()),
+            _ => Err(anyhow::anyhow!("{s} {b}")),
+        })
+    });
+    let pod = injected_pod(&dir, &app_pod("web"), "web", &Value::Null);
+    create(&cluster, "default", &pod, &[]).expect("pod");
+    let runtime = |command: &str, ns: &NetNs, name: &str| {
+        Command::new(e2e::peers::cni_tool("cnitool"))
+            .args([command, &names.network, &ns.path()])
+            .env("NETCONFPATH", &dirs.conf)
+            .env("CNI_PATH", &dirs.bin)
+            .env(
+                "CNI_ARGS",
+                format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}"),
+            )
+            .stdin(Stdio::null())
+            .output()
+            .expect("cnitool")
+    };
+    let ns = NetNs::new("cni-flow").expect("netns");
+    let status = runtime("status", &ns, "web");
+    assert!(status.status.success(), "STATUS: {status:?}");
+    let out = runtime("add", &ns, "web");
+    assert!(
+        out.status.success(),
+        "ADD through the agent's installation: {}{}\nagent: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        agent.stderr()
+    );
+    assert!(has_rules(&kernel_state(&ns)), "no rules after ADD");
+    let (code, err) = validate(&ns, &pod);
+    assert_eq!(code, Some(0), "{err}");
+    // The plugin's log reaches the agent's output.
+    e2e::cluster::wait_for(
+        "the plugin's log in the agent's output",
+        Duration::from_secs(5),
+        || {
+            if agent.stdout().contains("programmed") {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("not yet"))
+            }
+        },
+    );
+
+    assert!(agent.terminate().unwrap().success(), "{}", agent.stderr());
+    let later = injected_pod(&dir, &app_pod("later"), "later", &Value::Null);
+    create(&cluster, "default", &later, &[]).expect("pod");
+    let ns = NetNs::new("cni-flow-late").expect("netns");
+    let out = runtime("add", &ns, "later");
+    assert!(out.status.success(), "ADD without istio-cni: {out:?}");
+    assert!(!has_rules(&kernel_state(&ns)), "rules without the plugin");
+    let (code, err) = validate(&ns, &later);
+    assert_eq!(code, Some(126), "{err}");
+}
