@@ -94,6 +94,18 @@ fn number(
     }
 }
 
+/// The `cniVersion` of a configuration that may not parse as a whole.
+pub fn version_of(bytes: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Version {
+        #[serde(rename = "cniVersion")]
+        cni_version: String,
+    }
+    serde_json::from_slice::<Version>(bytes)
+        .ok()
+        .map(|v| v.cni_version)
+}
+
 /// Parses the configuration. The spec's `cniVersion` and `type` must be there; Istio's keys default as in
 /// Istio; other keys are ignored, as Go's `json.Unmarshal` does. `ambient_enabled: true` is refused: this
 /// plugin programs sidecar pods only, and an ambient pod left unprogrammed would bypass the mesh in silence.

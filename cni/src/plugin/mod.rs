@@ -60,7 +60,7 @@ fn required(env: Env, names: &[&str]) -> Result<(), CniError> {
     ))
 }
 
-fn read_conf(stdin: &mut dyn Read) -> Result<PluginConf, CniError> {
+fn read_conf(stdin: &mut dyn Read, version: &mut String) -> Result<PluginConf, CniError> {
     let mut bytes = Vec::new();
     stdin
         .take(conf::MAX_CONF_BYTES + 1)
@@ -79,6 +79,13 @@ fn read_conf(stdin: &mut dyn Read) -> Result<PluginConf, CniError> {
                 conf::MAX_CONF_BYTES
             ),
         ));
+    }
+    // An error about the rest of the configuration is still answered in its version when that one is
+    // readable and supported.
+    if let Some(v) = conf::version_of(&bytes) {
+        if spec::check_supported(&v).is_ok() {
+            *version = v;
+        }
     }
     conf::parse(&bytes)
 }
@@ -141,7 +148,7 @@ fn dispatch(
             ))
         }
     }
-    let conf = read_conf(stdin)?;
+    let conf = read_conf(stdin, version)?;
     spec::check_supported(&conf.cni_version)?;
     *version = conf.cni_version.clone();
     log::install(&conf);

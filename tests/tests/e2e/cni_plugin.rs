@@ -293,6 +293,10 @@ fn errors_are_cni_error_json_and_leave_no_rules() {
     conf["prevResult"] = prev.clone();
     let e = error_json(&node.invoke(Plugin::Ours, &conf, &add_env(&node, &ns, "default", "web")));
     assert_eq!(e["code"], 6, "{e}");
+    assert_eq!(
+        e["cniVersion"], "1.0.0",
+        "answered in the configuration's version: {e}"
+    );
     assert!(
         e["msg"]
             .as_str()
