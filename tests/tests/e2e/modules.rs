@@ -186,6 +186,21 @@ fn no_module_cycles_in_iptables_init() {
     assert_eq!(find_cycle(&edges), None, "module graph: {edges:#?}");
 }
 
+#[test]
+fn no_module_cycles_in_istio_cni_and_the_plugin_stands_alone() {
+    let edges = graph(&crate_src("cni"));
+    for m in ["agent", "plugin", "repair"] {
+        assert!(edges.contains_key(m), "module {m} not found: {edges:?}");
+    }
+    assert_eq!(find_cycle(&edges), None, "module graph: {edges:#?}");
+    // The runtime runs the plugin on every sandbox: it must not pull in the node agent's code.
+    assert_eq!(
+        edges["plugin"],
+        BTreeSet::new(),
+        "the plugin imports other modules (module graph: {edges:#?})"
+    );
+}
+
 /// A graph of one edge per module, for the tests of the checks themselves.
 fn edges_of(pairs: &[(&str, &str)]) -> BTreeMap<String, BTreeSet<String>> {
     pairs
