@@ -136,6 +136,10 @@ pub enum CliError {
         "--exclude-namespaces (EXCLUDE_NAMESPACES) holds {0:?}, which is not a namespace name"
     )]
     Namespace(String),
+    /// `--cni-agent-run-dir` is relative: it is written into the CNI configuration, and the runtime runs
+    /// the plugin from another working directory.
+    #[error("--cni-agent-run-dir (CNI_AGENT_RUN_DIR) is {0:?}, expected an absolute path (the plugin reads it from the CNI configuration, in the runtime's working directory)")]
+    RelativeRunDir(std::path::PathBuf),
     /// `--node-name` is unset and the host name cannot be read.
     #[error("--node-name (NODE_NAME) is not set and the host name cannot be read: {0}")]
     NodeName(#[source] std::io::Error),
@@ -214,6 +218,9 @@ pub fn parse(argv: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Se
     let level = args.plugin_log_level.as_str();
     if !["debug", "info", "warn", "error", "none"].contains(&level) {
         return Err(CliError::LogLevel(args.plugin_log_level.clone()));
+    }
+    if !args.run_dir.is_absolute() {
+        return Err(CliError::RelativeRunDir(args.run_dir.clone()));
     }
     let node_name = match &args.node_name {
         Some(n) if !n.is_empty() => n.clone(),
@@ -308,6 +315,8 @@ mod tests {
         assert!(e(&["--chained-cni-plugin=maybe"]).contains("maybe"));
         assert!(e(&["--watch-interval-ms=0"]).contains("--watch-interval-ms"));
         assert!(e(&["--repair-init-container-exit-code=x"]).contains("x"));
+        assert!(e(&["--node-name=n", "--cni-agent-run-dir=run"])
+            .contains("\"run\", expected an absolute path"));
         let e = parse(&argv(&["--node-name=n"]), &no_env)
             .unwrap_err()
             .to_string();

@@ -197,12 +197,14 @@ async fn keep_installed(
 }
 
 /// The agent's own log on standard error (standard output carries the plugin's lines); `RUST_LOG`
-/// overrides the `info` default.
+/// overrides the `info` default. Colour only on a terminal: a DaemonSet's log is a file.
 pub fn init_logging() {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
