@@ -174,7 +174,7 @@ pub fn valid_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     names.sort();
     Ok(names
         .into_iter()
-        .filter(|p| std::fs::read(p).is_ok_and(|b| is_valid(p, &b)))
+        .filter(|p| super::bounded_read::read(p).is_ok_and(|b| is_valid(p, &b)))
         .collect())
 }
 

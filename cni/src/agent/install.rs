@@ -186,7 +186,8 @@ impl Installer {
                 first.map_or("none".into(), |p| p.display().to_string())
             ));
         }
-        let bytes = std::fs::read(ours).map_err(|e| format!("{}: {e}", ours.display()))?;
+        let bytes =
+            super::bounded_read::read(ours).map_err(|e| format!("{}: {e}", ours.display()))?;
         match cni_config::holds_ours(ours, &bytes, self.chained()) {
             Ok(true) => Ok(()),
             Ok(false) => Err(format!("{} lost the istio-cni entry", ours.display())),
@@ -199,7 +200,7 @@ impl Installer {
     fn write_config(&mut self) -> Result<(), InstallError> {
         let path = self.target()?;
         let (bytes, mode) = if self.chained() {
-            let existing = std::fs::read(&path).map_err(write_error(&path))?;
+            let existing = super::bounded_read::read(&path).map_err(write_error(&path))?;
             let mode = std::fs::metadata(&path)
                 .map(|m| m.permissions().mode() & 0o7777)
                 .unwrap_or(0o600);
@@ -271,7 +272,7 @@ impl Installer {
             return std::fs::remove_file(path).map_err(write_error(path));
         }
         tracing::info!("removing the istio-cni entry from {}", path.display());
-        let existing = std::fs::read(path).map_err(write_error(path))?;
+        let existing = super::bounded_read::read(path).map_err(write_error(path))?;
         let bytes = cni_config::remove(path, &existing)?;
         let mode = std::fs::metadata(path)
             .map(|m| m.permissions().mode() & 0o7777)

@@ -51,7 +51,8 @@ impl Source {
     /// Reads the token and the CA and renders the kubeconfig.
     pub fn render(&self) -> Result<String, KubeconfigError> {
         let read = |path: PathBuf| {
-            std::fs::read(&path).map_err(|source| KubeconfigError::Read { path, source })
+            super::bounded_read::read(&path)
+                .map_err(|source| KubeconfigError::Read { path, source })
         };
         let ca = if self.skip_tls_verify {
             None

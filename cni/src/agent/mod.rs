@@ -9,6 +9,7 @@
 //! `Installer::cleanup` and exit 0.
 
 pub mod atomic_file;
+pub mod bounded_read;
 pub mod cli;
 pub mod cni_config;
 pub mod health;
