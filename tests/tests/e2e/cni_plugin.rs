@@ -537,7 +537,7 @@ fn same_kernel_state_as_istio_s_istio_cni_for_the_injection_corpus() {
         names.len()
     );
     assert!(
-        names.len() > 60 && refused.len() <= 3,
+        names.len() > 64 && refused.len() <= 3,
         "{} pods created; refused: {refused:#?}",
         names.len()
     );
