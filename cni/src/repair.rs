@@ -241,7 +241,9 @@ pub async fn repair(
             tracing::info!(pod = %id, "pod detected as broken, labelling {}={}", args.label_key, args.label_value);
             let patch =
                 serde_json::json!({"metadata": {"labels": {&args.label_key: &args.label_value}}});
-            pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            // Through the status subresource, as Istio's labelBrokenPod: the apiserver keeps labels
+            // written there, and a client allowed `patch` on pods/status cannot change the pod's spec.
+            pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| failed("label", e))?;
             record("label", "success");

@@ -97,10 +97,8 @@ impl Agent {
     ) -> anyhow::Result<Agent> {
         let dir = TempDir::new("cni-agent-proc");
         let port_file = dir.path().join("port");
-        let out = dir.path().join("stdout");
-        let err = dir.path().join("stderr");
-        let mut child = Command::new(crate::bin("istio-cni"))
-            .arg("install")
+        let mut cmd = Command::new(crate::bin("istio-cni"));
+        cmd.arg("install")
             .arg("--cni-bin-dir")
             .arg(&dirs.bin)
             .arg("--mounted-cni-net-dir")
@@ -116,7 +114,17 @@ impl Agent {
             .arg("--port-file")
             .arg(&port_file)
             .args(extra)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", "info");
+        Agent::spawn(&mut cmd, dir)
+    }
+
+    /// Runs `cmd` (an `istio-cni install` given `--port-file <dir>/port`, possibly behind a wrapper that
+    /// execs it), its output in `dir`, and waits for the port file.
+    pub fn spawn(cmd: &mut Command, dir: TempDir) -> anyhow::Result<Agent> {
+        let port_file = dir.path().join("port");
+        let out = dir.path().join("stdout");
+        let err = dir.path().join("stderr");
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&out)?)
             .stderr(std::fs::File::create(&err)?)
@@ -147,6 +155,11 @@ impl Agent {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The process id (that of a wrapper which exec'd the agent is the agent's).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// `GET path` over HTTP/1.0: the status and the body.

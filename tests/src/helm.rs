@@ -1,6 +1,6 @@
 //! Helm for the chart's tests: the `helm` built from tools/helm by `scripts/cluster.sh build` (cached
 //! outside the clone; a test never builds it and never passes without it), run on
-//! `charts/sidecar-injector`.
+//! `charts/sidecar-injector` and `charts/istio-cni`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -16,6 +16,11 @@ pub fn repo_dir() -> PathBuf {
 /// The chart.
 pub fn chart_dir() -> PathBuf {
     repo_dir().join("charts/sidecar-injector")
+}
+
+/// The istio-cni node agent's chart.
+pub fn cni_chart_dir() -> PathBuf {
+    repo_dir().join("charts/istio-cni")
 }
 
 /// The built `helm`: the second folder `scripts/cluster.sh build` prints, asked with `CLUSTER_NO_BUILD` so
@@ -82,14 +87,19 @@ impl Helm {
 
     /// `helm template sidecar-injector <chart> --namespace <ns> <args>`, the documents parsed.
     pub fn template(&self, namespace: &str, args: &[&str]) -> anyhow::Result<Vec<Value>> {
-        let chart = chart_dir().display().to_string();
-        let mut all = vec![
-            "template",
-            "sidecar-injector",
-            &chart,
-            "--namespace",
-            namespace,
-        ];
+        self.template_chart(&chart_dir(), "sidecar-injector", namespace, args)
+    }
+
+    /// `helm template <release> <chart> --namespace <ns> <args>`, the documents parsed.
+    pub fn template_chart(
+        &self,
+        chart: &Path,
+        release: &str,
+        namespace: &str,
+        args: &[&str],
+    ) -> anyhow::Result<Vec<Value>> {
+        let chart = chart.display().to_string();
+        let mut all = vec!["template", release, &chart, "--namespace", namespace];
         all.extend(args);
         let text = self.run(&all)?;
         test_support::pods::documents(&text).map_err(|e| anyhow!("helm template's YAML: {e}"))

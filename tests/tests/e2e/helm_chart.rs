@@ -359,7 +359,7 @@ fn kube_inject_with_chart(helm: &Helm, set: &[&str]) -> Value {
 
 /// Parses `doc` with the k8s-openapi type of its kind and writes it back: panics on an unknown kind, a
 /// value the type refuses, or a field it does not know (dropped on the way back).
-fn typed(doc: &Value) {
+pub(crate) fn typed(doc: &Value) {
     use k8s_openapi::api::{admissionregistration, apps, autoscaling, core, policy, rbac};
     use k8s_openapi::serde::{de::DeserializeOwned, Serialize};
     fn check<T: DeserializeOwned + Serialize>(doc: &Value) {
@@ -380,6 +380,7 @@ fn typed(doc: &Value) {
         "Service" => check::<core::v1::Service>(doc),
         "ServiceAccount" => check::<core::v1::ServiceAccount>(doc),
         "Deployment" => check::<apps::v1::Deployment>(doc),
+        "DaemonSet" => check::<apps::v1::DaemonSet>(doc),
         "PodDisruptionBudget" => check::<policy::v1::PodDisruptionBudget>(doc),
         "HorizontalPodAutoscaler" => check::<autoscaling::v2::HorizontalPodAutoscaler>(doc),
         "ClusterRole" => check::<rbac::v1::ClusterRole>(doc),
@@ -403,7 +404,7 @@ fn deploy_base_is_the_rendered_chart() {
     test_support::process::run_ok(
         Command::new("bash")
             .arg(helm::repo_dir().join("scripts/render-deploy.sh"))
-            .arg(&out)
+            .arg(dir.path())
             .env("CLUSTER_NO_BUILD", "1"),
         "scripts/render-deploy.sh",
     );
@@ -429,7 +430,7 @@ fn deploy_base_is_the_rendered_chart() {
     }
 }
 
-fn files(dir: &Path) -> Vec<String> {
+pub(crate) fn files(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

@@ -15,6 +15,7 @@ mod explain;
 mod explain_kernel;
 mod first_hour;
 mod helm_chart;
+mod helm_chart_cni;
 mod hostile;
 mod inject_differential;
 mod iptables;
