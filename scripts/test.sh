@@ -16,6 +16,8 @@ command -v nft >/dev/null || need+=(nftables)
 command -v file >/dev/null || need+=(file)
 [ -x /usr/bin/time ] || need+=(time)
 command -v setpriv >/dev/null || need+=(util-linux)
+# The static istio-cni (scripts/check-static-cni.sh): ring's C code is compiled with musl-gcc.
+command -v musl-gcc >/dev/null || need+=(musl-tools)
 # `kubectl kustomize` renders deploy/ in the webhook tests (the Rust machine image ships kubectl).
 command -v kubectl >/dev/null || need+=(kubernetes-client)
 # The README's explain walk-through (replayed by the e2e readme test) pipes into jq.
@@ -49,6 +51,8 @@ rm -f /tmp/cluster-build.$$.log
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The init container ships a static binary of at most 3 MiB.
 bash scripts/check-static-init.sh
+# The CNI plugin runs on the node's userland: a static binary, as the image ships it.
+bash scripts/check-static-cni.sh
 # Istio's own binaries, the peers of the differential tests (issue 21): built from tools/istio's pinned
 # istio.io/istio module on a machine's first run (many minutes), then taken from the cache.
 peers_start=$(date +%s)
@@ -72,5 +76,9 @@ run_tests cargo test --workspace --locked
 # The netfilter end-to-end tests once more, against the binary the image ships (static musl release).
 E2E_IPTABLES_INIT="$(pwd)/target/x86_64-unknown-linux-musl/release/iptables-init" \
   run_tests cargo test --locked -p e2e --test e2e -- iptables:: iptables_parity:: nftables:: explain_kernel::
+# The CNI tests once more, against the static binary the image ships (the agent copies itself, so the
+# plugin the runtime runs there is that binary too).
+E2E_ISTIO_CNI="$(pwd)/target/x86_64-unknown-linux-musl/release/istio-cni" \
+  run_tests cargo test --locked -p e2e --test e2e -- cni_plugin:: cni_agent::
 
 tests_summary

@@ -14,14 +14,16 @@ use std::path::PathBuf;
 pub fn bin(name: &str) -> PathBuf {
     // The shipped iptables-init is the static musl release build (scripts/check-static-init.sh);
     // scripts/test.sh runs the netfilter tests a second time against it through this variable.
-    if name == "iptables-init" {
-        if let Some(path) = std::env::var_os("E2E_IPTABLES_INIT") {
+    // Likewise the shipped istio-cni, the static musl release build (scripts/check-static-cni.sh).
+    let shipped = match name {
+        "iptables-init" => Some("E2E_IPTABLES_INIT"),
+        "istio-cni" => Some("E2E_ISTIO_CNI"),
+        _ => None,
+    };
+    if let Some(var) = shipped {
+        if let Some(path) = std::env::var_os(var) {
             let path = PathBuf::from(path);
-            assert!(
-                path.exists(),
-                "E2E_IPTABLES_INIT={} not found",
-                path.display()
-            );
+            assert!(path.exists(), "{var}={} not found", path.display());
             return path;
         }
     }
