@@ -230,3 +230,53 @@ pub fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_slice(&bytes).with_context(|| format!("{} is not JSON", path.display()))
 }
+
+/// Creates a sidecar pod (Istio's status annotation, an `istio-validation` init container) in
+/// `namespace`, bound to `node` (there is no scheduler or kubelet in the test control plane).
+pub fn sidecar_pod(
+    cluster: &Cluster,
+    namespace: &str,
+    name: &str,
+    node: &str,
+) -> anyhow::Result<()> {
+    cluster.apply(&serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace,
+                     "annotations": {"sidecar.istio.io/status": "{\"initContainers\":[\"istio-validation\"]}"}},
+        "spec": {"nodeName": node,
+                 "initContainers": [{"name": "istio-validation", "image": "proxyv2"}],
+                 "containers": [{"name": "app", "image": "app"}]},
+    }))
+}
+
+/// Writes the pod's status as the kubelet would after `istio-validation` terminated with `code` and was
+/// restarted once after the same exit (`state` and `lastState`).
+pub fn validation_exited(
+    cluster: &Cluster,
+    namespace: &str,
+    name: &str,
+    code: i32,
+) -> anyhow::Result<()> {
+    let reason = if code == 0 { "Completed" } else { "Error" };
+    let terminated = serde_json::json!({"terminated": {"exitCode": code, "reason": reason,
+        "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z"}});
+    let patch = serde_json::json!({"status": {"initContainerStatuses": [{
+        "name": "istio-validation", "image": "proxyv2", "imageID": "", "ready": false, "restartCount": 1,
+        "state": terminated, "lastState": terminated,
+    }]}});
+    cluster.kubectl(
+        &[
+            "patch",
+            "pod",
+            name,
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ],
+        None,
+    )?;
+    Ok(())
+}

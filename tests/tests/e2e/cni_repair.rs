@@ -7,50 +7,19 @@
 use std::time::Duration;
 
 use e2e::cluster::{wait_for, Cluster};
-use e2e::cni_agent::{metric, Agent, NodeDirs};
-use serde_json::{json, Value};
+use e2e::cni_agent::{metric, sidecar_pod, validation_exited, Agent, NodeDirs};
+use serde_json::Value;
 
 const NS: &str = "apps";
 
-/// A sidecar pod (Istio's status annotation, an `istio-validation` init container) bound to `node`.
+/// A sidecar pod of [`NS`] bound to `node`.
 fn pod(cluster: &Cluster, name: &str, node: &str) {
-    cluster
-        .apply(&json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS,
-                         "annotations": {"sidecar.istio.io/status": "{\"initContainers\":[\"istio-validation\"]}"}},
-            "spec": {"nodeName": node,
-                     "initContainers": [{"name": "istio-validation", "image": "proxyv2"}],
-                     "containers": [{"name": "app", "image": "app"}]},
-        }))
-        .unwrap();
+    sidecar_pod(cluster, NS, name, node).unwrap();
 }
 
-/// Writes the init container's status: it terminated with `code`, and was restarted once after the
-/// same exit (the kubelet's `lastState`).
+/// Its `istio-validation` terminated with `code`.
 fn init_exited(cluster: &Cluster, name: &str, code: i32) {
-    let terminated = json!({"terminated": {"exitCode": code, "reason": if code == 0 { "Completed" } else { "Error" },
-                                           "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z"}});
-    let patch = json!({"status": {"initContainerStatuses": [{
-        "name": "istio-validation", "image": "proxyv2", "imageID": "", "ready": false, "restartCount": 1,
-        "state": terminated, "lastState": terminated,
-    }]}});
-    cluster
-        .kubectl(
-            &[
-                "patch",
-                "pod",
-                name,
-                "-n",
-                NS,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                &patch.to_string(),
-            ],
-            None,
-        )
-        .unwrap();
+    validation_exited(cluster, NS, name, code).unwrap();
 }
 
 fn get(cluster: &Cluster, name: &str) -> Value {

@@ -522,38 +522,8 @@ const APPS: &str = "apps";
 /// A sidecar pod bound to `node` whose `istio-validation` init container exited 126, its status
 /// written as the kubelet would.
 fn broken_pod(cluster: &Cluster, name: &str, node: &str) {
-    cluster
-        .apply(&json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": APPS,
-                         "annotations": {"sidecar.istio.io/status": "{\"initContainers\":[\"istio-validation\"]}"}},
-            "spec": {"nodeName": node,
-                     "initContainers": [{"name": "istio-validation", "image": "proxyv2"}],
-                     "containers": [{"name": "app", "image": "app"}]},
-        }))
-        .unwrap();
-    let terminated = json!({"terminated": {"exitCode": 126, "reason": "Error",
-                                           "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z"}});
-    let patch = json!({"status": {"initContainerStatuses": [{
-        "name": "istio-validation", "image": "proxyv2", "imageID": "", "ready": false, "restartCount": 1,
-        "state": terminated, "lastState": terminated,
-    }]}});
-    cluster
-        .kubectl(
-            &[
-                "patch",
-                "pod",
-                name,
-                "-n",
-                APPS,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                &patch.to_string(),
-            ],
-            None,
-        )
-        .unwrap();
+    e2e::cni_agent::sidecar_pod(cluster, APPS, name, node).unwrap();
+    e2e::cni_agent::validation_exited(cluster, APPS, name, 126).unwrap();
 }
 
 fn pod(cluster: &Cluster, name: &str) -> Value {
