@@ -16,6 +16,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{bail, Context as _, Result};
 
+/// A shell fragment that bind-mounts `/bin/false` over every userspace netfilter tool (`nft`, `ip`,
+/// `iptables*`, `ip6tables*`): run inside `unshare --mount --propagation private`, it proves a program
+/// needs none of them (the native nftables apply, the CNI plugin with `native_nftables`).
+pub const MASK_NETFILTER_TOOLS: &str = "for d in /usr/sbin /usr/bin /sbin /bin; do \
+  for f in $d/nft $d/ip $d/iptables* $d/ip6tables*; do \
+    [ -e \"$f\" ] && mount --bind /bin/false \"$f\"; \
+  done; \
+done";
+
 /// Which `*-save` to dump.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use e2e::cluster::Cluster;
 use e2e::cni::{has_rules, kernel_state, peer_on_bridge, Node, Plugin};
-use e2e::netns::NetNs;
+use e2e::netns::{NetNs, MASK_NETFILTER_TOOLS as MASKED};
 use e2e::nettool::{client, Listener, APP_UID, PROXY_UID};
 use serde_json::{json, Value};
 use test_support::corpus::{self, Config};
@@ -433,13 +433,6 @@ fn errors_are_cni_error_json_and_leave_no_rules() {
         4
     );
 }
-
-/// The tools a host may lack: with them bind-mounted to `/bin/false` in a private mount namespace.
-const MASKED: &str = "for d in /usr/sbin /usr/bin /sbin /bin; do \
-  for f in $d/nft $d/ip $d/iptables* $d/ip6tables*; do \
-    [ -e \"$f\" ] && mount --bind /bin/false \"$f\"; \
-  done; \
-done";
 
 #[test]
 fn native_nftables_add_works_with_every_userspace_netfilter_tool_masked() {

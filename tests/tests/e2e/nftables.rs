@@ -20,7 +20,7 @@ use e2e::interception::{
     DNS_TO_THE_PEER, EXCLUDED_CIDR, EXCLUDED_PORT,
 };
 use e2e::iptables_init::{init, init_ok};
-use e2e::netns::{NetNs, Pair};
+use e2e::netns::{NetNs, Pair, MASK_NETFILTER_TOOLS as MASKED};
 use e2e::nettool::PROXY_UID;
 use test_support::corpus::{load_run_cases, nftables_dir, RunCase};
 use test_support::groups::ensure_groups;
@@ -190,13 +190,6 @@ fn dry_run_case(case: &RunCase) -> Result<()> {
 fn parity_dry_run_loaded_with_nft_equals_every_golden() {
     every_case("dry-run", dry_run_case);
 }
-
-/// The tools a real run must not use: `nft`, `iptables*`, `ip6tables*`, `ip`.
-const MASKED: &str = "for d in /usr/sbin /usr/bin /sbin /bin; do \
-  for f in $d/nft $d/ip $d/iptables* $d/ip6tables*; do \
-    [ -e \"$f\" ] && mount --bind /bin/false \"$f\"; \
-  done; \
-done";
 
 /// A command that runs `argv` in `ns` inside a private mount namespace in which every tool of
 /// [`MASKED`] is `/bin/false`; the sandbox first proves that `nft` and `ip` are gone.
