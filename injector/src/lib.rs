@@ -80,6 +80,7 @@ pub(crate) mod validate;
 pub(crate) mod webhook_entry;
 pub(crate) mod webhook_request;
 pub(crate) mod workload;
+pub(crate) mod write_queue;
 
 pub use cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
 pub use config::{ConfigArgs, NativeSidecars, Settings};

@@ -94,6 +94,8 @@ pub struct Metrics {
     /// caBundle patches sent to our webhook configurations, and those that failed (`ca_bundle_patch`).
     pub webhook_patch_attempts: Counter,
     pub webhook_patch_failures: Counter,
+    /// caBundle patches refused with 409 Conflict (another writer came first), also counted as failures.
+    pub webhook_patch_conflicts: Counter,
 }
 
 impl Default for Metrics {
@@ -127,6 +129,7 @@ impl Metrics {
         let cluster_watch_errors = Family::<Labels, Counter>::default();
         let webhook_patch_attempts = Counter::default();
         let webhook_patch_failures = Counter::default();
+        let webhook_patch_conflicts = Counter::default();
 
         // prometheus-client appends `_total` to counters.
         registry.register(
@@ -215,6 +218,11 @@ impl Metrics {
             "caBundle patches that failed (retried)",
             webhook_patch_failures.clone(),
         );
+        registry.register(
+            "webhook_patch_conflicts",
+            "caBundle patches refused with 409 Conflict, another writer having changed the configuration (retried with backoff)",
+            webhook_patch_conflicts.clone(),
+        );
         // The family keeps its historical name (`render_memo`, from when the cache held rendered
         // templates) so that dashboards and alerts on it go on working.
         let patch_cache = CacheCounters::default();
@@ -267,6 +275,7 @@ impl Metrics {
             cluster_watch_errors,
             webhook_patch_attempts,
             webhook_patch_failures,
+            webhook_patch_conflicts,
         }
     }
 

@@ -174,6 +174,8 @@ struct State {
     rebuild: Mutex<()>,
     /// The watches of `--kubeconfig` / `--in-cluster`, for readiness.
     cluster: Option<ClusterWatch>,
+    /// The caBundle patcher of `--ca-bundle` with a cluster, for readiness and its release on shutdown.
+    ca_bundle: Option<crate::ca_bundle_patch::Patcher>,
     webhook: admission::Webhook,
     metrics: Arc<Metrics>,
     certs: Arc<CertStore>,
@@ -623,24 +625,25 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .cert_expiry_seconds
         .set(certs.seconds_until_expiry());
     // The CA our webhook configurations must carry, patched in by `ca_bundle_patch`.
-    let ca = match (&client, &args.ca.ca_bundle) {
+    let (ca, ca_bundle) = match (&client, &args.ca.ca_bundle) {
         (Some(client), Some(path)) => {
             let (tx, rx) = watch::channel(Arc::new(read_ca_bundle(path)?));
             let revision = crate::ca_bundle_patch::revision_label(&args.config.revision);
-            crate::ca_bundle_patch::start(
+            let patcher = crate::ca_bundle_patch::start(
                 client.clone(),
                 revision.to_string(),
                 args.webhook_config_names.webhook_config_names.clone(),
                 rx,
                 metrics.clone(),
-            );
-            Some((path.clone(), tx))
+            )
+            .with_context(|| format!("--ca-bundle {}", path.display()))?;
+            (Some((path.clone(), tx)), Some(patcher))
         }
         (None, Some(path)) => {
             tracing::warn!(path = %path.display(), "--ca-bundle has no effect on serve without --kubeconfig or --in-cluster");
-            None
+            (None, None)
         }
-        _ => None,
+        _ => (None, None),
     };
     let tls_config = tls::server_config(certs.clone(), provider.clone())?;
     let acceptor = TlsAcceptor::from(Arc::new(tls_config));
@@ -665,6 +668,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             }
             _ => None,
         },
+        ca_bundle: ca_bundle.clone(),
         webhook: admission::Webhook::new(metrics.patch_cache.clone()),
         metrics: metrics.clone(),
         certs: certs.clone(),
@@ -764,7 +768,19 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     // The accept loop ends at once on the signal; its listener is dropped so new connections are refused.
     let _ = accept.await;
     let deadline = Duration::from_secs(args.shutdown_timeout_secs);
-    match tokio::time::timeout(deadline, connections.acquire_many(args.max_connections)).await {
+    // No new connection reaches us now, and those open were verified already: our CA may leave the
+    // caBundle while requests in flight finish.
+    let release = async {
+        if let Some(patcher) = &ca_bundle {
+            if !patcher.release(CA_RELEASE_DEADLINE).await {
+                tracing::warn!(
+                    "our caBundle record was not removed in time; it expires on its own"
+                );
+            }
+        }
+    };
+    let drain = tokio::time::timeout(deadline, connections.acquire_many(args.max_connections));
+    match tokio::join!(drain, release).0 {
         Ok(_) => tracing::info!("all connections closed; exiting"),
         Err(_) => tracing::warn!(
             open = args.max_connections as usize - connections.available_permits(),
@@ -773,6 +789,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// How long a shutdown waits for the caBundle patcher to remove our record (and CA): within the 5 s
+/// the chart's grace period leaves beyond the drain delay and the shutdown timeout.
+const CA_RELEASE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Resolves once shutdown has been signalled (the guard of `wait_for` is not `Send`, so drop it here).
 async fn stopped(rx: &mut watch::Receiver<bool>) {
@@ -996,6 +1016,12 @@ fn readiness(state: &State) -> Resp {
         text(
             StatusCode::SERVICE_UNAVAILABLE,
             "waiting for the first list of the cluster watches\n",
+        )
+    } else if state.ca_bundle.as_ref().is_some_and(|p| !p.ready()) {
+        // A call the API server routed here would fail its TLS verification.
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for our CA in the webhook configurations' caBundle\n",
         )
     } else {
         text(StatusCode::OK, "ok\n")
