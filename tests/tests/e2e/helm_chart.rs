@@ -598,7 +598,7 @@ fn helm_install_injects_a_labelled_namespace() {
         .unwrap();
     e2e::cluster::wait_for(
         "the injector to correct the caBundle",
-        std::time::Duration::from_secs(2),
+        e2e::PATIENCE,
         || {
             let mwc = cluster.kubectl_json(
                 &["get", "mutatingwebhookconfiguration", "sidecar-injector"],
@@ -705,7 +705,7 @@ fn proxy_config_crd(cluster: &Cluster) {
                 "wait",
                 "--for=condition=Established",
                 "crd/proxyconfigs.networking.istio.io",
-                "--timeout=20s",
+                &format!("--timeout={}s", e2e::PATIENCE.as_secs()),
             ],
             None,
         )

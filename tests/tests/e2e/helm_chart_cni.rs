@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use e2e::apiserver::TempDir;
 use e2e::cluster::{wait_for, Cluster};
@@ -508,7 +508,7 @@ fn pod(cluster: &Cluster, name: &str) -> Value {
 }
 
 fn ready(agent: &Agent) {
-    wait_for("/readyz 200", Duration::from_secs(20), || {
+    wait_for("/readyz 200", e2e::PATIENCE, || {
         match agent.get("/readyz") {
             Ok((200, _)) => Ok(()),
             other => Err(format!("{other:?}\n{}", agent.stderr())),
@@ -630,7 +630,7 @@ fn helm_install_cni_agent_runs_with_the_chart_rbac() {
     );
 
     // Untainted: ours gone, the other kept.
-    wait_for("node-a untainted", Duration::from_secs(10), || {
+    wait_for("node-a untainted", e2e::PATIENCE, || {
         let n = cluster
             .kubectl_json(&["get", "node", "node-a"], None)
             .unwrap();
@@ -645,7 +645,7 @@ fn helm_install_cni_agent_runs_with_the_chart_rbac() {
         }
     });
     // Repaired: the broken pod of node-a deleted, node-b's left.
-    wait_for("broken deleted", Duration::from_secs(10), || {
+    wait_for("broken deleted", e2e::PATIENCE, || {
         match pod(&cluster, "broken")["metadata"]["deletionTimestamp"].as_str() {
             Some(_) => Ok(()),
             None => Err(agent.stderr()),
@@ -735,16 +735,13 @@ fn helm_install_cni_agent_runs_with_the_chart_rbac() {
     broken_pod(&cluster, "broken-2", "node-a");
     let node = Node::new();
     let mut agent = run_installed(&cluster, &node, "node-a", work.path());
-    wait_for(
-        "broken-2 labelled",
-        Duration::from_secs(10),
-        || match pod(&cluster, "broken-2")["metadata"]["labels"]["cni.istio.io/uninitialized"]
-            .as_str()
+    wait_for("broken-2 labelled", e2e::PATIENCE, || {
+        match pod(&cluster, "broken-2")["metadata"]["labels"]["cni.istio.io/uninitialized"].as_str()
         {
             Some("true") => Ok(()),
             _ => Err(agent.stderr()),
-        },
-    );
+        }
+    });
     assert!(pod(&cluster, "broken-2")["metadata"]["deletionTimestamp"].is_null());
     ready(&agent);
     let log = agent.stderr();
