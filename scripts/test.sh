@@ -32,46 +32,68 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-# Every `cargo test` goes through run_tests, so that the log ends with one line of counts (tests_summary).
+# Every step goes through `step` and every `cargo test` through run_tests (scripts/test-counts.sh): a
+# failure is shown where it happens and does not stop the steps and runs after it, and the log closes
+# with one line (tests_summary) that counts every test that ran and names every failed test, every test
+# binary that did not compile, finish or run, and every failed step; the script then exits 1.
 source scripts/test-counts.sh
 
-cargo fmt --all -- --check
-cargo build --workspace --bins --locked
 # etcd, kube-apiserver and kubectl for the kube-apiserver e2e tests, built from tools/k8s, and helm for the
 # chart's (tools/helm), with Go and cached outside the clone: the first run on a machine pays for the
 # builds (see the README), later runs reuse them.
-command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || { echo "scripts/test.sh: the kube-apiserver tests need Go to build the control plane" >&2; exit 1; }
-cluster_start=$(date +%s)
-cluster_bin="$(bash scripts/cluster.sh build 2>/tmp/cluster-build.$$.log)" || {
-  tail -40 /tmp/cluster-build.$$.log >&2
-  exit 1
+build_cluster() {
+  command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || {
+    echo "scripts/test.sh: the kube-apiserver tests need Go to build the control plane" >&2
+    return 1
+  }
+  local start bin log=/tmp/cluster-build.$$.log
+  start=$(date +%s)
+  bin="$(bash scripts/cluster.sh build 2>"$log")" || {
+    tail -40 "$log" >&2
+    rm -f "$log"
+    return 1
+  }
+  echo "control plane and helm: ${bin//$'\n'/ } ($(($(date +%s) - start)) s; $(grep -c . "$log") lines of build output)"
+  rm -f "$log"
 }
-echo "control plane and helm: ${cluster_bin//$'\n'/ } ($(($(date +%s) - cluster_start)) s; $(grep -c . /tmp/cluster-build.$$.log) lines of build output)"
-rm -f /tmp/cluster-build.$$.log
-cargo clippy --workspace --all-targets --locked -- -D warnings
-# The init container ships a static binary of at most 3 MiB.
-bash scripts/check-static-init.sh
-# The CNI plugin runs on the node's userland: a static binary, as the image ships it.
-bash scripts/check-static-cni.sh
+
 # Istio's own binaries, the peers of the differential tests (issue 21): built from tools/istio's pinned
 # istio.io/istio module on a machine's first run (many minutes), then taken from the cache.
-peers_start=$(date +%s)
-bash scripts/istio-peers.sh build > target/istio-peers.txt 2> target/istio-peers.log || {
-  cat target/istio-peers.log >&2
-  echo "scripts/test.sh: building Istio's peers failed; the differential tests cannot run" >&2
-  exit 1
+build_istio_peers() {
+  local start
+  start=$(date +%s)
+  bash scripts/istio-peers.sh build > target/istio-peers.txt 2> target/istio-peers.log || {
+    cat target/istio-peers.log >&2
+    echo "scripts/test.sh: building Istio's peers failed; the differential tests cannot run" >&2
+    return 1
+  }
+  echo "istio peers ($(( $(date +%s) - start )) s): $(tr '\n' ' ' < target/istio-peers.txt)"
 }
-echo "istio peers ($(( $(date +%s) - peers_start )) s): $(tr '\n' ' ' < target/istio-peers.txt)"
+
 # The CNI project's cnitool and reference plugins (bridge, ptp, loopback, host-local), which run our
 # istio-cni plugin and Istio's the way a container runtime does: built from tools/cni's pinned modules on a
 # machine's first run (about half a minute), then taken from the cache.
-cni_start=$(date +%s)
-bash scripts/cni-tools.sh build > target/cni-tools.txt 2> target/cni-tools.log || {
-  cat target/cni-tools.log >&2
-  echo "scripts/test.sh: building the CNI tools failed; the CNI plugin tests cannot run" >&2
-  exit 1
+build_cni_tools() {
+  local start
+  start=$(date +%s)
+  bash scripts/cni-tools.sh build > target/cni-tools.txt 2> target/cni-tools.log || {
+    cat target/cni-tools.log >&2
+    echo "scripts/test.sh: building the CNI tools failed; the CNI plugin tests cannot run" >&2
+    return 1
+  }
+  echo "cni tools ($(( $(date +%s) - start )) s): $(tr '\n' ' ' < target/cni-tools.txt)"
 }
-echo "cni tools ($(( $(date +%s) - cni_start )) s): $(tr '\n' ' ' < target/cni-tools.txt)"
+
+step cargo fmt --all -- --check
+step cargo build --workspace --bins --locked
+step build_cluster
+step cargo clippy --workspace --all-targets --locked -- -D warnings
+# The init container ships a static binary of at most 3 MiB.
+step bash scripts/check-static-init.sh
+# The CNI plugin runs on the node's userland: a static binary, as the image ships it.
+step bash scripts/check-static-cni.sh
+step build_istio_peers
+step build_cni_tools
 run_tests cargo test --workspace --locked
 # The netfilter end-to-end tests once more, against the binary the image ships (static musl release).
 E2E_IPTABLES_INIT="$(pwd)/target/x86_64-unknown-linux-musl/release/iptables-init" \

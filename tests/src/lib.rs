@@ -40,12 +40,20 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// The overall bound of a test's wait for work it started elsewhere (a server to reload, an informer or
+/// a watch to see a change, an agent to install, a process to exit): the waits poll their condition and
+/// return as soon as it holds, so the bound costs nothing when things work and only ends a test that would
+/// otherwise hang. It is generous because the suite shares its machine with other builds and jobs, where
+/// work of a few milliseconds can take seconds (issue 27: a 5 s deadline failed under a busy disk).
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
 pub mod apiserver;
 pub mod cluster;
 pub mod cni;
 pub mod cni_agent;
 pub mod differential;
 pub mod helm;
+pub mod hostile_values;
 pub mod inject_differential;
 pub mod interception;
 pub mod iptables_init;

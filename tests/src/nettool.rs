@@ -47,9 +47,13 @@ impl Listener {
         Listener::start_as(ns, None, args)
     }
 
-    /// Starts `nettool <args>` as `uid` (root for `None`) in `ns` and waits for it to listen.
+    /// Starts `nettool <args>` as `uid` (root for `None`) in `ns` and waits for it to listen. Its lifetime
+    /// only bounds a listener nobody connects to (one that is to see nothing is stopped, and one that
+    /// sees its connection reports at once), so it is [`crate::PATIENCE`]: the client that follows may be
+    /// slow to start on a busy machine.
     pub fn start_as(ns: &NetNs, uid: Option<u32>, args: &[&str]) -> Listener {
-        Listener::start_for(ns, uid, args, 4000)
+        let lifetime = u64::try_from(crate::PATIENCE.as_millis()).unwrap_or(u64::MAX);
+        Listener::start_for(ns, uid, args, lifetime)
     }
 
     /// [`Listener::start_as`] with a lifetime of `timeout_ms` (a `serve` runs that long).

@@ -23,7 +23,8 @@ k8s-app: istio-cni-node
 {{- end }}
 {{- $level := .Values.cni.logging.level | default .Values.global.logging.level }}
 {{- if not (has $level (list "debug" "info" "warn" "error" "none")) }}
-{{- fail (printf "cni.logging.level %q: debug, info, warn, error or none" $level) }}
+{{- $from := ternary "cni.logging.level" "global.logging.level" (ne (toString .Values.cni.logging.level) "") }}
+{{- fail (printf "%s %q: debug, info, warn, error or none" $from (toString $level)) }}
 {{- end }}
 {{- range .Values.cni.excludeNamespaces }}
 {{- if or (gt (len .) 63) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .)) }}

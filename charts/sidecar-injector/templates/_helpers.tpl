@@ -76,4 +76,21 @@ Refuses what `injector webhook-config` refuses (webhook_config.rs `Args::validat
 {{- if not (hasPrefix "/" .Values.istiodRemote.injectionPath) }}
 {{- fail (printf "istiodRemote.injectionPath %q: must start with '/'" .Values.istiodRemote.injectionPath) }}
 {{- end }}
+{{- include "sidecar-injector.validateTogether" . }}
+{{- end }}
+
+{{/*
+What values.schema.json cannot say about one value alone (each value's type and range are there; Helm
+checks them before rendering): the Deployment's rollout and the HPA's bounds, each refused as the API
+server would refuse it, naming the values.
+*/}}
+{{- define "sidecar-injector.validateTogether" -}}
+{{- $surge := .Values.rollingMaxSurge | toString }}
+{{- $unavailable := .Values.rollingMaxUnavailable | toString }}
+{{- if and (has $surge (list "0" "0%")) (has $unavailable (list "0" "0%")) }}
+{{- fail (printf "rollingMaxSurge %s and rollingMaxUnavailable %s: both 0 would never roll the Deployment" $surge $unavailable) }}
+{{- end }}
+{{- if and .Values.autoscaleEnabled (lt (int64 .Values.autoscaleMax) (int64 .Values.autoscaleMin)) }}
+{{- fail (printf "autoscaleMax %v is below autoscaleMin %v" .Values.autoscaleMax .Values.autoscaleMin) }}
+{{- end }}
 {{- end }}

@@ -44,7 +44,9 @@ fn up(dir: &Path, owner: Option<u32>) {
     );
 }
 
-fn wait_gone(dir: &Path, pids: &[u32], within: Duration) {
+/// Polls until `dir` is removed and none of `pids` runs (at most [`e2e::PATIENCE`]).
+fn wait_gone(dir: &Path, pids: &[u32]) {
+    let within = e2e::PATIENCE;
     let deadline = Instant::now() + within;
     while dir.exists() || pids.iter().any(|p| running(*p)) {
         assert!(
@@ -65,7 +67,7 @@ fn down_stops_both_servers_and_removes_the_state() {
     let pids = pids(&dir);
     assert!(pids.iter().all(|p| running(*p)), "both servers run");
     run_ok(&mut script_command("down", &dir), "cluster.sh down");
-    wait_gone(&dir, &pids, Duration::from_secs(5));
+    wait_gone(&dir, &pids);
 }
 
 /// A test process that dies without running its destructors (SIGKILL, abort) takes its control plane
@@ -80,7 +82,7 @@ fn a_dead_owner_takes_its_control_plane_down() {
     assert!(pids.iter().all(|p| running(*p)), "both servers run");
     owner.kill().unwrap();
     owner.wait().unwrap();
-    wait_gone(&dir, &pids, Duration::from_secs(15));
+    wait_gone(&dir, &pids);
 }
 
 #[test]

@@ -428,7 +428,9 @@ fn a_stopped_or_silent_server_is_an_error_within_the_timeout() {
     assert_eq!(run.code, 1);
     the_error(&run, "endpoint", "no answer within timeoutSeconds (2 s)");
     assert!(run.elapsed >= Duration::from_secs(2), "{:?}", run.elapsed);
-    assert!(run.elapsed < Duration::from_secs(6), "{:?}", run.elapsed);
+    // Bounded by the entry's 2 s, not by the 10 s an entry without timeoutSeconds gets: the slack above
+    // 2 s is for a busy machine (process start, the listener's accept).
+    assert!(run.elapsed < Duration::from_secs(9), "{:?}", run.elapsed);
     drop(silent);
 }
 

@@ -1,6 +1,6 @@
 //! What a new user meets in the first hour, run as they would run it: logs read through a pipe or a file
 //! (`kubectl logs`, a CI log) carry no colour codes, the messages of a mistyped flag name the flag, the
-//! value and what would be accepted, and the test log ends with one line of counts.
+//! value and what would be accepted (the test log's closing line: test_command.rs).
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
@@ -148,63 +148,4 @@ fn a_missing_file_is_named_by_its_flag_in_every_command() {
             "{args:?}"
         );
     }
-}
-
-/// Runs `script` in bash with scripts/test-counts.sh sourced, as scripts/test.sh does.
-fn with_counts(script: &str) -> std::process::Output {
-    let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    Command::new("bash")
-        .args(["-euo", "pipefail", "-c"])
-        .arg(format!("source scripts/test-counts.sh\n{script}"))
-        .current_dir(repo)
-        .output()
-        .unwrap()
-}
-
-/// The last line `out` printed, the summary of the counts, is `want`.
-fn assert_summary(out: &std::process::Output, want: &str) {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(stdout.lines().last(), Some(want), "{stdout}");
-}
-
-#[test]
-fn the_test_log_ends_with_the_sum_of_every_runs_counts() {
-    // Two runs in the form cargo test prints (one binary failed in the second), then the summary.
-    let ok = "echo 'test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s'";
-    let failed = "echo 'test result: ok. 10 passed; 0 failed; 0 ignored'; echo 'test result: FAILED. 2 passed; 1 failed; 0 ignored'; exit 101";
-    let out = with_counts(&format!(
-        "run_tests sh -c \"{ok}\"\nrun_tests sh -c \"{failed}\"\ntests_summary"
-    ));
-    assert_summary(&out, "15 passed, 1 failed");
-    assert_eq!(out.status.code(), Some(1), "a failed test fails the script");
-    // A run that fails without a test result (a build error) fails the script too, and says so.
-    let out = with_counts(&format!(
-        "run_tests sh -c \"{ok}\"\nrun_tests sh -c 'exit 101'\ntests_summary"
-    ));
-    assert_summary(&out, "3 passed, 0 failed");
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("without a failing test"),
-        "{out:?}"
-    );
-    let out = with_counts(&format!("run_tests sh -c \"{ok}\"\ntests_summary"));
-    assert!(out.status.success(), "{out:?}");
-
-    // scripts/test.sh sends every cargo test through it and ends with the summary.
-    let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let script = std::fs::read_to_string(repo.join("scripts/test.sh")).unwrap();
-    let commands = script
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#') && l.contains("cargo test"));
-    for line in commands {
-        assert!(
-            line.contains("run_tests cargo test"),
-            "scripts/test.sh runs `cargo test` outside run_tests: {line}"
-        );
-    }
-    assert_eq!(
-        script.trim_end().lines().last(),
-        Some("tests_summary"),
-        "scripts/test.sh must end with the summary"
-    );
 }

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use base64::Engine as _;
 use e2e::apiserver::{injector_certs, CertFiles, Injector, TempDir};
@@ -394,6 +395,263 @@ pub(crate) fn typed(doc: &Value) {
     }
 }
 
+/// Hostile values (issue 27): every value the chart's templates read (values.yaml's, and the paths the
+/// templates name that it leaves out), set to text that would add the key `zzinjected` to the rendered
+/// YAML if a template wrote it unquoted, adds no key. `helm template` refuses it naming the value
+/// (values.schema.json, or the templates' own checks), or renders it as a scalar; and without the schema
+/// (`--skip-schema-validation`) the templates' quoting alone holds. The values found unquoted on 9154c7e
+/// (`tag`, `hub`, `pdb.minAvailable`, the container's `env` names, `global.proxy.autoInject` in the
+/// injector's own configuration) are refused by the schema, naming their path.
+#[test]
+fn hostile_values_add_no_key() {
+    let helm = Helm::offline();
+    let scratch = TempDir::new("helm-hostile");
+    let report = e2e::hostile_values::check_chart(
+        &helm,
+        &helm::chart_dir(),
+        "sidecar-injector",
+        NS,
+        // The HPA and its values render only with autoscaling on.
+        &[json!({"autoscaleEnabled": true})],
+        scratch.path(),
+    );
+    report.assert_held("charts/sidecar-injector");
+    for (what, pointer) in [
+        ("tag", "'/tag'"),
+        ("hub", "'/hub'"),
+        ("pdb.minAvailable", "'/pdb/minAvailable'"),
+        ("replicaCount", "'/replicaCount'"),
+        ("env{new key}", "'/env'"),
+        ("global.proxy.autoInject", "'/global/proxy/autoInject'"),
+        ("serve.drainDelaySecs", "'/serve/drainDelaySecs'"),
+    ] {
+        for held in report.held(what, true) {
+            assert!(
+                matches!(held, e2e::hostile_values::Held::Refused(m) if m.contains(pointer)),
+                "{what}: {held:?}"
+            );
+        }
+    }
+}
+
+/// Counts and budgets are validated (issue 27: `replicaCount=-1` rendered silently): replicas and the
+/// HPA's bounds are integers in the API server's ranges, the PodDisruptionBudget's values an integer or a
+/// percentage, the rollout not stuck at 0/0, the webhook's timeout 1–30 s; each refusal names the
+/// value. What is valid still renders, as the API server would take it.
+#[test]
+fn chart_validates_counts_and_budgets() {
+    let helm = Helm::offline();
+    let chart = helm::chart_dir().display().to_string();
+    let refused: &[(&[&str], &str)] = &[
+        (&["--set", "replicaCount=-1"], "/replicaCount"),
+        (&["--set", "replicaCount=1.5"], "/replicaCount"),
+        (&["--set-string", "replicaCount=2"], "/replicaCount"),
+        (&["--set", "pdb.minAvailable=-1"], "/pdb/minAvailable"),
+        (&["--set", "pdb.minAvailable=150%"], "/pdb/minAvailable"),
+        (&["--set", "pdb.maxUnavailable=one"], "/pdb/maxUnavailable"),
+        (&["--set", "pdb.minAvaliable=1"], "minAvaliable"),
+        (
+            &["--set", "pdb.unhealthyPodEvictionPolicy=Sometimes"],
+            "/pdb/unhealthyPodEvictionPolicy",
+        ),
+        (&["--set", "autoscaleMin=0"], "/autoscaleMin"),
+        (
+            &[
+                "--set",
+                "autoscaleEnabled=true,autoscaleMin=4,autoscaleMax=3",
+            ],
+            "autoscaleMax 3 is below autoscaleMin 4",
+        ),
+        (&["--set", "rollingMaxSurge=-1"], "/rollingMaxSurge"),
+        (
+            &["--set", "rollingMaxSurge=0,rollingMaxUnavailable=0%"],
+            "rollingMaxSurge 0 and rollingMaxUnavailable 0%",
+        ),
+        (
+            &["--set", "webhook.timeoutSeconds=31"],
+            "/webhook/timeoutSeconds",
+        ),
+        (
+            &["--set", "serve.maxBodyBytesInFlight=1024"],
+            "/serve/maxBodyBytesInFlight",
+        ),
+        (&["--set-json", "global.tag=1.28"], "/global/tag"),
+    ];
+    for (set, reason) in refused {
+        let mut args = vec!["template", "sidecar-injector", &chart, "--namespace", NS];
+        args.extend(*set);
+        let out = helm.output(&args).unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(reason),
+            "helm template {set:?} should fail naming {reason:?}: {stderr}"
+        );
+    }
+    let accepted: &[(&[&str], &str, Value)] = &[
+        (
+            &["--set", "replicaCount=0"],
+            "Deployment",
+            json!({"replicas": 0}),
+        ),
+        (
+            &["--set", "replicaCount=3,pdb.minAvailable=50%"],
+            "PodDisruptionBudget",
+            json!({"minAvailable": "50%"}),
+        ),
+        (
+            &["--set", "pdb.maxUnavailable=1"],
+            "PodDisruptionBudget",
+            json!({"maxUnavailable": 1}),
+        ),
+        (
+            &["--set", "rollingMaxSurge=25%,rollingMaxUnavailable=0"],
+            "Deployment",
+            json!({"strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}}}),
+        ),
+    ];
+    for (set, kind, want) in accepted {
+        let docs = helm.template(NS, set).unwrap();
+        let spec = &helm::of_kind(&docs, kind)[0]["spec"];
+        for (k, v) in want.as_object().unwrap() {
+            assert!(holds(&spec[k], v), "{set:?}: {kind} {k} is {}", spec[k]);
+        }
+        for d in &docs {
+            typed(d);
+        }
+    }
+}
+
+/// The pod a workload's template makes, named `name`, as its controller would create it.
+fn template_pod(workload: &Value, name: &str) -> Value {
+    let template = &workload["spec"]["template"];
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": template["metadata"]["labels"],
+                     "annotations": template["metadata"]["annotations"]},
+        "spec": template["spec"],
+    })
+}
+
+/// The Pod Security levels the README and the charts' NOTES give, held against the API server's own
+/// PodSecurity admission (issue 27): the pod of the injector's Deployment is admitted (a server-side dry
+/// run) into a namespace enforcing `restricted`, so its namespace can enforce it; the pod of the istio-cni
+/// DaemonSet is refused by `baseline` (its hostPath mounts) and by `restricted` (root, among others), and
+/// admitted only where `privileged` is allowed, as its job requires.
+#[test]
+fn pod_security_levels_the_charts_need() {
+    let cluster = Cluster::up();
+    let helm = Helm::offline();
+    let injector = helm.template(NS, &[]).unwrap();
+    let injector = template_pod(helm::of_kind(&injector, "Deployment")[0], "injector");
+    let cni = helm
+        .template_chart(&helm::cni_chart_dir(), "istio-cni", "istio-system", &[])
+        .unwrap();
+    let cni = template_pod(helm::of_kind(&cni, "DaemonSet")[0], "istio-cni-node");
+    for level in ["restricted", "baseline", "privileged"] {
+        let ns = format!("pss-{level}");
+        cluster
+            .namespace(
+                &ns,
+                &labels(&[("pod-security.kubernetes.io/enforce", level)]),
+            )
+            .unwrap();
+    }
+    // One server-side dry-run create of `pod` in namespace `ns`: Ok, or the API server's refusal.
+    let admit = |pod: &Value, ns: &str| -> Result<(), String> {
+        let body = serde_json::to_vec(pod).unwrap();
+        let out = cluster
+            .kubectl_output(
+                &[
+                    "create",
+                    "--dry-run=server",
+                    "-n",
+                    ns,
+                    "-o",
+                    "name",
+                    "-f",
+                    "-",
+                ],
+                Some(&body),
+            )
+            .unwrap();
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    };
+    // The admission plugin reads namespaces from its informer: the refusals show that it sees the new
+    // labels, so the admissions after them are judged under those labels too.
+    for (level, reasons) in [
+        (
+            "baseline",
+            &[
+                "violates PodSecurity \"baseline:latest\"",
+                "hostPath volumes",
+            ][..],
+        ),
+        (
+            "restricted",
+            &[
+                "violates PodSecurity \"restricted:latest\"",
+                "restricted volume type \"hostPath\"",
+                "runAsNonRoot != true",
+                "runAsUser=0",
+            ][..],
+        ),
+    ] {
+        let ns = format!("pss-{level}");
+        let refusal = e2e::cluster::wait_for(
+            &format!("the istio-cni pod refused under {level}"),
+            Duration::from_secs(60),
+            || match admit(&cni, &ns) {
+                Ok(()) => Err("admitted".to_string()),
+                Err(e) => Ok(e),
+            },
+        );
+        for reason in reasons {
+            assert!(
+                refusal.contains(reason),
+                "{level}: {reason:?} not in {refusal}"
+            );
+        }
+    }
+    for level in ["restricted", "baseline", "privileged"] {
+        if let Err(e) = admit(&injector, &format!("pss-{level}")) {
+            panic!("the injector's pod is refused in a namespace enforcing {level}: {e}");
+        }
+    }
+    if let Err(e) = admit(&cni, "pss-privileged") {
+        panic!("the istio-cni pod is refused in a namespace enforcing privileged: {e}");
+    }
+    // What each chart's NOTES tell the installer is what was just shown.
+    for (chart, level) in [
+        (helm::chart_dir(), "restricted"),
+        (helm::cni_chart_dir(), "privileged"),
+    ] {
+        let notes = std::fs::read_to_string(chart.join("templates/NOTES.txt")).unwrap();
+        let said: Vec<&str> = notes
+            .match_indices("pod-security.kubernetes.io/enforce=")
+            .map(|(at, m)| {
+                notes[at + m.len()..]
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+            })
+            .collect();
+        assert_eq!(said, [level], "{}", chart.display());
+    }
+}
+
+/// Whether `got` has every field of `want` with its value (objects compared field by field).
+fn holds(got: &Value, want: &Value) -> bool {
+    match want {
+        Value::Object(m) => m.iter().all(|(k, v)| holds(&got[k], v)),
+        _ => got == want,
+    }
+}
+
 /// `deploy/base` holds the chart rendered with `deploy/values.yaml` (scripts/render-deploy.sh), byte for
 /// byte: rendering again into a temporary folder gives the same files, and deploy/base has no generated
 /// file the chart no longer renders.
@@ -598,7 +856,7 @@ fn helm_install_injects_a_labelled_namespace() {
         .unwrap();
     e2e::cluster::wait_for(
         "the injector to correct the caBundle",
-        std::time::Duration::from_secs(2),
+        e2e::PATIENCE,
         || {
             let mwc = cluster.kubectl_json(
                 &["get", "mutatingwebhookconfiguration", "sidecar-injector"],
@@ -705,7 +963,7 @@ fn proxy_config_crd(cluster: &Cluster) {
                 "wait",
                 "--for=condition=Established",
                 "crd/proxyconfigs.networking.istio.io",
-                "--timeout=20s",
+                &format!("--timeout={}s", e2e::PATIENCE.as_secs()),
             ],
             None,
         )

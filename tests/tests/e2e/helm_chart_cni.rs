@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use e2e::apiserver::TempDir;
 use e2e::cluster::{wait_for, Cluster};
@@ -281,6 +281,114 @@ fn cni_chart_lints_and_renders_the_daemonset() {
     }
 }
 
+/// Hostile values (issue 27), as for the injector's chart (helm_chart.rs): every value the templates read
+/// adds no key to the rendered objects, with Helm's schema check or without it. The values found
+/// unquoted on 9154c7e (`cni.tag`, `cni.hub` through the image, `cni.cniConfDir` and `cni.cniBinDir` as
+/// hostPaths, `global.imagePullSecrets` in the ServiceAccount, the container's `env` names) are refused
+/// by the schema, naming their path.
+#[test]
+fn cni_hostile_values_add_no_key() {
+    let helm = Helm::offline();
+    let scratch = TempDir::new("cni-hostile");
+    let report = e2e::hostile_values::check_chart(
+        &helm,
+        &helm::cni_chart_dir(),
+        "istio-cni",
+        NS,
+        &[],
+        scratch.path(),
+    );
+    report.assert_held("charts/istio-cni");
+    for (what, pointer) in [
+        ("cni.tag", "'/cni/tag'"),
+        ("cni.hub", "'/cni/hub'"),
+        ("cni.cniConfDir", "'/cni/cniConfDir'"),
+        ("cni.cniBinDir", "'/cni/cniBinDir'"),
+        ("global.imagePullSecrets[]", "'/global/imagePullSecrets/0'"),
+        ("cni.env{new key}", "'/cni/env'"),
+        ("cni.priorityClassName", "'/cni/priorityClassName'"),
+        (
+            "cni.terminationGracePeriodSeconds",
+            "'/cni/terminationGracePeriodSeconds'",
+        ),
+    ] {
+        for held in report.held(what, true) {
+            assert!(
+                matches!(held, e2e::hostile_values::Held::Refused(m) if m.contains(pointer)),
+                "{what}: {held:?}"
+            );
+        }
+    }
+}
+
+/// The values the agent's pod is made of are validated, each refusal naming the value: node paths
+/// absolute and without `..`, a grace period of at least 0, image parts in their grammar (a tag is a
+/// string: `1.28` unquoted is a number), Secret names as Kubernetes names them. What is valid renders.
+#[test]
+fn cni_chart_validates_its_values() {
+    let helm = Helm::offline();
+    let chart = helm::cni_chart_dir().display().to_string();
+    let refused: &[(&[&str], &str)] = &[
+        (
+            &["--set", "cni.cniConfDir=etc/cni/net.d"],
+            "/cni/cniConfDir",
+        ),
+        (
+            &["--set", "cni.cniBinDir=/opt/cni/../../etc"],
+            "/cni/cniBinDir",
+        ),
+        (
+            &["--set", "cni.terminationGracePeriodSeconds=-1"],
+            "/cni/terminationGracePeriodSeconds",
+        ),
+        (&["--set-json", "cni.tag=1.28"], "/cni/tag"),
+        (&["--set", "global.tag=a:b"], "/global/tag"),
+        (&["--set", "cni.pullPolicy=Sometimes"], "/cni/pullPolicy"),
+        (
+            &["--set", "global.imagePullSecrets={Reg_Cred}"],
+            "/global/imagePullSecrets/0",
+        ),
+        (&["--set", "cni.chained=yes"], "/cni/chained"),
+    ];
+    for (set, reason) in refused {
+        let mut args = vec!["template", "istio-cni", &chart, "--namespace", NS];
+        args.extend(*set);
+        let out = helm.output(&args).unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(reason),
+            "helm template {set:?} should fail naming {reason:?}: {stderr}"
+        );
+    }
+    let docs = template(
+        &helm,
+        &[
+            "--set",
+            "global.imagePullSecrets={regcred},cni.cniConfDir=/var/lib/cni/net.d",
+            "--set",
+            "cni.tag=1.28-debug,cni.terminationGracePeriodSeconds=0",
+        ],
+    );
+    for d in &docs {
+        typed(d);
+    }
+    let sa = helm::of_kind(&docs, "ServiceAccount")[0];
+    assert_eq!(sa["imagePullSecrets"], json!([{"name": "regcred"}]));
+    let pod = &helm::of_kind(&docs, "DaemonSet")[0]["spec"]["template"]["spec"];
+    assert_eq!(pod["terminationGracePeriodSeconds"], 0);
+    assert_eq!(
+        pod["containers"][0]["image"],
+        "ghcr.io/sidecar-inject/istio-cni:1.28-debug"
+    );
+    let conf = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "cni-net-dir")
+        .unwrap();
+    assert_eq!(conf["hostPath"]["path"], "/var/lib/cni/net.d");
+}
+
 /// `deploy/istio-cni` holds the chart rendered with `deploy/istio-cni/values.yaml`
 /// (scripts/render-deploy.sh), byte for byte, and no generated file the chart no longer renders; its
 /// kustomization lists exactly the rendered files.
@@ -508,7 +616,7 @@ fn pod(cluster: &Cluster, name: &str) -> Value {
 }
 
 fn ready(agent: &Agent) {
-    wait_for("/readyz 200", Duration::from_secs(20), || {
+    wait_for("/readyz 200", e2e::PATIENCE, || {
         match agent.get("/readyz") {
             Ok((200, _)) => Ok(()),
             other => Err(format!("{other:?}\n{}", agent.stderr())),
@@ -630,7 +738,7 @@ fn helm_install_cni_agent_runs_with_the_chart_rbac() {
     );
 
     // Untainted: ours gone, the other kept.
-    wait_for("node-a untainted", Duration::from_secs(10), || {
+    wait_for("node-a untainted", e2e::PATIENCE, || {
         let n = cluster
             .kubectl_json(&["get", "node", "node-a"], None)
             .unwrap();
@@ -645,7 +753,7 @@ fn helm_install_cni_agent_runs_with_the_chart_rbac() {
         }
     });
     // Repaired: the broken pod of node-a deleted, node-b's left.
-    wait_for("broken deleted", Duration::from_secs(10), || {
+    wait_for("broken deleted", e2e::PATIENCE, || {
         match pod(&cluster, "broken")["metadata"]["deletionTimestamp"].as_str() {
             Some(_) => Ok(()),
             None => Err(agent.stderr()),
@@ -735,16 +843,13 @@ fn helm_install_cni_agent_runs_with_the_chart_rbac() {
     broken_pod(&cluster, "broken-2", "node-a");
     let node = Node::new();
     let mut agent = run_installed(&cluster, &node, "node-a", work.path());
-    wait_for(
-        "broken-2 labelled",
-        Duration::from_secs(10),
-        || match pod(&cluster, "broken-2")["metadata"]["labels"]["cni.istio.io/uninitialized"]
-            .as_str()
+    wait_for("broken-2 labelled", e2e::PATIENCE, || {
+        match pod(&cluster, "broken-2")["metadata"]["labels"]["cni.istio.io/uninitialized"].as_str()
         {
             Some("true") => Ok(()),
             _ => Err(agent.stderr()),
-        },
-    );
+        }
+    });
     assert!(pod(&cluster, "broken-2")["metadata"]["deletionTimestamp"].is_null());
     ready(&agent);
     let log = agent.stderr();

@@ -240,13 +240,16 @@ fn h_a_failure_in_the_middle_leaves_no_rules_of_ours() {
 #[test]
 fn i_validation_passes_with_rules_and_fails_with_126_without() {
     require_root();
-    let validate = |ns: &NetNs, ipv6: &'static str| {
+    // The probe timeout bounds a validation that fails; one that passes ends at its first redirected
+    // probe, so its bound is generous (a busy machine may take seconds to run the probe at all).
+    let validate = |ns: &NetNs, ipv6: &'static str, timeout: &'static str| {
         let args = with(&[
             "--ipv6",
             ipv6,
             "--run-validation",
             "--skip-rule-apply",
-            "--probe-timeout=2s",
+            "--probe-timeout",
+            timeout,
         ]);
         let start = Instant::now();
         let u = PROXY_UID.to_string();
@@ -270,23 +273,26 @@ fn i_validation_passes_with_rules_and_fails_with_126_without() {
         )
     };
     let bare = NetNs::new("ipt-i-bare").expect("netns");
-    let (code, took, err) = validate(&bare, "false");
+    let (code, took, err) = validate(&bare, "false", "2s");
     assert_eq!(code, Some(126), "{err}");
+    // It waited for its probe timeout, and no longer than the overall bound of a test's wait (without
+    // the timeout it would probe forever).
+    assert!(err.contains("within 2s"), "{err}");
     assert!(
-        took < Duration::from_secs(10),
+        took >= Duration::from_secs(2) && took < e2e::PATIENCE,
         "not bounded by --probe-timeout: {took:?}"
     );
 
     let ruled = NetNs::new("ipt-i-rules").expect("netns");
     init_ok(&ruled, &with(&["--ipv6", "false"]));
-    let (code, _, err) = validate(&ruled, "false");
+    let (code, _, err) = validate(&ruled, "false", "60s");
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("127.0.0.6:15002"), "{err}");
 
     // IPv6: the probe goes from [::1] to [::6] (added to lo by the apply) and is redirected too.
     let ruled6 = NetNs::new("ipt-i-rules6").expect("netns");
     init_ok(&ruled6, &with(&["--ipv6", "true"]));
-    let (code, _, err) = validate(&ruled6, "true");
+    let (code, _, err) = validate(&ruled6, "true", "60s");
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("[::6]:15002"), "{err}");
 }

@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::time::Duration;
 
 use e2e::apiserver::{injector_certs, CertFiles, Injector, TempDir};
 use e2e::cluster::{comparable, Cluster};
@@ -198,11 +197,11 @@ pub(crate) fn injected(pod: &Value) -> bool {
         .any(|n| n == "istio-proxy")
 }
 
-/// Retries `f` (every 100 ms, up to 20 s) until it returns `Ok`: the apiserver loads a new webhook
+/// Retries `f` until it returns `Ok` (at most [`e2e::PATIENCE`]): the apiserver loads a new webhook
 /// configuration through an informer, so a pod created right after the configuration may miss it. On
 /// timeout the panic carries the last error.
 pub(crate) fn eventually<T>(what: &str, f: impl FnMut() -> Result<T, String>) -> T {
-    e2e::cluster::wait_for(what, Duration::from_secs(20), f)
+    e2e::cluster::wait_for(what, e2e::PATIENCE, f)
 }
 
 /// A `dryRun=All` create of `pod` in `ns`: the apiserver's answer, or its error message.
@@ -483,26 +482,42 @@ fn serving_certificate_rotation_loses_no_admission() {
     install(c, &s.url_configurations(&[], |_| {}), "injected", |r| {
         r.as_ref().is_ok_and(injected)
     });
-    let done = std::sync::atomic::AtomicBool::new(false);
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let done = AtomicBool::new(false);
+    let count = AtomicUsize::new(0);
+    // Paced by the pods, not by the clock: each rotation (and the end) waits until two more pods were
+    // created since the last, however slow the machine makes each create.
+    let two_more = |since: usize| {
+        e2e::cluster::wait_for("two more pods created", e2e::PATIENCE, || {
+            let n = count.load(Ordering::SeqCst);
+            if n >= since + 2 {
+                Ok(n)
+            } else {
+                Err(n)
+            }
+        })
+    };
     let (created, rotations) = std::thread::scope(|scope| {
         let creator = scope.spawn(|| {
             let mut results = Vec::new();
             let mut extra = 0;
             // Until the rotations are over, then a few more with the last certificate.
             while extra < 5 {
-                if done.load(std::sync::atomic::Ordering::SeqCst) {
+                if done.load(Ordering::SeqCst) {
                     extra += 1;
                 }
                 let name = format!("p{}", results.len());
                 let r = create(c, "injected", &corpus_pod("hello.yaml", &name), &[]);
                 results.push((name, r.map(|p| injected(&p)).map_err(|e| format!("{e:#}"))));
+                count.fetch_add(1, Ordering::SeqCst);
             }
             results
         });
         let mut rotations = Vec::new();
+        let mut seen = 0;
         for i in 0..3 {
             let before = std::fs::read(&s.certs.cert).unwrap();
-            std::thread::sleep(Duration::from_millis(700));
+            seen = two_more(seen);
             injector_certs(&s.certs.dir, SANS).expect("rotating the serving pair");
             assert_ne!(std::fs::read(&s.certs.cert).unwrap(), before);
             let host = if i % 2 == 0 { "localhost" } else { "127.0.0.1" };
@@ -515,8 +530,8 @@ fn serving_certificate_rotation_loses_no_admission() {
             }
             rotations.push(host);
         }
-        std::thread::sleep(Duration::from_millis(700));
-        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        two_more(seen);
+        done.store(true, Ordering::SeqCst);
         (creator.join().unwrap(), rotations)
     });
     assert_eq!(rotations.len(), 3);

@@ -91,7 +91,7 @@ impl Bench {
         self.cluster
             .namespace(&ns, &labels(&[("istio-injection", "enabled")]))
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + e2e::PATIENCE;
         let probe = pod("probe", &ns, &BTreeMap::new(), &BTreeMap::new(), false);
         loop {
             let _ = self.create(&ns, &probe);
@@ -100,7 +100,8 @@ impl Bench {
             }
             assert!(
                 Instant::now() < deadline,
-                "the apiserver did not call the new injector within 20 s:\n{}",
+                "the apiserver did not call the new injector within {:?}:\n{}",
+                e2e::PATIENCE,
                 injector.log()
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -210,10 +211,11 @@ impl Bench {
     }
 
     /// Runs one row: the pod's dry-run create, `webhook <called> injected <yes|no>` as the apiserver
-    /// did it. A row whose system namespace was just relabelled is retried until it gives `want` (or 20 s).
+    /// did it. A row whose system namespace was just relabelled is retried until it gives `want` (at most
+    /// [`e2e::PATIENCE`]: the apiserver sees the new labels through an informer).
     fn run(&mut self, row: &Row, pod_labels: &BTreeMap<String, String>, want: &str) -> String {
         let (ns, relabelled) = self.namespace_for(row);
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + e2e::PATIENCE;
         for attempt in 0.. {
             let name = format!("row-{}-{attempt}", row.line);
             // routing.tsv has neither column: the routing sees labels only.

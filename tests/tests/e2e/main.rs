@@ -27,5 +27,6 @@ mod modules;
 mod nftables;
 mod readme;
 mod rules_differential;
+mod test_command;
 mod webhook;
 mod webhook_config;
