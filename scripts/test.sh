@@ -26,6 +26,12 @@ command -v jq >/dev/null || need+=(jq)
 command -v openssl >/dev/null || need+=(openssl)
 # The README's "Run it locally" block (replayed by the e2e readme test) talks to serve with curl.
 command -v curl >/dev/null || need+=(curl)
+# scripts/cluster.sh's nodes (`up DIR --nodes N`): a containerd and runc per node (Debian's, started by the
+# script: no systemd), and the pause image, compiled with gcc -static (libc6-dev's libc.a).
+command -v containerd >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
+command -v gcc >/dev/null || need+=(gcc)
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   apt-get update -qq
@@ -37,16 +43,17 @@ source scripts/test-counts.sh
 
 cargo fmt --all -- --check
 cargo build --workspace --bins --locked
-# etcd, kube-apiserver and kubectl for the kube-apiserver e2e tests, built from tools/k8s, and helm for the
-# chart's (tools/helm), with Go and cached outside the clone: the first run on a machine pays for the
-# builds (see the README), later runs reuse them.
+# etcd, kube-apiserver and kubectl for the kube-apiserver e2e tests, built from tools/k8s, helm for the
+# chart's (tools/helm), and the nodes' kubelet, kube-proxy, kube-scheduler, kube-controller-manager and
+# pause image (tools/k8s too) for the cluster tests, with Go and cached outside the clone: the first run on
+# a machine pays for the builds (see the README), later runs reuse them.
 command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || { echo "scripts/test.sh: the kube-apiserver tests need Go to build the control plane" >&2; exit 1; }
 cluster_start=$(date +%s)
 cluster_bin="$(bash scripts/cluster.sh build 2>/tmp/cluster-build.$$.log)" || {
   tail -40 /tmp/cluster-build.$$.log >&2
   exit 1
 }
-echo "control plane and helm: ${cluster_bin//$'\n'/ } ($(($(date +%s) - cluster_start)) s; $(grep -c . /tmp/cluster-build.$$.log) lines of build output)"
+echo "control plane, helm and nodes: ${cluster_bin//$'\n'/ } ($(($(date +%s) - cluster_start)) s; $(grep -c . /tmp/cluster-build.$$.log) lines of build output)"
 rm -f /tmp/cluster-build.$$.log
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The init container ships a static binary of at most 3 MiB.

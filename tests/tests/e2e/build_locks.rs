@@ -1,4 +1,4 @@
-//! The Go-built tools' scripts (`scripts/istio-peers.sh`, `cni-tools.sh`) share one cache on
+//! The Go-built tools' scripts (`scripts/cluster.sh`, `istio-peers.sh`, `cni-tools.sh`) share one cache on
 //! a machine, and two runs may build into it at once (two worktrees' test runs). Each holds a lock while it
 //! builds: the second run waits, then finds the binary built, so one target is built once and both runs
 //! succeed (before the lock, two `istio-peers.sh build` runs raced on one temporary file and one failed
@@ -121,4 +121,31 @@ fn two_cni_tools_builds_at_once_build_once() {
         out.contains(&format!("loopback={}", tmp.path().display())),
         "{out}"
     );
+}
+
+#[test]
+fn two_cluster_builds_at_once_build_once() {
+    // The machine's cache folders, without building (scripts/test.sh has built them).
+    let dirs: Vec<PathBuf> = stdout_ok(
+        Command::new("bash")
+            .arg(script("cluster.sh"))
+            .arg("build")
+            .env("CLUSTER_NO_BUILD", "1"),
+        "cluster.sh build (build it with `bash scripts/cluster.sh build`; scripts/test.sh does)",
+    )
+    .lines()
+    .map(PathBuf::from)
+    .collect();
+    assert_eq!(dirs.len(), 3, "{dirs:?}");
+    let tmp = TempDir::new("cluster-lock");
+    // The control plane's and the nodes' cache entries as they are; helm's missing (a link from Go's
+    // build cache).
+    for d in [&dirs[0], &dirs[2]] {
+        let kind = d.parent().unwrap().parent().unwrap();
+        std::os::unix::fs::symlink(kind, tmp.path().join(kind.file_name().unwrap())).unwrap();
+    }
+    let outs = two_builds("cluster.sh", &[("SIDECAR_INJECT_CACHE", tmp.path())]);
+    let out = built_once(&outs, "cluster.sh: building helm");
+    let helm = PathBuf::from(out.lines().nth(1).unwrap()).join("helm");
+    assert!(helm.starts_with(tmp.path()) && helm.is_file(), "{out}");
 }
