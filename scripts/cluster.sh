@@ -877,7 +877,7 @@ EOF
   fi
   trap - EXIT
   if [ "$nodes" -gt 0 ]; then
-    echo "cluster.sh: $server and $nodes nodes ready in $((($(date +%s%N) - start) / 1000000)) ms; source $dir/env" >&2
+    echo "cluster.sh: $server and $nodes node$([ "$nodes" -eq 1 ] || echo s) ready in $((($(date +%s%N) - start) / 1000000)) ms; source $dir/env" >&2
   else
     echo "cluster.sh: $server ready in $((($(date +%s%N) - start) / 1000000)) ms; source $dir/env" >&2
   fi

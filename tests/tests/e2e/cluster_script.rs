@@ -145,7 +145,7 @@ fn in_cidr(ip: &str, cidr: &str) -> bool {
 
 /// What a cluster with nodes must do: every node Ready; on each, a pod scheduled there by the scheduler
 /// runs, with the service account ServiceAccount admission gave it and an address of the node's pod
-/// subnet, which the host reaches; `kubectl logs` reaches the kubelet; from the pod's network namespace
+/// subnet, which the host reaches; `kubectl logs` and `exec` reach the kubelet; from the pod's network namespace
 /// the `kubernetes` Service's ClusterIP answers (kube-proxy's rules on the node, the route back through
 /// the host); the node sees its own CNI folders at the standard paths.
 fn check_cluster(c: &Cluster) {
@@ -222,6 +222,10 @@ fn check_cluster(c: &Cluster) {
             "host -> {ip}:7: {err}"
         );
         c.kubectl(&["logs", &name], None).unwrap();
+        let version = c
+            .kubectl(&["exec", &name, "--", "/pause", "-v"], None)
+            .unwrap();
+        assert!(version.starts_with("pause.c v"), "{version}");
         let id = pod["status"]["containerStatuses"][0]["containerID"]
             .as_str()
             .unwrap()
