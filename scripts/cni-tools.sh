@@ -49,6 +49,11 @@ build() {
   [ -x /usr/local/go/bin/go ] && PATH="$PATH:/usr/local/go/bin"
   command -v go >/dev/null || { echo "cni-tools: the Go toolchain (go) is not on PATH" >&2; exit 1; }
   local entry pkgs=() start tmp
+  mkdir -p "$cache"
+  # One build at a time into this cache: a second run waits here, then finds the tools built instead of
+  # building them again.
+  exec 9>"$cache/build.lock"
+  flock 9
   for entry in "${tools[@]}"; do
     [ -x "$bin/${entry%% *}" ] || pkgs+=("${entry#* }")
   done
@@ -65,6 +70,7 @@ build() {
     mv "$tmp"/* "$bin/"
     echo "cni-tools: built in $(( $(date +%s) - start )) s" >&2
   fi
+  exec 9>&-
   print_paths
 }
 

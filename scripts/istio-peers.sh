@@ -56,6 +56,11 @@ build() {
   command -v go >/dev/null || { echo "istio-peers: the Go toolchain (go) is not on PATH" >&2; exit 1; }
   mkdir -p "$bin"
   local entry name pkg start path
+  # One build at a time into this cache: a second run waits here and then finds the binaries built (two
+  # runs building at once raced on one temporary name, and one failed with `mv: cannot stat ….tmp`). The
+  # temporary name is the run's own anyway, and the rename puts a whole binary in place at once.
+  exec 9>"$cache/build.lock"
+  flock 9
   for entry in "${peers[@]}"; do
     name="${entry%% *}"
     pkg="${entry#* }"
@@ -64,10 +69,14 @@ build() {
     start=$(date +%s)
     echo "istio-peers: building $name ($pkg) into $bin ..." >&2
     # -mod=readonly: the pinned go.sum must already cover the build; -trimpath keeps the clone's path out.
-    (cd "$mod" && CGO_ENABLED=0 go build -mod=readonly -trimpath -o "$path.tmp" "$pkg")
-    mv "$path.tmp" "$path"
+    (cd "$mod" && CGO_ENABLED=0 go build -mod=readonly -trimpath -o "$path.tmp.$$" "$pkg") || {
+      rm -f "$path.tmp.$$"
+      exit 1
+    }
+    mv "$path.tmp.$$" "$path"
     echo "istio-peers: built $name in $(( $(date +%s) - start )) s" >&2
   done
+  exec 9>&-
   print_paths
 }
 

@@ -26,6 +26,12 @@ command -v jq >/dev/null || need+=(jq)
 command -v openssl >/dev/null || need+=(openssl)
 # The README's "Run it locally" block (replayed by the e2e readme test) talks to serve with curl.
 command -v curl >/dev/null || need+=(curl)
+# scripts/cluster.sh's nodes (`up DIR --nodes N`): a containerd and runc per node (Debian's, started by the
+# script: no systemd), and the pause image, compiled with gcc -static (libc6-dev's libc.a).
+command -v containerd >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
+command -v gcc >/dev/null || need+=(gcc)
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   apt-get update -qq
@@ -38,9 +44,10 @@ fi
 # binary that did not compile, finish or run, and every failed step; the script then exits 1.
 source scripts/test-counts.sh
 
-# etcd, kube-apiserver and kubectl for the kube-apiserver e2e tests, built from tools/k8s, and helm for the
-# chart's (tools/helm), with Go and cached outside the clone: the first run on a machine pays for the
-# builds (see the README), later runs reuse them.
+# etcd, kube-apiserver and kubectl for the kube-apiserver e2e tests, built from tools/k8s, helm for the
+# chart's (tools/helm), and the nodes' kubelet, kube-proxy, kube-scheduler, kube-controller-manager and
+# pause image (tools/k8s too) for the cluster tests, with Go and cached outside the clone: the first run on
+# a machine pays for the builds (see the README), later runs reuse them.
 build_cluster() {
   command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || {
     echo "scripts/test.sh: the kube-apiserver tests need Go to build the control plane" >&2
@@ -53,7 +60,7 @@ build_cluster() {
     rm -f "$log"
     return 1
   }
-  echo "control plane and helm: ${bin//$'\n'/ } ($(($(date +%s) - start)) s; $(grep -c . "$log") lines of build output)"
+  echo "control plane, helm and nodes: ${bin//$'\n'/ } ($(($(date +%s) - start)) s; $(grep -c . "$log") lines of build output)"
   rm -f "$log"
 }
 

@@ -1,7 +1,8 @@
 //! A real Kubernetes control plane for a test: etcd and kube-apiserver started by `scripts/cluster.sh up`
-//! into a temporary folder, stopped by `scripts/cluster.sh down` on drop. The binaries must already be
-//! built (`bash scripts/cluster.sh build`, which scripts/test.sh runs before `cargo test`); a test never
-//! builds them and never passes without them.
+//! into a temporary folder, stopped by `scripts/cluster.sh down` on drop; or with [`Cluster::up_with_nodes`]
+//! a whole cluster (controller manager, scheduler, nodes with kubelet, containerd and kube-proxy). The
+//! binaries must already be built (`bash scripts/cluster.sh build`, which scripts/test.sh runs before
+//! `cargo test`); a test never builds them and never passes without them.
 //!
 //! Two clients: `kubectl` (the one built with the apiserver) for what a user would type, and
 //! [`Cluster::request`], one HTTPS request with the cluster-admin client certificate, for loops over many
@@ -25,7 +26,7 @@ use tokio_rustls::TlsConnector;
 
 use crate::apiserver::TempDir;
 
-/// A running etcd + kube-apiserver; `scripts/cluster.sh down` on drop.
+/// A running etcd + kube-apiserver (and its nodes, if any); `scripts/cluster.sh down` on drop.
 pub struct Cluster {
     /// The folder `cluster.sh up` filled (removed by `down`).
     dir: PathBuf,
@@ -40,9 +41,62 @@ pub struct Cluster {
     pub server: String,
     addr: SocketAddr,
     tls: Arc<rustls::ClientConfig>,
+    /// The nodes (none for an apiserver alone).
+    pub nodes: Vec<Node>,
+    /// Everything `DIR/env` holds (see the header of scripts/cluster.sh).
+    pub env: BTreeMap<String, String>,
 }
 
-/// `bash scripts/cluster.sh <action> <dir>` with stdin closed. `CLUSTER_NO_BUILD` is set because a test
+/// A node of a cluster started with nodes: the `NODE<i>_*` variables of `DIR/env`.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// The Node's name (`node<i>`), also the node's hostname.
+    pub name: String,
+    /// Its InternalIP on the node network.
+    pub ip: String,
+    /// Its pod subnet.
+    pub pod_cidr: String,
+    /// The pid of the process holding the node's namespaces.
+    pub pid: u32,
+    /// The node's containerd socket (a host path).
+    pub containerd_sock: PathBuf,
+    /// The host folders the node sees at /opt/cni/bin and /etc/cni/net.d.
+    pub cni_bin_dir: PathBuf,
+    pub cni_conf_dir: PathBuf,
+    pub kubelet_log: PathBuf,
+    pub containerd_log: PathBuf,
+    pub kube_proxy_log: PathBuf,
+}
+
+impl Node {
+    /// `ctr -a <socket> -n k8s.io`, the containerd client on the node's CRI namespace.
+    pub fn ctr(&self) -> Command {
+        let mut cmd = Command::new("ctr");
+        cmd.arg("-a")
+            .arg(&self.containerd_sock)
+            .args(["-n", "k8s.io"])
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// `program` run on the node: in its network, mount and UTS namespaces.
+    pub fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.args([
+            "--target",
+            &self.pid.to_string(),
+            "--mount",
+            "--net",
+            "--uts",
+            "--",
+        ])
+        .arg(program)
+        .stdin(Stdio::null());
+        cmd
+    }
+}
+
+/// `bash scripts/cluster.sh <action> <dir>` with stdin closed (add `--nodes N` to `up` for nodes). `CLUSTER_NO_BUILD` is set because a test
 /// never builds: `up` without built binaries fails instead (scripts/test.sh builds first).
 pub fn script_command(action: &str, dir: &Path) -> Command {
     let mut cmd = Command::new("bash");
@@ -58,18 +112,30 @@ impl Cluster {
     /// Starts a control plane. Panics with the script's message when it cannot (binaries not built, a
     /// server that does not start): a test that needs an apiserver never passes without one.
     pub fn up() -> Cluster {
-        Cluster::try_up().unwrap_or_else(|e| {
+        Cluster::up_with_nodes(0)
+    }
+
+    /// Starts a cluster with `nodes` nodes (`cluster.sh up DIR --nodes N`; root only): `up` returns when
+    /// every node is Ready and untainted, kube-proxy has synced on each, and the `default`
+    /// ServiceAccount exists. Panics as [`Cluster::up`] does.
+    pub fn up_with_nodes(nodes: usize) -> Cluster {
+        Cluster::try_up(nodes).unwrap_or_else(|e| {
             panic!(
-                "this test needs a kube-apiserver: {e:#}\n(build it once with `bash scripts/cluster.sh build`; \
-                 scripts/test.sh does; it never skips)"
+                "this test needs a kube-apiserver{}: {e:#}\n(build it once with `bash scripts/cluster.sh build`; \
+                 scripts/test.sh does; it never skips)",
+                if nodes > 0 { " and nodes" } else { "" }
             )
         })
     }
 
-    fn try_up() -> anyhow::Result<Cluster> {
+    fn try_up(nodes: usize) -> anyhow::Result<Cluster> {
         let parent = TempDir::new("cluster");
         let dir = parent.path().join("cp");
-        let out = script_command("up", &dir)
+        let mut cmd = script_command("up", &dir);
+        if nodes > 0 {
+            cmd.args(["--nodes", &nodes.to_string()]);
+        }
+        let out = cmd
             // If this process dies without running Drop, the script's watchdog stops the servers.
             .env("CLUSTER_OWNER_PID", std::process::id().to_string())
             .output()
@@ -98,7 +164,25 @@ impl Cluster {
             Path::new(&get("KUBE_CLIENT_CERT")?),
             Path::new(&get("KUBE_CLIENT_KEY")?),
         )?;
+        let nodes = (1..=nodes)
+            .map(|i| {
+                let var = |k: &str| get(&format!("NODE{i}_{k}"));
+                Ok(Node {
+                    name: var("NAME")?,
+                    ip: var("IP")?,
+                    pod_cidr: var("POD_CIDR")?,
+                    pid: var("PID")?.parse().context("NODE<i>_PID")?,
+                    containerd_sock: var("CONTAINERD_SOCK")?.into(),
+                    cni_bin_dir: var("CNI_BIN_DIR")?.into(),
+                    cni_conf_dir: var("CNI_CONF_DIR")?.into(),
+                    kubelet_log: var("KUBELET_LOG")?.into(),
+                    containerd_log: var("CONTAINERD_LOG")?.into(),
+                    kube_proxy_log: var("KUBE_PROXY_LOG")?.into(),
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Cluster {
+            nodes,
             kubeconfig: PathBuf::from(get("KUBECONFIG")?),
             kubectl: PathBuf::from(get("KUBECTL")?),
             helm: PathBuf::from(get("HELM")?),
@@ -107,6 +191,7 @@ impl Cluster {
             tls,
             dir,
             _parent: parent,
+            env,
         })
     }
 
@@ -368,14 +453,21 @@ pub fn wait_for<T, E: std::fmt::Debug>(
     }
 }
 
-/// `KEY=VALUE` lines.
-fn read_env(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+/// `KEY=VALUE` lines; a value with spaces is in double quotes (so that bash can `source` the file), which
+/// are taken off.
+pub fn read_env(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(text
         .lines()
         .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .map(|(k, v)| {
+            let v = v
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or(v);
+            (k.to_string(), v.to_string())
+        })
         .collect())
 }
 

@@ -53,6 +53,7 @@ pub mod cni;
 pub mod cni_agent;
 pub mod differential;
 pub mod helm;
+pub mod host_state;
 pub mod hostile_values;
 pub mod inject_differential;
 pub mod interception;

@@ -4,6 +4,7 @@
 // `fields`, which clippy.toml prescribes for the injector's code: the checker shares no code with what it checks.
 #![allow(clippy::disallowed_methods)]
 
+mod build_locks;
 mod ca_bundle_patch;
 mod cluster_script;
 mod cluster_watch;
