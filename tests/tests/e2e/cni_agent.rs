@@ -1,7 +1,8 @@
 //! `istio-cni install` against a real kube-apiserver and real files: the plugin installed (binary,
 //! kubeconfig, our entry last in a bridge + host-local conflist), repaired when the conflist or the
 //! binary is changed behind its back, the Node's not-ready taint removed, everything taken off again
-//! on SIGTERM.
+//! on SIGTERM — stale `istio-cni` entries included, at once even while it copies a large binary or
+//! while its conflist is a FIFO (issue 27).
 //!
 //! Waits are tied to the work: each polls its condition and returns as soon as it holds, under one
 //! generous deadline ([`WORK`]) that only a broken agent reaches, so a busy disk (the debug binary is
@@ -272,4 +273,167 @@ fn waits_for_a_configuration_then_chains_into_a_conf() {
             _ => Err(anyhow::anyhow!("{s}")),
         })
     });
+}
+
+fn types(v: &Value) -> Vec<String> {
+    plugins(v)
+        .iter()
+        .map(|p| p["type"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn ready(agent: &Agent) -> anyhow::Result<()> {
+    agent.get("/readyz").and_then(|(s, b)| match s {
+        200 => Ok(()),
+        _ => Err(anyhow::anyhow!("{s} {b}")),
+    })
+}
+
+/// Issue 27, finding 3: a conflist already holding `istio-cni` twice kept the second entry after
+/// install, and after SIGTERM still held one pointing at the removed binary and kubeconfig: every new
+/// sandbox then failed. Install leaves exactly our entry; cleanup leaves none, in any file.
+#[test]
+fn every_istio_cni_entry_is_replaced_on_install_and_removed_on_sigterm() {
+    let cluster = Cluster::up();
+    let dirs = NodeDirs::new(&cluster, "istio-system", "istio-cni").unwrap();
+    let original: Value = serde_json::from_str(CONFLIST).unwrap();
+    let stale = json!({"name": "istio-cni", "type": "istio-cni", "cni_agent_run_dir": "/var/run/old-istio-cni"});
+    let mut twice = original.clone();
+    let list = twice["plugins"].as_array_mut().unwrap();
+    list.insert(1, stale.clone());
+    list.push(stale.clone());
+    let conflist = dirs.conf.join("10-bridge.conflist");
+    std::fs::write(&conflist, twice.to_string()).unwrap();
+    // A file the runtime does not read while the first is there, but would once it is gone.
+    let other = dirs.conf.join("20-other.conflist");
+    let other_list =
+        json!({"cniVersion": "1.0.0", "name": "other", "plugins": [{"type": "ptp"}, stale]});
+    std::fs::write(&other, other_list.to_string()).unwrap();
+
+    let mut agent = Agent::start(&cluster, &dirs, "node-c", &["--repair-enabled=false"]).unwrap();
+    wait_for("/readyz 200", WORK, || ready(&agent));
+    let v = read_json(&conflist).unwrap();
+    assert_eq!(types(&v), ["bridge", "portmap", "istio-cni"], "{v}");
+    assert_eq!(
+        plugins(&v)[2]["cni_agent_run_dir"],
+        dirs.run.to_str().unwrap()
+    );
+    assert_eq!(
+        read_json(&other).unwrap(),
+        other_list,
+        "a file not chained into is left alone"
+    );
+
+    let status = agent.terminate().unwrap();
+    assert!(status.success(), "{status}: {}", agent.stderr());
+    assert_eq!(read_json(&conflist).unwrap(), original);
+    assert_eq!(types(&read_json(&other).unwrap()), ["ptp"]);
+}
+
+/// Issue 27, finding 4: with `CNI_CONF_NAME` set, a conflist replaced by a FIFO blocked the agent in
+/// open(2), and SIGTERM was no longer handled. The FIFO is refused, and SIGTERM cleans up and exits.
+#[test]
+fn sigterm_is_handled_with_a_fifo_in_place_of_the_conflist() {
+    let cluster = Cluster::up();
+    let dirs = NodeDirs::new(&cluster, "istio-system", "istio-cni").unwrap();
+    let conflist = dirs.conf.join("10-bridge.conflist");
+    std::fs::write(&conflist, CONFLIST).unwrap();
+    let mut agent = Agent::start(
+        &cluster,
+        &dirs,
+        "node-d",
+        &[
+            "--repair-enabled=false",
+            "--cni-conf-name=10-bridge.conflist",
+        ],
+    )
+    .unwrap();
+    wait_for("/readyz 200", WORK, || ready(&agent));
+
+    std::fs::remove_file(&conflist).unwrap();
+    nix::unistd::mkfifo(&conflist, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    wait_for("not ready after the swap", WORK, || match ready(&agent) {
+        Ok(()) => Err("still ready".to_string()),
+        Err(_) => Ok(()),
+    });
+    // Tied to the work: the agent has met the FIFO (and, before the fix, blocked on it).
+    wait_for("the FIFO refused", WORK, || {
+        let err = agent.stderr();
+        if err.contains("a FIFO, not a regular file") {
+            Ok(())
+        } else {
+            Err(err)
+        }
+    });
+
+    let t = Instant::now();
+    let status = agent.terminate().unwrap();
+    eprintln!("exited {:?} after SIGTERM", t.elapsed());
+    assert!(status.success(), "{status}: {}", agent.stderr());
+    assert!(!dirs.bin.join("istio-cni").exists());
+    assert!(!dirs.run.join("istio-cni-kubeconfig").exists());
+    use std::os::unix::fs::FileTypeExt as _;
+    assert!(
+        std::fs::symlink_metadata(&conflist)
+            .unwrap()
+            .file_type()
+            .is_fifo(),
+        "the FIFO is not the agent's to remove"
+    );
+}
+
+/// Issue 27, finding 4: copying a 3 GB `--plugin-binary` held SIGTERM for 12 s. The copy is stopped
+/// at its next chunk, and nothing of it stays.
+#[test]
+fn sigterm_stops_the_copy_of_a_large_binary() {
+    let cluster = Cluster::up();
+    let dirs = NodeDirs::new(&cluster, "istio-system", "istio-cni").unwrap();
+    std::fs::write(dirs.conf.join("10-bridge.conflist"), CONFLIST).unwrap();
+    let big = dirs.run.parent().unwrap().join("big-plugin");
+    // Sparse: no disk until copied, and every byte still has to be copied.
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(3 << 30)
+        .unwrap();
+    let mut agent = Agent::start(
+        &cluster,
+        &dirs,
+        "node-e",
+        &[
+            "--repair-enabled=false",
+            "--plugin-binary",
+            big.to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    // Tied to the work: the copy is under way once its temporary file holds bytes.
+    wait_for("the copy under way", WORK, || {
+        let copying = std::fs::read_dir(&dirs.bin)?.flatten().any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("istio-cni.tmp.")
+                && e.metadata().is_ok_and(|m| m.len() > 0)
+        });
+        if copying {
+            Ok(())
+        } else {
+            Err(std::io::Error::other("no temporary file with bytes yet"))
+        }
+    });
+    let t = Instant::now();
+    let status = agent.terminate().unwrap();
+    eprintln!("exited {:?} after SIGTERM", t.elapsed());
+    assert!(status.success(), "{status}: {}", agent.stderr());
+    let err = agent.stderr();
+    assert!(
+        err.contains("stopped the install pass in progress"),
+        "the copy was not stopped: {err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dirs.bin)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    std::fs::remove_file(&big).unwrap();
 }
