@@ -230,6 +230,18 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         stop.stop();
+        let at_stop = std::fs::metadata(&temp).map_or(0, |m| m.len());
+        // It gives up at its next chunk: the temporary file grows by at most the chunk in flight (a
+        // copy that ran on would reach the source's 1 GiB, and the rename's own check would still
+        // make it fail with Interrupted).
+        let mut most = at_stop;
+        while !copying.is_finished() {
+            most = most.max(std::fs::metadata(&temp).map_or(0, |m| m.len()));
+        }
+        assert!(
+            most <= at_stop + 2 * CHUNK_BYTES,
+            "the copy went on from {at_stop} to {most} bytes after the stop"
+        );
         let e = copying.join().unwrap().unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "{e}");
         assert_eq!(names(&dir), ["big"]);
