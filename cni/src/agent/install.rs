@@ -390,6 +390,9 @@ impl Installer {
                     note(self.remove_entries(path));
                 }
             }
+            // No folder, no entry to take out.
+            Err(ConfigError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => note(Err(e.into())),
         }
         for path in [self.kubeconfig_path(), self.binary_path()] {
@@ -568,6 +571,14 @@ mod tests {
         assert_eq!(node.types("20-next.conflist"), ["ptp"]);
         assert!(!node.installer.binary_path().exists());
         assert!(!node.installer.kubeconfig_path().exists());
+    }
+
+    /// A node without a configuration folder has no entry to take out: the cleanup succeeds.
+    #[test]
+    fn cleanup_without_a_configuration_folder_succeeds() {
+        let node = Node::new("nodir", &[]);
+        std::fs::remove_dir(node.root.join("net.d")).unwrap();
+        node.installer.cleanup().unwrap();
     }
 
     /// Issue 27, finding 4: with `CNI_CONF_NAME`, a conflist replaced by a FIFO blocked the agent in
