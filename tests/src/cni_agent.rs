@@ -130,7 +130,7 @@ impl Agent {
             .stderr(std::fs::File::create(&err)?)
             .spawn()
             .context("starting istio-cni install")?;
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + crate::PATIENCE;
         loop {
             if let Ok(text) = std::fs::read_to_string(&port_file) {
                 if let Some(addr) = text.trim().strip_prefix("http=") {
@@ -151,7 +151,10 @@ impl Agent {
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                bail!("istio-cni install did not report its port within 30 s");
+                bail!(
+                    "istio-cni install did not report its port within {:?}",
+                    crate::PATIENCE
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
