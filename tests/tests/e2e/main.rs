@@ -27,5 +27,6 @@ mod modules;
 mod nftables;
 mod readme;
 mod rules_differential;
+mod testproxy;
 mod webhook;
 mod webhook_config;
