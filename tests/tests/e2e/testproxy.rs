@@ -268,6 +268,44 @@ fn outbound_and_inbound_go_through_the_proxy_with_their_original_destinations_ip
 }
 
 #[test]
+fn tproxy_inbound_goes_through_the_transparent_listener_to_the_app() {
+    require_root();
+    let p = Pair::new("tp-tproxy");
+    init_ok(
+        &p.pod,
+        &injected_args_with(&[("-m", "TPROXY")], &["--ipv6", "false"]),
+    );
+    // In TPROXY mode Istio gives the proxy NET_ADMIN (for IP_TRANSPARENT); uid 1337 keeps it as an
+    // ambient capability.
+    let mut cmd = p.pod.command("setpriv");
+    cmd.args([
+        "--reuid",
+        "1337",
+        "--regid",
+        "1337",
+        "--clear-groups",
+        "--inh-caps",
+        "+net_admin",
+        "--ambient-caps",
+        "+net_admin",
+    ])
+    .arg(e2e::bin("testproxy"))
+    .args(PROXY_ARGS)
+    .stdin(Stdio::null());
+    let proxy = Server::start(cmd, "the proxy");
+    wait_until_up(&p.pod, "http://127.0.0.1:15021/healthz/ready");
+    let _pod_echo = echo(&p.pod, "pod-echo", "http://10.10.0.1:8080/");
+    assert_eq!(
+        get_ok(&p.peer, None, "http://10.10.0.1:8080/"),
+        "pod-echo\n"
+    );
+    let s = stats(&p.pod);
+    assert_eq!(s["inbound"], 1, "{s}");
+    assert_eq!(destinations(&s), ["10.10.0.1:8080"], "{s}");
+    assert!(proxy.terminate().success());
+}
+
+#[test]
 fn a_connection_straight_to_a_capture_port_is_refused_not_relayed_to_itself() {
     let (p, _proxy) = pod_with_proxy("tp-loop", "false");
     // Root's connection to 127.0.0.1 is not captured: it reaches 15001 itself, and its "original
