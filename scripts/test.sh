@@ -26,6 +26,8 @@ command -v jq >/dev/null || need+=(jq)
 command -v openssl >/dev/null || need+=(openssl)
 # The README's "Run it locally" block (replayed by the e2e readme test) talks to serve with curl.
 command -v curl >/dev/null || need+=(curl)
+# scripts/images.sh: the Debian base of the iptables-init image (made once per machine, then cached).
+command -v debootstrap >/dev/null || need+=(debootstrap)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   apt-get update -qq
@@ -72,6 +74,17 @@ bash scripts/cni-tools.sh build > target/cni-tools.txt 2> target/cni-tools.log |
   exit 1
 }
 echo "cni tools ($(( $(date +%s) - cni_start )) s): $(tr '\n' ' ' < target/cni-tools.txt)"
+# The container images (issue 28), from the repository's Dockerfiles with no container engine or registry:
+# the builder stages' cargo commands run here, the Debian base is debootstrapped on a machine's first run
+# (cached under ~/.cache/sidecar-inject), and an archive is rewritten only when its inputs changed. The e2e
+# tests images:: check them against the Dockerfiles.
+images_start=$(date +%s)
+bash scripts/images.sh build > target/images.txt 2> target/images.log || {
+  tail -40 target/images.log >&2
+  echo "scripts/test.sh: building the images failed" >&2
+  exit 1
+}
+echo "images ($(( $(date +%s) - images_start )) s): $(grep -v _ARCHIVE= target/images.txt | tr '\n' ' ')"
 run_tests cargo test --workspace --locked
 # The netfilter end-to-end tests once more, against the binary the image ships (static musl release).
 E2E_IPTABLES_INIT="$(pwd)/target/x86_64-unknown-linux-musl/release/iptables-init" \

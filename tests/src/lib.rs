@@ -46,6 +46,7 @@ pub mod cni;
 pub mod cni_agent;
 pub mod differential;
 pub mod helm;
+pub mod image_archive;
 pub mod inject_differential;
 pub mod interception;
 pub mod iptables_init;
