@@ -613,7 +613,7 @@ fn a_difference_between_a_dockerfile_and_its_image_is_caught() {
         (
             "COPY --from=build /iptables-init /usr/local/bin/iptables-init",
             "COPY --from=build /iptables-init /usr/bin/iptables-init",
-            "/usr/local/bin/iptables-init is missing",
+            "/usr/bin/iptables-init is missing",
         ),
         (
             "org.opencontainers.image.title=\"iptables-init\" \\\n      org.opencontainers.image.description=\"sidecar-inject's init container (replaces",
