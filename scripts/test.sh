@@ -32,6 +32,8 @@ command -v containerd >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
 command -v gcc >/dev/null || need+=(gcc)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)
+# scripts/images.sh: the Debian base of the iptables-init image (made once per machine, then cached).
+command -v debootstrap >/dev/null || need+=(debootstrap)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   apt-get update -qq
@@ -91,6 +93,21 @@ build_cni_tools() {
   echo "cni tools ($(( $(date +%s) - start )) s): $(tr '\n' ' ' < target/cni-tools.txt)"
 }
 
+# The container images (issue 28), from the repository's Dockerfiles with no container engine or registry:
+# the builder stages' cargo commands run here, the Debian base is debootstrapped on a machine's first run
+# (cached under ~/.cache/sidecar-inject), and an archive is rewritten only when its inputs changed. The e2e
+# tests images:: check them against the Dockerfiles.
+build_images() {
+  local start
+  start=$(date +%s)
+  bash scripts/images.sh build > target/images.txt 2> target/images.log || {
+    tail -40 target/images.log >&2
+    echo "scripts/test.sh: building the images failed" >&2
+    return 1
+  }
+  echo "images ($(( $(date +%s) - start )) s): $(grep -v _ARCHIVE= target/images.txt | tr '\n' ' ')"
+}
+
 step cargo fmt --all -- --check
 step cargo build --workspace --bins --locked
 step build_cluster
@@ -101,6 +118,7 @@ step bash scripts/check-static-init.sh
 step bash scripts/check-static-cni.sh
 step build_istio_peers
 step build_cni_tools
+step build_images
 run_tests cargo test --workspace --locked
 # The netfilter end-to-end tests once more, against the binary the image ships (static musl release).
 E2E_IPTABLES_INIT="$(pwd)/target/x86_64-unknown-linux-musl/release/iptables-init" \

@@ -55,6 +55,7 @@ pub mod differential;
 pub mod helm;
 pub mod host_state;
 pub mod hostile_values;
+pub mod image_archive;
 pub mod inject_differential;
 pub mod interception;
 pub mod iptables_init;
