@@ -3,12 +3,15 @@
 
 use serde_json::Value as Json;
 
+use super::error::ExecError;
+use super::funcs;
 use super::lex::Num;
+use super::limits::Limits;
 use super::parse::{Arg, Cmd, Node, Pipe};
+use super::print;
 use super::schema::{self, IntK, Ty, ROOT};
 use super::state::{eval_err, unsupported, validate, Exec, E, P, R};
 use super::value::{Val, NULL};
-use super::{funcs, print, ExecError, Limits, Template};
 use crate::fields::Fields;
 
 /// What a walk over a list of nodes ended with.
@@ -27,12 +30,10 @@ pub struct Cost {
     pub meter: usize,
 }
 
-pub(crate) fn execute(t: &Template, data: &Json, limits: &Limits) -> Result<String, ExecError> {
-    execute_metered(t, data, limits).0
-}
-
+/// Evaluates the tree `root` of the template `name` over `data`, within `limits`.
 pub(crate) fn execute_metered<'a>(
-    t: &'a Template,
+    name: &str,
+    root: &'a [Node],
     data: &'a Json,
     limits: &Limits,
 ) -> (Result<String, ExecError>, Cost) {
@@ -46,18 +47,18 @@ pub(crate) fn execute_metered<'a>(
         depth: 0,
         line: 1,
     };
-    let root = Val::Data(data, &ROOT);
-    ex.vars.push(("$", root.clone()));
-    let res = ex.walk(&root, &t.root);
+    let dot = Val::Data(data, &ROOT);
+    ex.vars.push(("$", dot.clone()));
+    let res = ex.walk(&dot, root);
     let cost = Cost {
         work: ex.work,
         meter: ex.meter,
     };
-    (finish(t, ex.line, res.map(|_| ex.out)), cost)
+    (finish(name, ex.line, res.map(|_| ex.out)), cost)
 }
 
-fn finish(t: &Template, line: usize, res: R<String>) -> Result<String, ExecError> {
-    let template = t.name.clone();
+fn finish(name: &str, line: usize, res: R<String>) -> Result<String, ExecError> {
+    let template = name.to_string();
     match res {
         Ok(out) => Ok(out),
         Err(E::Eval(message)) => Err(ExecError::Eval {

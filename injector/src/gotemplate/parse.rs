@@ -2,8 +2,10 @@
 //! makes at parse time (undefined variables, unknown functions, `break` outside `range`) and the refusals
 //! of constructs outside the subset.
 
+use super::error::ParseError;
+use super::funcs;
 use super::lex::{self, parse_number, Num, Tok, Token};
-use super::{funcs, ParseError, MAX_PARSE_DEPTH};
+use super::limits::MAX_PARSE_DEPTH;
 
 /// A node of the template tree.
 #[derive(Debug, Clone)]
