@@ -289,31 +289,40 @@ pub(super) fn sorted_entries(o: &Map<String, Json>) -> Vec<(&String, &Json)> {
     v
 }
 
-/// Go's `encoding/json` number text.
-fn json_number(n: &Number, out: &mut String) {
+/// Writes a number that is an integer (an int64 or a uint64, written alike by every encoder here) and
+/// gives None; gives any other number as a float, for the caller's float format.
+pub(super) fn write_integer(n: &Number, out: &mut String) -> Option<f64> {
     if let Some(i) = n.as_i64() {
         let _ = write!(out, "{i}");
     } else if let Some(u) = n.as_u64() {
         let _ = write!(out, "{u}");
     } else {
-        let f = n.as_f64().unwrap_or(0.0);
-        let a = f.abs();
-        if a != 0.0 && !(1e-6..1e21).contains(&a) {
-            let mut s = format_float(f, 'e', None, false).unwrap_or_default();
-            // Go writes e-7, not e-07.
-            if let Some(pos) = s.find("e-0") {
-                s.remove(pos + 2);
-            } else if let Some(pos) = s.find("e+0") {
-                s.remove(pos + 2);
-            }
-            out.push_str(&s);
-        } else {
-            let (neg, d, dp) = digits(f, None);
-            if neg {
-                out.push('-');
-            }
-            fmt_f(out, &d, dp, (d.len() as i32 - dp).max(0) as usize);
+        return Some(n.as_f64().unwrap_or(0.0));
+    }
+    None
+}
+
+/// Go's `encoding/json` number text.
+fn json_number(n: &Number, out: &mut String) {
+    let Some(f) = write_integer(n, out) else {
+        return;
+    };
+    let a = f.abs();
+    if a != 0.0 && !(1e-6..1e21).contains(&a) {
+        let mut s = format_float(f, 'e', None, false).unwrap_or_default();
+        // Go writes e-7, not e-07.
+        if let Some(pos) = s.find("e-0") {
+            s.remove(pos + 2);
+        } else if let Some(pos) = s.find("e+0") {
+            s.remove(pos + 2);
         }
+        out.push_str(&s);
+    } else {
+        let (neg, d, dp) = digits(f, None);
+        if neg {
+            out.push('-');
+        }
+        fmt_f(out, &d, dp, (d.len() as i32 - dp).max(0) as usize);
     }
 }
 

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value as Json};
 
-use super::json::sorted_entries;
+use super::json::{sorted_entries, write_integer};
 use super::strconv::{format_float, is_go_printable, quote_into, u_escape};
 
 /// YAML as sigs.k8s.io/yaml `Marshal` writes it (go-yaml v2 block style, keys sorted, sequences not
@@ -107,21 +107,17 @@ fn yaml_scalar(j: &Json, out: &mut String) {
         Json::Null => out.push_str("null"),
         Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Json::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                let _ = write!(out, "{i}");
-            } else if let Some(u) = n.as_u64() {
-                let _ = write!(out, "{u}");
+            let Some(f) = write_integer(n, out) else {
+                return;
+            };
+            if f.fract() == 0.0 && f.abs() < 1e21 {
+                let _ = write!(
+                    out,
+                    "{}",
+                    f.abs() as u128 as i128 * if f < 0.0 { -1 } else { 1 }
+                );
             } else {
-                let f = n.as_f64().unwrap_or(0.0);
-                if f.fract() == 0.0 && f.abs() < 1e21 {
-                    let _ = write!(
-                        out,
-                        "{}",
-                        f.abs() as u128 as i128 * if f < 0.0 { -1 } else { 1 }
-                    );
-                } else {
-                    out.push_str(&format_float(f, 'g', None, false).unwrap_or_default());
-                }
+                out.push_str(&format_float(f, 'g', None, false).unwrap_or_default());
             }
         }
         Json::String(s) => yaml_str(s, out),
