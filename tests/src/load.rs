@@ -11,7 +11,8 @@ static LOAD: RwLock<()> = RwLock::new(());
 /// Held by a test that loads the machine: no [`timed`] test runs while it is held.
 pub fn alone() -> RwLockWriteGuard<'static, ()> {
     // A poisoned lock only means another test failed while holding it; the exclusion still holds.
-    LOAD.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    LOAD.write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Held by a test that asserts a wall-clock bound of about a second: it waits for a running load test.
