@@ -29,5 +29,6 @@ mod nftables;
 mod readme;
 mod rules_differential;
 mod test_command;
+mod testproxy;
 mod webhook;
 mod webhook_config;
