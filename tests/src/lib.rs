@@ -62,4 +62,5 @@ pub mod landing;
 pub mod netns;
 pub mod nettool;
 pub mod peers;
+pub mod product;
 pub mod rules_differential;
