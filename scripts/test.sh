@@ -32,6 +32,10 @@ command -v containerd >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
 command -v gcc >/dev/null || need+=(gcc)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)
+# scripts/images.sh (the images the node scenarios run): the Debian base of the iptables-init and
+# istio-pilot-agent images with debootstrap, and the script itself in Python.
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v python3 >/dev/null || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   apt-get update -qq
@@ -91,6 +95,20 @@ build_cni_tools() {
   echo "cni tools ($(( $(date +%s) - start )) s): $(tr '\n' ' ' < target/cni-tools.txt)"
 }
 
+# The project's images (scripts/images.sh: injector, iptables-init and its native-nftables flavour,
+# istio-cni, testproxy, pause, istio-pilot-agent), which the node scenarios (e2e node::) run on a real
+# cluster: their release binaries are built here; the Debian root file system is cached outside the clone.
+build_images() {
+  local start
+  start=$(date +%s)
+  bash scripts/images.sh build > target/images.txt 2> target/images.log || {
+    tail -40 target/images.log >&2
+    echo "scripts/test.sh: building the images failed; the node scenarios cannot run" >&2
+    return 1
+  }
+  echo "images ($(( $(date +%s) - start )) s): $(grep -c '_ARCHIVE=' target/images.txt) archives in target/images"
+}
+
 step cargo fmt --all -- --check
 step cargo build --workspace --bins --locked
 step build_cluster
@@ -101,6 +119,7 @@ step bash scripts/check-static-init.sh
 step bash scripts/check-static-cni.sh
 step build_istio_peers
 step build_cni_tools
+step build_images
 run_tests cargo test --workspace --locked
 # The netfilter end-to-end tests once more, against the binary the image ships (static musl release).
 E2E_IPTABLES_INIT="$(pwd)/target/x86_64-unknown-linux-musl/release/iptables-init" \
