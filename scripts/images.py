@@ -345,7 +345,8 @@ def write_archive(name, base_dir, base_key, adds, config, history):
     inputs = {
         "ref": ref(name), "writer": sha256_file(WRITER), "planner": sha256_file(os.path.abspath(__file__)),
         "base": base_key, "config": config, "history": history,
-        "adds": [[a, sha256_tree(a.split(":")[0])] for a in adds],
+        # What lands where, by content: the host paths (a fresh staging folder each run) do not count.
+        "adds": [[a.split(":", 1)[1], sha256_tree(a.split(":")[0])] for a in adds],
     }
     key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
     key_file = archive + ".key"
@@ -544,9 +545,10 @@ def build(names):
         archive = known.get(f"{n}_ARCHIVE")
         if archive and known.get(n) == ref(n) and os.path.exists(archive):
             merged += [f"{n}={ref(n)}", f"{n}_ARCHIVE={archive}"]
-    with open(manifest + ".tmp", "w") as f:
+    tmp = f"{manifest}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
         f.write("\n".join(merged) + "\n")
-    os.replace(manifest + ".tmp", manifest)
+    os.replace(tmp, manifest)
     print("\n".join(lines))
 
 

@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use crate::fields::{self, Fields};
 use serde_json::{Map, Value};
@@ -24,10 +25,11 @@ pub const PROXY_UID: i64 = crate::openshift::DEFAULT_PROXY_ID;
 pub const PROXY_GID: i64 = crate::openshift::DEFAULT_PROXY_ID;
 
 /// A loaded engine: configuration parsed and everything that does not depend on the pod precomputed.
-/// Cheap to share (`Arc<Engine>`); replaced whole on configuration reload.
+/// Cheap to share (`Arc<Engine>`); replaced whole on configuration reload, and by
+/// [`Engine::with_cluster_state`] (sharing the configuration) on a change of the cluster state.
 #[derive(Debug)]
 pub struct Engine {
-    pub settings: Settings,
+    pub settings: Arc<Settings>,
     /// The effective ProxyConfig of a pod without `proxy.istio.io/config` (default ⊕ mesh defaultConfig).
     base_proxy_config: Value,
     /// The `PROXY_CONFIG` env text of `base_proxy_config`, rendered once per configuration (`None` if it
@@ -124,8 +126,22 @@ impl Engine {
                 .join(", "),
             values_cluster,
             values_network,
-            settings,
+            settings: Arc::new(settings),
             cluster: ClusterState::default(),
+        }
+    }
+
+    /// This configuration with another cluster state (a watch's change): nothing is parsed or computed
+    /// again, the settings are shared.
+    pub fn with_cluster_state(&self, cluster: ClusterState) -> Engine {
+        Engine {
+            settings: self.settings.clone(),
+            base_proxy_config: self.base_proxy_config.clone(),
+            base_proxy_config_env: self.base_proxy_config_env.clone(),
+            have_templates: self.have_templates.clone(),
+            values_cluster: self.values_cluster.clone(),
+            values_network: self.values_network.clone(),
+            cluster,
         }
     }
 

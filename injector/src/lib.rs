@@ -44,6 +44,7 @@ pub(crate) mod cluster_watch;
 pub(crate) mod config;
 pub(crate) mod config_map_watch;
 pub(crate) mod config_types;
+pub(crate) mod cow_map;
 pub(crate) mod decision;
 pub(crate) mod defaults;
 pub(crate) mod effective_proxy_config;

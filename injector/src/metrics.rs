@@ -91,6 +91,10 @@ pub struct Metrics {
     pub patch_cache: CacheCounters,
     /// Failed list or watch calls of `serve --kubeconfig`, by resource (`cluster_watch`, `ca_bundle_patch`).
     cluster_watch_errors: Family<Labels, Counter>,
+    /// Objects each watch of `serve --kubeconfig` holds, by resource, and the cluster states handed to
+    /// the engine (`cluster_watch`: one engine rebuild each).
+    cluster_watch_objects: Family<Labels, Gauge<i64>>,
+    pub cluster_state_rebuilds: Counter,
     /// caBundle patches sent to our webhook configurations, and those that failed (`ca_bundle_patch`).
     pub webhook_patch_attempts: Counter,
     pub webhook_patch_failures: Counter,
@@ -127,6 +131,8 @@ impl Metrics {
         let injections_in_flight = Gauge::<i64>::default();
         let body_bytes_in_flight = Gauge::<i64>::default();
         let cluster_watch_errors = Family::<Labels, Counter>::default();
+        let cluster_watch_objects = Family::<Labels, Gauge<i64>>::default();
+        let cluster_state_rebuilds = Counter::default();
         let webhook_patch_attempts = Counter::default();
         let webhook_patch_failures = Counter::default();
         let webhook_patch_conflicts = Counter::default();
@@ -207,6 +213,16 @@ impl Metrics {
             "Failed list or watch calls to the API server, by resource (the last state is kept)",
             cluster_watch_errors.clone(),
         );
+        registry.register(
+            "injector_cluster_watch_objects",
+            "Objects the cluster watches hold, by resource (ProxyConfigs the webhook can use, Namespaces, Nodes)",
+            cluster_watch_objects.clone(),
+        );
+        registry.register(
+            "injector_cluster_state_rebuilds",
+            "Cluster states handed to the engine by the watches (one engine rebuild each)",
+            cluster_state_rebuilds.clone(),
+        );
         // Istio's names (`pkg/webhooks/monitoring.go`).
         registry.register(
             "webhook_patch_attempts",
@@ -273,6 +289,8 @@ impl Metrics {
             body_bytes_in_flight,
             patch_cache,
             cluster_watch_errors,
+            cluster_watch_objects,
+            cluster_state_rebuilds,
             webhook_patch_attempts,
             webhook_patch_failures,
             webhook_patch_conflicts,
@@ -284,6 +302,13 @@ impl Metrics {
         self.cluster_watch_errors
             .get_or_create(&vec![("resource", resource)])
             .inc();
+    }
+
+    /// Sets how many objects the watch of `resource` holds.
+    pub fn cluster_watch_objects(&self, resource: &'static str, n: usize) {
+        self.cluster_watch_objects
+            .get_or_create(&vec![("resource", resource)])
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     pub fn failure(&self, kind: FailureType) {

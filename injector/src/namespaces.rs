@@ -1,26 +1,45 @@
 //! The Namespace objects of `--namespaces` (`kubectl get ns -o yaml`), read once for every user: their
 //! labels route the webhook in `explain` (the API server matches a `namespaceSelector` against them),
-//! and on OpenShift their annotations give the proxy's uid and gid (`openshift`).
+//! and on OpenShift their annotations give the proxy's uid and gid (`openshift`). `serve --kubeconfig`
+//! watches them instead (`cluster_watch`), keeping only OpenShift's two annotations.
 
-use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use crate::cow_map::CowMap;
 use crate::fields;
 use crate::kube_objects::{self, ObjectsError};
 
 /// One Namespace's labels and annotations.
 #[derive(Debug, Clone, Default, PartialEq)]
-struct Namespace {
+pub struct Namespace {
     labels: Map<String, Value>,
     annotations: Map<String, Value>,
 }
 
-/// Namespace labels and annotations by namespace name.
+impl Namespace {
+    /// A watched Namespace as the webhook reads it: no labels (they only route `explain`), and of its
+    /// `annotations` only those `openshift::proxy_ids` reads, so a Namespace costs its name and at most
+    /// two short strings.
+    pub fn watched(annotations: impl IntoIterator<Item = (String, String)>) -> Namespace {
+        Namespace {
+            labels: Map::new(),
+            annotations: annotations
+                .into_iter()
+                .filter(|(k, _)| crate::openshift::ID_ANNOTATIONS.contains(&k.as_str()))
+                .map(|(k, v)| (k, Value::String(v)))
+                .collect(),
+        }
+    }
+}
+
+/// Namespace labels and annotations by namespace name; cheap to clone (a watch changes one Namespace
+/// at a time and shares the rest with the engines of earlier states).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Namespaces {
-    by_name: HashMap<String, Namespace>,
+    by_name: CowMap<String, Arc<Namespace>>,
 }
 
 impl Namespaces {
@@ -35,7 +54,7 @@ impl Namespaces {
     /// Indexes parsed Namespace objects; `source` names them in errors. Every object must be a
     /// Namespace with a name, and its labels and annotations mappings of strings.
     pub fn from_objects(objects: Vec<Value>, source: &str) -> Result<Namespaces, ObjectsError> {
-        let mut by_name = HashMap::new();
+        let mut by_name = CowMap::default();
         for (i, obj) in objects.iter().enumerate() {
             let err = |field: &str, reason: String| ObjectsError::Invalid {
                 path: source.to_string(),
@@ -69,9 +88,31 @@ impl Namespaces {
                 labels: strings("labels")?,
                 annotations: strings("annotations")?,
             };
-            by_name.insert(name.to_string(), namespace);
+            by_name.insert(name.to_string(), Arc::new(namespace));
         }
         Ok(Namespaces { by_name })
+    }
+
+    /// Sets (`Some`) or removes (`None`) Namespace `name`; whether that changed anything.
+    pub fn set(&mut self, name: &str, namespace: Option<Namespace>) -> bool {
+        match namespace {
+            Some(ns) if self.by_name.get(name).is_some_and(|old| **old == ns) => false,
+            Some(ns) => {
+                self.by_name.insert(name.to_string(), Arc::new(ns));
+                true
+            }
+            None => self.by_name.remove(name).is_some(),
+        }
+    }
+
+    /// The names of every Namespace held.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.iter().map(|(k, _)| k.as_str())
+    }
+
+    /// How many Namespaces there are.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
     }
 
     /// The labels of namespace `name`, when it is known.

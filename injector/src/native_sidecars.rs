@@ -3,43 +3,51 @@
 //! else of every node; native sidecars only when each one checked is at least 1.33 (the release where
 //! they graduated to stable). Without a cluster (`serve` from files, `kube-inject`), `auto` is on.
 
-use std::collections::BTreeMap;
-
-use serde_json::Value;
-
-use crate::fields;
+use crate::cow_map::CowMap;
 
 /// Istio's `minVersion`: the Kubernetes minor release from which native sidecars are on.
 const MIN_MINOR: i64 = 33;
 
-/// The kubelet version of every Node, by name (empty when a Node reports none).
+/// Whether each Node's kubelet supports native sidecars, by name: all the decision reads of a Node
+/// (Istio's `StripNodeUnusedFields` keeps more, for its other users). Cheap to clone (a watch changes
+/// one Node at a time and shares the rest with the engines of earlier states).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Nodes {
-    kubelet_versions: BTreeMap<String, String>,
+    supported: CowMap<String, bool>,
+    /// How many of them do not: a pod without a known node is decided in O(1), not by a walk.
+    unsupported: usize,
 }
 
 impl Nodes {
-    /// From the watch's reduced objects, `{"name": …, "kubeletVersion": …}`.
-    pub fn from_reduced(objects: &[Value]) -> Nodes {
-        let s = |o: &Value, k: &str| {
-            fields::path(o, [k])
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
+    /// Sets Node `name` to its kubelet version (`Some`, empty when it reports none), or removes it
+    /// (`None`); whether that changed what it holds. A version that does not parse is logged
+    /// here, once per change of the Node.
+    pub fn set(&mut self, name: &str, kubelet_version: Option<&str>) -> bool {
+        let new = kubelet_version.map(|v| supports(name, v));
+        let old = match new {
+            Some(s) => self.supported.insert(name.to_string(), s),
+            None => self.supported.remove(name),
         };
-        Nodes {
-            kubelet_versions: objects
-                .iter()
-                .map(|o| (s(o, "name"), s(o, "kubeletVersion")))
-                .collect(),
-        }
+        self.unsupported =
+            self.unsupported + usize::from(new == Some(false)) - usize::from(old == Some(false));
+        old != new
+    }
+
+    /// The names of every Node held.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.supported.iter().map(|(k, _)| k.as_str())
+    }
+
+    /// How many Nodes there are.
+    pub fn len(&self) -> usize {
+        self.supported.len()
     }
 
     /// Istio's `DetectNativeSidecar` for a pod whose `spec.nodeName` is `node_name` ("" when unset).
     pub fn detect(&self, node_name: &str) -> bool {
         if !node_name.is_empty() {
-            match self.kubelet_versions.get(node_name) {
-                Some(v) => return supports(node_name, v),
+            match self.supported.get(node_name) {
+                Some(s) => return *s,
                 None => tracing::warn!(
                     node = node_name,
                     "pod assigned to a node not found in the cluster; checking all nodes"
@@ -47,7 +55,7 @@ impl Nodes {
             }
         }
         // Any older node turns the feature off, so a mixed cluster never gets a pod its node cannot run.
-        self.kubelet_versions.iter().all(|(n, v)| supports(n, v))
+        self.unsupported == 0
     }
 }
 
@@ -101,7 +109,6 @@ fn minor(version: &str) -> Option<i64> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn versions_are_read_as_go_version_reads_them() {
@@ -123,12 +130,11 @@ mod tests {
     }
 
     fn nodes(pairs: &[(&str, &str)]) -> Nodes {
-        Nodes::from_reduced(
-            &pairs
-                .iter()
-                .map(|(n, v)| json!({"name": n, "kubeletVersion": v}))
-                .collect::<Vec<_>>(),
-        )
+        let mut n = Nodes::default();
+        for (name, v) in pairs {
+            n.set(name, Some(v));
+        }
+        n
     }
 
     #[test]
@@ -145,5 +151,21 @@ mod tests {
         assert!(!nodes(&[("a", "v1.33.0"), ("b", "")]).detect(""));
         // No node at all: nothing disagrees (Istio's loop over an empty list).
         assert!(Nodes::default().detect(""));
+    }
+
+    #[test]
+    fn changes_keep_the_count_of_older_nodes() {
+        let mut n = nodes(&[("a", "v1.32.0"), ("b", "v1.33.0")]);
+        assert!(!n.detect(""));
+        assert!(!n.set("b", Some("v1.33.1")), "the same decision: no change");
+        assert!(n.set("a", Some("v1.33.0")), "upgraded");
+        assert!(n.detect(""));
+        assert!(n.set("c", Some("")));
+        assert!(!n.detect(""));
+        assert!(n.set("c", None));
+        assert!(!n.set("c", None));
+        assert!(n.detect(""));
+        assert_eq!(n, nodes(&[("a", "v1.34.0"), ("b", "v1.33.0")]));
+        assert_eq!(n.len(), 2);
     }
 }

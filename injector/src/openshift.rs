@@ -13,6 +13,8 @@ pub const DEFAULT_PROXY_ID: i64 = 1337;
 pub const UID_RANGE_ANNOTATION: &str = "openshift.io/sa.scc.uid-range";
 /// The namespace annotation with the supplemental group blocks (comma-separated).
 pub const SUPPLEMENTAL_GROUPS_ANNOTATION: &str = "openshift.io/sa.scc.supplemental-groups";
+/// Every namespace annotation [`proxy_ids`] reads.
+pub const ID_ANNOTATIONS: [&str; 2] = [UID_RANGE_ANNOTATION, SUPPLEMENTAL_GROUPS_ANNOTATION];
 
 /// Istio's `GetProxyIDs`: uid = end of the uid-range block; gid = end of the first supplemental-groups
 /// block (the uid range when that key is absent); anything missing or invalid gives 1337.

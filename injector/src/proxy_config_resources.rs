@@ -5,9 +5,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use crate::cow_map::CowMap;
 use crate::fields::{self, Fields};
 use crate::kube_objects::{self, ObjectsError};
 
@@ -27,10 +29,11 @@ pub struct ProxyConfigResource {
 }
 
 /// The resources of a configuration, grouped by namespace, each group oldest first (then by name), as
-/// Istio's `sortConfigByCreationTime` orders them.
+/// Istio's `sortConfigByCreationTime` orders them. Cheap to clone: a watch replaces the groups that
+/// changed and shares the rest with the engines of earlier states.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProxyConfigResources {
-    by_namespace: HashMap<String, Vec<ProxyConfigResource>>,
+    by_namespace: CowMap<String, Arc<[Arc<ProxyConfigResource>]>>,
 }
 
 /// Fields of a resource's `spec` (istio/api `networking/v1beta1/proxy_config.proto`).
@@ -79,39 +82,37 @@ impl ProxyConfigResources {
         Ok(Self::index(resources))
     }
 
-    /// The resources of a watch (`serve --kubeconfig`): an object the webhook cannot use (the CRD keeps
-    /// unknown fields, so the API server stores some) is left out and returned as an error to log, and
-    /// the others still apply, as Istio's `GetProxyConfigs` lists only what its config store converted.
-    pub fn from_cluster(
-        objects: &[Value],
-        source: &str,
-    ) -> (ProxyConfigResources, Vec<ObjectsError>) {
-        let mut resources = Vec::new();
-        let mut errors = Vec::new();
-        for (i, obj) in objects.iter().enumerate() {
-            match resource(obj) {
-                Ok(r) => resources.push(r),
-                Err((field, reason)) => errors.push(ObjectsError::Invalid {
-                    path: source.to_string(),
-                    object: kube_objects::describe(obj, i),
-                    field,
-                    reason,
-                }),
-            }
-        }
-        (Self::index(resources), errors)
-    }
-
     /// Groups resources by namespace, each group oldest first, then by name.
     fn index(resources: Vec<ProxyConfigResource>) -> ProxyConfigResources {
-        let mut by_namespace: HashMap<String, Vec<ProxyConfigResource>> = HashMap::new();
+        let mut by_namespace: HashMap<String, Vec<Arc<ProxyConfigResource>>> = HashMap::new();
         for r in resources {
-            by_namespace.entry(r.namespace.clone()).or_default().push(r);
+            by_namespace
+                .entry(r.namespace.clone())
+                .or_default()
+                .push(Arc::new(r));
         }
-        for group in by_namespace.values_mut() {
-            group.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+        let mut index = ProxyConfigResources::default();
+        for (namespace, group) in by_namespace {
+            index.set_namespace(namespace, group);
         }
-        ProxyConfigResources { by_namespace }
+        index
+    }
+
+    /// Replaces the resources of `namespace` with `group` (any order; none removes the namespace). A
+    /// watch calls this for the namespaces that changed only.
+    pub fn set_namespace(&mut self, namespace: String, mut group: Vec<Arc<ProxyConfigResource>>) {
+        if group.is_empty() {
+            self.by_namespace.remove(&namespace);
+            return;
+        }
+        group.sort_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)));
+        self.by_namespace.insert(namespace, group.into());
+    }
+
+    /// How many resources `namespace` has.
+    #[cfg(test)]
+    pub fn count(&self, namespace: &str) -> usize {
+        self.by_namespace.get(namespace).map_or(0, |g| g.len())
     }
 
     /// The oldest namespace-wide resource of `namespace`.
@@ -120,6 +121,7 @@ impl ProxyConfigResources {
             .get(namespace)?
             .iter()
             .find(|r| r.selector.is_none())
+            .map(|r| &**r)
     }
 
     /// The oldest resource of `namespace` whose non-empty `matchLabels` are all among `labels`.
@@ -128,14 +130,19 @@ impl ProxyConfigResources {
         namespace: &str,
         labels: Option<&Map<String, Value>>,
     ) -> Option<&ProxyConfigResource> {
-        self.by_namespace.get(namespace)?.iter().find(|r| {
-            r.selector.as_ref().is_some_and(|sel| {
-                !sel.is_empty()
-                    && sel.iter().all(|(k, v)| {
-                        labels.and_then(|l| l.field(k)).and_then(Value::as_str) == Some(v.as_str())
-                    })
+        self.by_namespace
+            .get(namespace)?
+            .iter()
+            .find(|r| {
+                r.selector.as_ref().is_some_and(|sel| {
+                    !sel.is_empty()
+                        && sel.iter().all(|(k, v)| {
+                            labels.and_then(|l| l.field(k)).and_then(Value::as_str)
+                                == Some(v.as_str())
+                        })
+                })
             })
-        })
+            .map(|r| &**r)
     }
 
     /// The effective ProxyConfig of a pod in `namespace` with `labels` and the parsed
@@ -222,6 +229,21 @@ fn is_set(field: &str, v: &Value) -> bool {
         Value::Array(a) => !a.is_empty(),
         Value::Object(o) => !(MAPS.contains(&field) && o.is_empty()),
         Value::Null => false,
+    }
+}
+
+impl ProxyConfigResource {
+    /// One object of a watch (`serve --kubeconfig`), checked as a file's object is. An object the webhook
+    /// cannot use (the CRD keeps unknown fields, so the API server stores some) is an error to log and
+    /// leave out while the others still apply, as Istio's `GetProxyConfigs` lists only what its config
+    /// store converted.
+    pub fn from_watched(obj: &Value, source: &str) -> Result<ProxyConfigResource, ObjectsError> {
+        resource(obj).map_err(|(field, reason)| ObjectsError::Invalid {
+            path: source.to_string(),
+            object: kube_objects::describe(obj, 0),
+            field,
+            reason,
+        })
     }
 }
 

@@ -1407,13 +1407,14 @@ async fn reload_loop(
     }
 }
 
-/// A new cluster state from the watches: the current configuration rebuilt with it (the engine's
-/// precomputed parts depend on both), swapped in for the next admission.
+/// A new cluster state from the watches: the current engine with it (the configuration shared, nothing
+/// parsed again), swapped in for the next admission. The state shares what did not change with the
+/// last, so this costs the same with 10 objects as with 20,000.
 fn cluster_changed(state: &State, watched: &Mutex<ClusterState>, cluster: ClusterState) {
     let _rebuild = state.rebuild.lock().unwrap_or_else(|e| e.into_inner());
     *watched.lock().unwrap_or_else(|e| e.into_inner()) = cluster.clone();
-    let settings = state.engine().1.settings.clone();
-    state.swap_engine(Engine::new(settings).with_cluster(cluster));
+    let engine = state.engine().1.with_cluster_state(cluster);
+    state.swap_engine(engine);
     tracing::info!("cluster state changed; engine rebuilt");
 }
 

@@ -114,8 +114,8 @@ pub fn assumptions() -> impl Iterator<Item = &'static str> {
 }
 
 /// The surroundings of an explanation: fixed addresses, empty files.
-struct Offline {
-    ipv6: bool,
+pub(crate) struct Offline {
+    pub(crate) ipv6: bool,
 }
 
 impl System for Offline {

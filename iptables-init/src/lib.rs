@@ -135,14 +135,7 @@ pub fn apply_in_process(
     args: impl IntoIterator<Item = OsString>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), InProcessError> {
-    let argv = std::iter::once(OsString::from("istio-iptables")).chain(args);
-    let args = cli::Args::parse_args(argv).map_err(|e| InProcessError::Usage(e.to_string()))?;
-    let cfg = config::resolve(&args, env, &detect::HostSystem)?;
-    if cfg.dry_run || cfg.run_validation {
-        return Err(InProcessError::Usage(
-            "--dry-run and --run-validation are not applied in-process".to_string(),
-        ));
-    }
+    let cfg = resolve_in_process(args, env, &detect::HostSystem)?;
     tracing::debug!(?cfg, "configuration");
     if cfg.skip_rule_apply {
         return Ok(());
@@ -156,6 +149,37 @@ pub fn apply_in_process(
     }
     apply::apply(&iptables::model::build(&cfg), &apply_options(&cfg))
         .map_err(|e| InProcessError::Apply(e.to_string()))
+}
+
+/// What [`apply_in_process`] would refuse before touching anything, without touching anything: the
+/// same command-line parse and `config::resolve` (each value checked as for `iptables-init` itself),
+/// with no surroundings read (the interface addresses, `/etc/resolv.conf` and `/etc/passwd` are those
+/// of [`OFFLINE_ASSUMPTIONS`], since the pod's are known only inside its namespace). The CNI plugin
+/// runs it on the argument each pod annotation becomes, before it enters the pod's namespace, so a
+/// value passes its check exactly when the apply would take it.
+pub fn check_in_process(
+    args: impl IntoIterator<Item = OsString>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), InProcessError> {
+    resolve_in_process(args, env, &explain::Offline { ipv6: false }).map(drop)
+}
+
+/// The in-process callers' parse and resolution (one function, so the check and the apply refuse the
+/// same).
+fn resolve_in_process(
+    args: impl IntoIterator<Item = OsString>,
+    env: config::Env,
+    sys: &dyn detect::System,
+) -> Result<config::Config, InProcessError> {
+    let argv = std::iter::once(OsString::from("istio-iptables")).chain(args);
+    let args = cli::Args::parse_args(argv).map_err(|e| InProcessError::Usage(e.to_string()))?;
+    let cfg = config::resolve(&args, env, sys)?;
+    if cfg.dry_run || cfg.run_validation {
+        return Err(InProcessError::Usage(
+            "--dry-run and --run-validation are not applied in-process".to_string(),
+        ));
+    }
+    Ok(cfg)
 }
 
 /// Runs `iptables-init` with the process environment and surroundings.

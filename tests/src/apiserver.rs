@@ -95,12 +95,23 @@ impl Injector {
         args: &[String],
         env: &BTreeMap<String, String>,
     ) -> anyhow::Result<Injector> {
+        Injector::start_program(&crate::bin("injector"), ns, listen, args, env)
+    }
+
+    /// [`Injector::start_in`] of another build of the injector, `program` (a benchmark's baseline).
+    pub fn start_program(
+        program: &Path,
+        ns: Option<&crate::netns::NetNs>,
+        listen: &str,
+        args: &[String],
+        env: &BTreeMap<String, String>,
+    ) -> anyhow::Result<Injector> {
         let dir = TempDir::new("serve");
         let port_file = dir.path().join("ports");
         let stderr = dir.path().join("stderr");
         let mut cmd = match ns {
-            Some(ns) => ns.command(crate::bin("injector")),
-            None => Command::new(crate::bin("injector")),
+            Some(ns) => ns.command(program),
+            None => Command::new(program),
         };
         let mut child = cmd
             .arg("serve")
@@ -149,6 +160,23 @@ impl Injector {
     /// The process id (None once waited for).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// The process's resident set and its peak so far (`VmRSS`, `VmHWM` of /proc/PID/status), in bytes.
+    pub fn memory(&self) -> anyhow::Result<(u64, u64)> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| anyhow!("injector already waited for"))?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib = |key: &str| -> anyhow::Result<u64> {
+            let line = status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .ok_or_else(|| anyhow!("no {key} in /proc/{pid}/status"))?;
+            let n = line.trim().trim_end_matches("kB").trim();
+            Ok(n.parse::<u64>().context(key.to_string())? * 1024)
+        };
+        Ok((kib("VmRSS:")?, kib("VmHWM:")?))
     }
 
     /// The server's log so far.

@@ -326,6 +326,38 @@ impl Cluster {
         self.connect().await?.request(method, path, body).await
     }
 
+    /// Creates every `(path, object)` by POST over `connections` keep-alive connections at once, as fast
+    /// as the apiserver takes them (a flood, or the thousands of objects of a scale benchmark); each must
+    /// be answered 201.
+    pub async fn create_all(
+        &self,
+        objects: Vec<(String, Value)>,
+        connections: usize,
+    ) -> anyhow::Result<()> {
+        let queue = Arc::new(std::sync::Mutex::new(objects.into_iter()));
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..connections.max(1) {
+            let mut conn = self.connect().await?;
+            let queue = queue.clone();
+            tasks.spawn(async move {
+                loop {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+                    let Some((path, object)) = next else {
+                        return anyhow::Ok(());
+                    };
+                    let (status, answer) = conn.request("POST", &path, Some(&object)).await?;
+                    if status != StatusCode::CREATED {
+                        bail!("POST {path}: HTTP {status}: {answer}");
+                    }
+                }
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done??;
+        }
+        Ok(())
+    }
+
     /// A keep-alive HTTPS/1.1 connection to the apiserver as cluster-admin, for many requests in a row
     /// (benchmarks: no handshake per request).
     pub async fn connect(&self) -> anyhow::Result<Connection> {

@@ -130,7 +130,7 @@ impl Agent {
             .stderr(std::fs::File::create(&err)?)
             .spawn()
             .context("starting istio-cni install")?;
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + crate::PATIENCE;
         loop {
             if let Ok(text) = std::fs::read_to_string(&port_file) {
                 if let Some(addr) = text.trim().strip_prefix("http=") {
@@ -151,7 +151,10 @@ impl Agent {
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                bail!("istio-cni install did not report its port within 30 s");
+                bail!(
+                    "istio-cni install did not report its port within {:?}",
+                    crate::PATIENCE
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -188,7 +191,8 @@ impl Agent {
         std::fs::read_to_string(&self.err).unwrap_or_default()
     }
 
-    /// Sends SIGTERM and waits (at most 20 s) for the exit.
+    /// Sends SIGTERM and waits (at most 60 s: the agent stops what it is doing at once, so only one
+    /// that does not handle the signal takes that long) for the exit.
     pub fn terminate(&mut self) -> anyhow::Result<ExitStatus> {
         let mut child = self
             .child
@@ -196,14 +200,16 @@ impl Agent {
             .ok_or_else(|| anyhow!("already stopped"))?;
         let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id())?);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let bound = Duration::from_secs(60);
+        let deadline = Instant::now() + bound;
         loop {
             if let Some(status) = child.try_wait()? {
                 return Ok(status);
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                bail!("no exit within 20 s of SIGTERM: {}", self.stderr());
+                let _ = child.wait();
+                bail!("no exit within {bound:?} of SIGTERM: {}", self.stderr());
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -82,7 +82,7 @@ Refuses what `injector webhook-config` refuses (webhook_config.rs `Args::validat
 {{/*
 What values.schema.json cannot say about one value alone (each value's type and range are there; Helm
 checks them before rendering): the Deployment's rollout and the HPA's bounds, each refused as the API
-server would refuse it, naming the values.
+server would refuse it, and the review deadline against the webhook's timeout, naming the values.
 */}}
 {{- define "sidecar-injector.validateTogether" -}}
 {{- $surge := .Values.rollingMaxSurge | toString }}
@@ -92,5 +92,8 @@ server would refuse it, naming the values.
 {{- end }}
 {{- if and .Values.autoscaleEnabled (lt (int64 .Values.autoscaleMax) (int64 .Values.autoscaleMin)) }}
 {{- fail (printf "autoscaleMax %v is below autoscaleMin %v" .Values.autoscaleMax .Values.autoscaleMin) }}
+{{- end }}
+{{- if ge (int64 .Values.serve.reviewDeadlineMs) (mul (int64 .Values.webhook.timeoutSeconds) 1000) }}
+{{- fail (printf "serve.reviewDeadlineMs %v is not below webhook.timeoutSeconds %v: the API server would give up on a review before the injector's own deadline answers it" .Values.serve.reviewDeadlineMs .Values.webhook.timeoutSeconds) }}
 {{- end }}
 {{- end }}

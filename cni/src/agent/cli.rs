@@ -105,8 +105,9 @@ pub struct InstallArgs {
     /// The plugin binary to install (default: this executable).
     #[arg(long, value_name = "FILE", default_value = "/proc/self/exe")]
     pub plugin_binary: PathBuf,
-    /// How often the installed files are checked, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 500,
+    /// The fallback poll of the installed files and the plugin's log, in milliseconds: changes are
+    /// seen at once through inotify; the poll covers what inotify cannot see.
+    #[arg(long, value_name = "MS", default_value_t = 5000,
           value_parser = clap::value_parser!(u64).range(10..=60_000))]
     pub watch_interval_ms: u64,
     /// Race repair.
@@ -156,7 +157,7 @@ pub struct Settings {
     pub kubeconfig: kubeconfig::Source,
     /// The node's name.
     pub node_name: String,
-    /// The poll interval.
+    /// The fallback poll's interval.
     pub interval: Duration,
 }
 
@@ -279,7 +280,7 @@ mod tests {
         assert_eq!(s.args.listen, "0.0.0.0:8000".parse().unwrap());
         assert!(s.args.chained_cni_plugin);
         assert_eq!(s.kubeconfig.server, "https://[fd00::1]:443");
-        assert_eq!(s.interval, Duration::from_millis(500));
+        assert_eq!(s.interval, Duration::from_secs(5));
         assert!(s.args.repair.repair_enabled);
         assert_eq!(s.args.repair.repair_init_container_exit_code, 126);
         let s = parse(

@@ -174,12 +174,17 @@ pub fn valid_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     names.sort();
     Ok(names
         .into_iter()
-        .filter(|p| super::bounded_read::read(p).is_ok_and(|b| is_valid(p, &b)))
+        .filter(|p| {
+            super::bounded_read::read(p, super::bounded_read::Links::NoFollow)
+                .is_ok_and(|b| is_valid(p, &b))
+        })
         .collect())
 }
 
 /// Istio's `insertCNIConfig`: a single plugin (`.conf`) becomes a list `k8s-pod-network` with it first
-/// and our entry second; in a list our entry is appended, an earlier one of ours removed first.
+/// and our entry second; in a list our entry is appended, every earlier `istio-cni` entry removed first
+/// (Istio's removes the first only, so a list holding two kept a stale one, pointing at another run
+/// dir, ahead of ours).
 pub fn insert(path: &Path, existing: &[u8], entry: &PluginEntry) -> Result<Vec<u8>, ConfigError> {
     let mut obj = parse_object(path, existing)?;
     let ours = entry.to_value();
@@ -192,30 +197,37 @@ pub fn insert(path: &Path, existing: &[u8], entry: &PluginEntry) -> Result<Vec<u
         })));
     }
     let mut list = plugins(path, &obj)?.to_vec();
-    if let Some(i) = list.iter().position(is_ours) {
-        list.remove(i);
-    }
+    list.retain(|p| !is_ours(p));
     list.push(ours);
     obj.insert("plugins".into(), Value::Array(list));
     Ok(render(&Value::Object(obj)))
 }
 
-/// `Cleanup`'s removal: the list without our entry, everything else as it was.
+/// `Cleanup`'s removal: the list without any `istio-cni` entry (ours and stale ones alike: each would
+/// point the runtime at the binary and kubeconfig the cleanup removes), everything else as it was.
 pub fn remove(path: &Path, existing: &[u8]) -> Result<Vec<u8>, ConfigError> {
     let mut obj = parse_object(path, existing)?;
     let mut list = plugins(path, &obj)?.to_vec();
-    if let Some(i) = list.iter().position(is_ours) {
-        list.remove(i);
-    }
+    list.retain(|p| !is_ours(p));
     obj.insert("plugins".into(), Value::Array(list));
     Ok(render(&Value::Object(obj)))
 }
 
-/// Whether the configuration holds our entry: in a list (chained), or as the file's own type.
+/// How many `istio-cni` entries a list holds (none when it is not a list).
+pub fn entries_of_ours(path: &Path, bytes: &[u8]) -> Result<usize, ConfigError> {
+    let obj = parse_object(path, bytes)?;
+    if field(&obj, "plugins").is_none() {
+        return Ok(0);
+    }
+    Ok(plugins(path, &obj)?.iter().filter(|p| is_ours(p)).count())
+}
+
+/// Whether the configuration holds our entry: exactly one in a list (chained; a second, stale one
+/// makes the agent write the list again), or as the file's own type.
 pub fn holds_ours(path: &Path, bytes: &[u8], chained: bool) -> Result<bool, ConfigError> {
     let obj = parse_object(path, bytes)?;
     if chained {
-        Ok(plugins(path, &obj)?.iter().any(is_ours))
+        Ok(plugins(path, &obj)?.iter().filter(|p| is_ours(p)).count() == 1)
     } else {
         Ok(field(&obj, "type").and_then(Value::as_str) == Some(PLUGIN_TYPE))
     }
@@ -274,6 +286,44 @@ mod tests {
         let plugins = v["plugins"].as_array().unwrap();
         assert_eq!(plugins.len(), 3);
         assert_eq!(plugins[2]["native_nftables"], json!(true));
+    }
+
+    /// Issue 27, finding 3: a list already holding `istio-cni` twice kept the second after install and
+    /// after cleanup.
+    #[test]
+    fn every_istio_cni_entry_is_replaced_on_insert_and_removed_on_cleanup() {
+        let p = Path::new("10-k8s.conflist");
+        let stale = json!({"type": "istio-cni", "cni_agent_run_dir": "/old/run"});
+        let mut v = value(LIST.as_bytes());
+        let list = v["plugins"].as_array_mut().unwrap();
+        list.insert(1, stale.clone());
+        list.push(stale);
+        let twice = render(&v);
+        assert_eq!(entries_of_ours(p, &twice).unwrap(), 2);
+        assert!(
+            !holds_ours(p, &twice, true).unwrap(),
+            "two entries pass the check"
+        );
+
+        let installed = insert(p, &twice, &entry()).unwrap();
+        let v = value(&installed);
+        let types: Vec<_> = v["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["type"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(types, ["bridge", "portmap", "istio-cni"]);
+        assert_eq!(v["plugins"][2], entry().to_value());
+        assert!(holds_ours(p, &installed, true).unwrap());
+
+        let cleaned = remove(p, &twice).unwrap();
+        assert_eq!(value(&cleaned), value(LIST.as_bytes()));
+        assert_eq!(entries_of_ours(p, &cleaned).unwrap(), 0);
+        assert_eq!(
+            entries_of_ours(Path::new("10-b.conf"), br#"{"type":"bridge"}"#).unwrap(),
+            0
+        );
     }
 
     #[test]

@@ -51,7 +51,7 @@ impl Source {
     /// Reads the token and the CA and renders the kubeconfig.
     pub fn render(&self) -> Result<String, KubeconfigError> {
         let read = |path: PathBuf| {
-            super::bounded_read::read(&path)
+            super::bounded_read::read(&path, super::bounded_read::Links::Follow)
                 .map_err(|source| KubeconfigError::Read { path, source })
         };
         let ca = if self.skip_tls_verify {

@@ -31,7 +31,10 @@ impl Follower {
     /// The whole lines added since the last call (each cut at [`MAX_LINE`]); a file that shrank (rotated
     /// or truncated) is read again from its start.
     pub fn poll(&mut self) -> Vec<String> {
-        let Ok(mut file) = std::fs::File::open(&self.path) else {
+        // Never blocks: a FIFO or anything but a regular file in the log's place is not read.
+        let Ok(mut file) =
+            super::bounded_read::open_regular(&self.path, super::bounded_read::Links::NoFollow)
+        else {
             return Vec::new();
         };
         let len = file.metadata().map_or(0, |m| m.len());
@@ -74,11 +77,23 @@ fn bounded(line: &[u8]) -> String {
     )
 }
 
-/// Copies new lines to standard output every `interval`, until the task is dropped.
+/// Copies new lines to standard output as they are written (inotify on the run dir; every
+/// `interval` without it), until the task is dropped.
 pub async fn run(path: PathBuf, interval: Duration) {
+    let target = super::watch::Target {
+        dir: path.parent().map(PathBuf::from).unwrap_or_default(),
+        names: path.file_name().map(Into::into).into_iter().collect(),
+    };
     let mut follower = Follower::new(path);
+    let mut watch = None;
     loop {
-        tokio::time::sleep(interval).await;
+        // The run dir may not exist before the first install: the watch is tried again each time.
+        if watch.is_none() {
+            watch = super::watch::Watch::new(std::slice::from_ref(&target))
+                .ok()
+                .filter(|w| w.watching());
+        }
+        super::watch::changed_or(watch.as_mut(), interval).await;
         let lines = follower.poll();
         if lines.is_empty() {
             continue;

@@ -4,9 +4,10 @@
 //! Flow: the flags (`cli`) → the health listener (`health`: `/readyz`, `/metrics` from `metrics`) → the
 //! plugin's log followed to stdout (`log_follow`) → race repair (`crate::repair`) → the install loop
 //! (`install`: the binary copied and the kubeconfig written through `atomic_file`, our entry put into
-//! the node's configuration by `cni_config`, then every file polled and the pass run again on a change)
-//! → the Node's `cni.istio.io/not-ready` taint removed once ready (`untaint`) → on SIGTERM or SIGINT,
-//! `Installer::cleanup` and exit 0.
+//! the node's configuration by `cni_config`, each pass on a blocking thread; then the folders watched
+//! with inotify (`watch`, a slow poll as the fallback) and the pass run again on a change) → the Node's
+//! `cni.istio.io/not-ready` taint removed once ready (`untaint`) → on SIGTERM or SIGINT, at once, even
+//! mid-copy: `Installer::cleanup` (which stops the pass in progress) and exit 0.
 
 pub mod atomic_file;
 pub mod bounded_read;
@@ -18,11 +19,12 @@ pub mod kubeconfig;
 pub mod log_follow;
 pub mod metrics;
 pub mod untaint;
+pub mod watch;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::signal::unix::{signal, SignalKind};
@@ -64,7 +66,10 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, AgentError
     };
     let mut config = match kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path).map_err(|e| fail(e.to_string()))?;
+            let bytes = bounded_read::read(path, bounded_read::Links::Follow)
+                .map_err(|e| fail(e.to_string()))?;
+            let kc = Kubeconfig::from_yaml(&String::from_utf8_lossy(&bytes))
+                .map_err(|e| fail(e.to_string()))?;
             kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
                 .map_err(|e| fail(e.to_string()))?
@@ -77,12 +82,16 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, AgentError
 
 /// Runs the agent until SIGTERM or SIGINT, then cleans up. Builds its own runtime.
 pub fn run(settings: Settings) -> Result<(), AgentError> {
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(setup("starting the async runtime"))?
-        .block_on(run_async(settings))
+        .map_err(setup("starting the async runtime"))?;
+    let result = runtime.block_on(run_async(settings));
+    // An install pass still in a blocking call (the cleanup stopped it: it gives up at its next chunk
+    // and renames nothing) is not waited for.
+    runtime.shutdown_background();
+    result
 }
 
 async fn run_async(settings: Settings) -> Result<(), AgentError> {
@@ -120,9 +129,11 @@ async fn run_async(settings: Settings) -> Result<(), AgentError> {
     } else {
         tracing::info!("race repair is disabled");
     }
-    let mut installer = Installer::new(settings.clone());
+    let installer = Installer::new(settings.clone());
+    // The install loop only awaits (its file I/O runs on blocking threads), so a signal is taken at
+    // once, whatever the loop is doing.
     tokio::select! {
-        () = keep_installed(&mut installer, &settings, &state, &client, &mut tasks) => {}
+        () = keep_installed(&installer, &settings, &state, &client, &mut tasks) => {}
         _ = terminate.recv() => tracing::info!("SIGTERM: cleaning up"),
         _ = interrupt.recv() => tracing::info!("SIGINT: cleaning up"),
     }
@@ -132,10 +143,43 @@ async fn run_async(settings: Settings) -> Result<(), AgentError> {
     installer.cleanup().map_err(AgentError::Cleanup)
 }
 
-/// Istio's `Installer.Run`: install, report ready, poll until something changes, install again. A
-/// failed pass is logged and retried (Istio's agent exits and is restarted by the kubelet instead).
+/// Runs `f` on a blocking thread, so the file I/O of the install loop never holds the runtime.
+async fn blocking<T: Send + 'static>(
+    installer: &Installer,
+    f: impl FnOnce(&Installer) -> T + Send + 'static,
+) -> T {
+    let installer = installer.clone();
+    match tokio::task::spawn_blocking(move || f(&installer)).await {
+        Ok(v) => v,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Cancelled: only when the runtime shuts down, after which nothing here runs any more.
+        Err(_) => std::future::pending().await,
+    }
+}
+
+/// Istio's `installationThrottle`: passes that come back to back (another writer reverting our entry,
+/// a file rewritten in a loop) start at most once a second, however fast the events come.
+#[derive(Default)]
+struct Throttle {
+    last: Option<Instant>,
+}
+
+impl Throttle {
+    const SPACING: Duration = Duration::from_secs(1);
+
+    async fn wait(&mut self) {
+        if let Some(last) = self.last {
+            tokio::time::sleep_until((last + Self::SPACING).into()).await;
+        }
+        self.last = Some(Instant::now());
+    }
+}
+
+/// Istio's `Installer.Run`: install, report ready, wait for a change to the node's files (inotify,
+/// with the slow poll of `--watch-interval-ms` as the fallback), install again. A failed pass is logged
+/// and retried on the next change (Istio's agent exits and is restarted by the kubelet instead).
 async fn keep_installed(
-    installer: &mut Installer,
+    installer: &Installer,
     settings: &Settings,
     state: &Arc<State>,
     client: &kube::Client,
@@ -143,32 +187,42 @@ async fn keep_installed(
 ) {
     let mut untainting = false;
     let mut waiting_logged = false;
+    let mut inotify_warned = false;
+    let mut throttle = Throttle::default();
     loop {
-        match installer.install_all(&state.metrics) {
+        throttle.wait().await;
+        let counted = state.clone();
+        let pass = blocking(installer, move |i| i.install_all(&counted.metrics)).await;
+        // Watched from the end of the pass, so its own writes do not count (Istio's sleepWatchInstall
+        // creates its watcher after installAll); what changed before the watch began is caught by the
+        // checks below.
+        let mut watch = watch::try_new(&installer.watched(), &mut inotify_warned);
+        match pass {
             Ok(()) => waiting_logged = false,
             Err(e @ InstallError::NoConfig(_)) => {
                 if !waiting_logged {
                     tracing::info!("{e}: waiting for the primary CNI to write one");
                     waiting_logged = true;
                 }
-                tokio::time::sleep(settings.interval).await;
+                watch::changed_or(watch.as_mut(), settings.interval).await;
                 continue;
             }
             Err(e) => {
                 tracing::error!("install: {e}");
-                tokio::time::sleep(settings.interval.max(Duration::from_secs(1))).await;
+                watch::changed_or(watch.as_mut(), settings.interval).await;
                 continue;
             }
         }
-        if let Err(why) = installer.check() {
+        let verdict = |i: &Installer| (i.snapshot(), i.check().and_then(|()| i.files_in_place()));
+        let (installed, ok) = blocking(installer, verdict).await;
+        if let Err(why) = ok {
             tracing::warn!("after install: {why}");
-            tokio::time::sleep(settings.interval).await;
             continue;
         }
-        let installed = installer.snapshot();
+        // Counted before it shows as ready, so whoever sees ready sees the install counted.
+        state.metrics.install(metrics::install_result::SUCCESS);
         state.ready.store(true, Ordering::SeqCst);
         state.metrics.set_ready(true);
-        state.metrics.install(metrics::install_result::SUCCESS);
         tracing::info!(
             config = %installer.conf_path().map(|p| p.display().to_string()).unwrap_or_default(),
             "istio-cni installed; watching the node's CNI setup"
@@ -182,11 +236,12 @@ async fn keep_installed(
             ));
         }
         loop {
-            tokio::time::sleep(settings.interval).await;
-            if installer.snapshot() != installed {
+            watch::changed_or(watch.as_mut(), settings.interval).await;
+            let (now, ok) = blocking(installer, verdict).await;
+            if now != installed {
                 break;
             }
-            if let Err(why) = installer.check() {
+            if let Err(why) = ok {
                 tracing::info!("{why}");
                 break;
             }

@@ -16,6 +16,11 @@ pub const KUBECONFIG_NAME: &str = "istio-cni-kubeconfig";
 /// The plugin's log file in the run dir, which the node agent follows into its own log.
 pub const LOG_NAME: &str = "istio-cni.log";
 
+/// The default deadline of the pod's read from the API server: Istio's 30 attempts a second apart.
+pub const DEFAULT_POD_FETCH_TIMEOUT_MS: u64 = 30_000;
+/// The largest `pod_fetch_timeout_ms`, half the kubelet's 2-minute runtime-request timeout.
+pub const MAX_POD_FETCH_TIMEOUT_MS: u64 = 60_000;
+
 /// Largest configuration read from standard input; a real one is a few KiB.
 pub const MAX_CONF_BYTES: u64 = 1 << 20;
 
@@ -42,6 +47,9 @@ pub struct PluginConf {
     pub pod_fetch_attempts: u32,
     /// Ours: the wait between those attempts (Istio: 1 s, fixed).
     pub pod_fetch_interval: Duration,
+    /// Ours: the deadline of the whole read, attempts and waits included (Istio has none: its 30
+    /// attempts can take 3 minutes against a silent API server).
+    pub pod_fetch_timeout: Duration,
 }
 
 impl PluginConf {
@@ -176,6 +184,16 @@ pub fn parse(bytes: &[u8]) -> Result<PluginConf, CniError> {
         pod_fetch_interval: Duration::from_millis(
             number(&obj, "pod_fetch_interval_ms", (0, 10_000))?.unwrap_or(1000),
         ),
+        // At most 60 s, half the kubelet's 2-minute runtime-request timeout: the apply and the rest of
+        // the sandbox's creation must fit in the other half.
+        pod_fetch_timeout: Duration::from_millis(
+            number(
+                &obj,
+                "pod_fetch_timeout_ms",
+                (100, MAX_POD_FETCH_TIMEOUT_MS),
+            )?
+            .unwrap_or(DEFAULT_POD_FETCH_TIMEOUT_MS),
+        ),
     })
 }
 
@@ -191,6 +209,7 @@ mod tests {
         assert_eq!(c.run_dir, PathBuf::from(DEFAULT_RUN_DIR));
         assert_eq!(c.pod_fetch_attempts, 30);
         assert_eq!(c.pod_fetch_interval, Duration::from_secs(1));
+        assert_eq!(c.pod_fetch_timeout, Duration::from_secs(30));
         assert!(!c.native_nftables);
         let c = parse(
             br#"{"cniVersion":"0.3.1","type":"istio-cni","cni_agent_run_dir":"/run/x",
@@ -215,6 +234,11 @@ mod tests {
         let e = parse(br#"{"cniVersion":"1.0.0","type":"istio-cni","pod_fetch_attempts":0}"#)
             .unwrap_err();
         assert_eq!(e.code, code::INVALID_NETWORK_CONFIG);
+        let e =
+            parse(br#"{"cniVersion":"1.0.0","type":"istio-cni","pod_fetch_timeout_ms":120000}"#)
+                .unwrap_err();
+        assert_eq!(e.code, code::INVALID_NETWORK_CONFIG);
+        assert!(e.msg.contains("pod_fetch_timeout_ms is 120000"), "{e}");
         let e = parse(br#"{"cniVersion":"1.0.0"}"#).unwrap_err();
         assert!(e.msg.contains("type is missing"), "{e}");
         let e = parse(br#"{"cniVersion":"1.0.0","type":"istio-cni","ambient_enabled":true}"#)

@@ -205,7 +205,10 @@ fn status(conf: &PluginConf) -> Result<(), CniError> {
 fn add(env: Env, inv: &Invocation, conf: &PluginConf) -> Result<Value, CniError> {
     // The result is built first, so a malformed prevResult is refused before anything is programmed.
     let result = spec::pass_through(conf.prev_result.as_ref(), &conf.cni_version)?;
+    // The names are checked as Kubernetes checks them, and the namespace is opened and checked, before
+    // the API server is asked anything: a bad value is refused at once.
     let k8s = k8s_args::parse(&inv.args)?;
+    let netns = netns::open(&inv.netns)?;
     let pod = format!("{}/{}", k8s.pod_namespace, k8s.pod_name);
     let agent_pod =
         || decision::is_agent_pod(&k8s.pod_name, &k8s.pod_namespace, &conf.pod_namespace);
@@ -224,6 +227,7 @@ fn add(env: Env, inv: &Invocation, conf: &PluginConf) -> Result<Value, CniError>
     let retries = pod_fetch::Retries {
         attempts: conf.pod_fetch_attempts,
         interval: conf.pod_fetch_interval,
+        budget: conf.pod_fetch_timeout,
     };
     let Some(found) = pod_fetch::fetch(
         &conf.kubeconfig(),
@@ -243,7 +247,6 @@ fn add(env: Env, inv: &Invocation, conf: &PluginConf) -> Result<Value, CniError>
     let redirect = redirect::Redirect::from_pod(&info)?;
     let args = redirect.args(&inv.netns, conf.native_nftables);
     tracing::debug!(%pod, ?args, "programming the pod's network namespace");
-    netns::enter(&inv.netns)?;
     let apply_env = |name: &str| {
         if APPLY_ENV.contains(&name) {
             env(name)
@@ -251,6 +254,15 @@ fn add(env: Env, inv: &Invocation, conf: &PluginConf) -> Result<Value, CniError>
             None
         }
     };
+    // Each annotation was checked by iptables-init as it was read; the whole (the plugin's environment
+    // too) is checked before the namespace is entered.
+    iptables_init::check_in_process(args.clone(), &apply_env).map_err(|e| {
+        CniError::new(
+            code::APPLY_FAILED,
+            format!("the interception settings of {pod} are refused, nothing applied: {e}"),
+        )
+    })?;
+    netns.enter()?;
     iptables_init::apply_in_process(args, &apply_env).map_err(|e| {
         CniError::new(
             code::APPLY_FAILED,

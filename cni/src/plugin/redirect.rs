@@ -53,51 +53,77 @@ enum Check {
     Interfaces,
 }
 
-/// Istio's annotation names and defaults (`sidecar_redirect.go`).
-const MODE: (&str, &str, Check) = ("sidecar.istio.io/interceptionMode", "REDIRECT", Check::Mode);
-const INCLUDE_IPS: (&str, &str, Check) = (
-    "traffic.sidecar.istio.io/includeOutboundIPRanges",
-    "*",
-    Check::CidrsOrStar,
-);
-const EXCLUDE_IPS: (&str, &str, Check) = (
-    "traffic.sidecar.istio.io/excludeOutboundIPRanges",
-    "",
-    Check::Cidrs,
-);
-const EXCLUDE_INBOUND: (&str, &str, Check) = (
-    "traffic.sidecar.istio.io/excludeInboundPorts",
-    "15020",
-    Check::PortsOrStar,
-);
-const INCLUDE_INBOUND: (&str, &str, Check) = (
-    "traffic.sidecar.istio.io/includeInboundPorts",
-    "*",
-    Check::PortsOrStar,
-);
+/// One of Istio's traffic annotations (`sidecar_redirect.go`): its name, its default, Istio's check of
+/// it, and the istio-iptables flag it becomes.
+struct Annotation {
+    key: &'static str,
+    default: &'static str,
+    check: Check,
+    flag: &'static str,
+}
+
+const MODE: Annotation = Annotation {
+    key: "sidecar.istio.io/interceptionMode",
+    default: "REDIRECT",
+    check: Check::Mode,
+    flag: "istio-inbound-interception-mode",
+};
+const INCLUDE_IPS: Annotation = Annotation {
+    key: "traffic.sidecar.istio.io/includeOutboundIPRanges",
+    default: "*",
+    check: Check::CidrsOrStar,
+    flag: "istio-service-cidr",
+};
+const EXCLUDE_IPS: Annotation = Annotation {
+    key: "traffic.sidecar.istio.io/excludeOutboundIPRanges",
+    default: "",
+    check: Check::Cidrs,
+    flag: "istio-service-exclude-cidr",
+};
+const EXCLUDE_INBOUND: Annotation = Annotation {
+    key: "traffic.sidecar.istio.io/excludeInboundPorts",
+    default: "15020",
+    check: Check::PortsOrStar,
+    flag: "istio-local-exclude-ports",
+};
+const INCLUDE_INBOUND: Annotation = Annotation {
+    key: "traffic.sidecar.istio.io/includeInboundPorts",
+    default: "*",
+    check: Check::PortsOrStar,
+    flag: "istio-inbound-ports",
+};
 // Istio's default here is the status port too (`defaultRedirectExcludePort`), unlike the injected
 // istio-init, which excludes no outbound port by default.
-const EXCLUDE_OUTBOUND: (&str, &str, Check) = (
-    "traffic.sidecar.istio.io/excludeOutboundPorts",
-    "15020",
-    Check::PortsOrStar,
-);
-const INCLUDE_OUTBOUND: (&str, &str, Check) = (
-    "traffic.sidecar.istio.io/includeOutboundPorts",
-    "",
-    Check::PortsOrStar,
-);
-const EXCLUDE_INTERFACES: (&str, &str, Check) = (
-    "traffic.sidecar.istio.io/excludeInterfaces",
-    "",
-    Check::Interfaces,
-);
-const REROUTE: (&str, &str, Check) = ("istio.io/reroute-virtual-interfaces", "", Check::Interfaces);
-const KUBEVIRT: (&str, &str, Check) = (
-    "traffic.sidecar.istio.io/kubevirtInterfaces",
-    "",
-    Check::Interfaces,
-);
+const EXCLUDE_OUTBOUND: Annotation = Annotation {
+    key: "traffic.sidecar.istio.io/excludeOutboundPorts",
+    default: "15020",
+    check: Check::PortsOrStar,
+    flag: "istio-local-outbound-ports-exclude",
+};
+const INCLUDE_OUTBOUND: Annotation = Annotation {
+    key: "traffic.sidecar.istio.io/includeOutboundPorts",
+    default: "",
+    check: Check::PortsOrStar,
+    flag: "istio-outbound-ports",
+};
+const EXCLUDE_INTERFACES: Annotation = Annotation {
+    key: "traffic.sidecar.istio.io/excludeInterfaces",
+    default: "",
+    check: Check::Interfaces,
+    flag: "istio-exclude-interfaces",
+};
+const REROUTE: Annotation = Annotation {
+    key: "istio.io/reroute-virtual-interfaces",
+    default: "",
+    check: Check::Interfaces,
+    flag: "kube-virt-interfaces",
+};
+const KUBEVIRT: Annotation = Annotation {
+    key: "traffic.sidecar.istio.io/kubevirtInterfaces",
+    default: "",
+    check: Check::Interfaces,
+    flag: "kube-virt-interfaces",
+};
 
 fn check(kind: Check, value: &str) -> Result<(), String> {
     let cidrs = |v: &str| -> Result<(), String> {
@@ -161,23 +187,40 @@ fn check(kind: Check, value: &str) -> Result<(), String> {
     }
 }
 
-/// An annotation's value, or its default when absent (Istio's `getAnnotationOrDefault`); `found` says
-/// which.
-fn annotation(
-    pi: &PodInfo,
-    (key, default, kind): (&str, &str, Check),
-) -> Result<(bool, String), CniError> {
-    match pi.annotations.get(key) {
-        Some(value) => check(kind, value)
+/// An annotation's value, or its default when absent (Istio's `getAnnotationOrDefault`, with Istio's
+/// check); `found` says which.
+fn annotation(pi: &PodInfo, a: &Annotation) -> Result<(bool, String), CniError> {
+    match pi.annotations.get(a.key) {
+        Some(value) => check(a.check, value)
             .map(|()| (true, value.clone()))
-            .map_err(|e| {
-                CniError::new(
-                    code::INVALID_ANNOTATION,
-                    format!("annotation {key}={value:?} is invalid: {e}"),
-                )
-            }),
-        None => Ok((false, default.to_string())),
+            .map_err(|e| invalid(a, value, e)),
+        None => Ok((false, a.default.to_string())),
     }
+}
+
+fn invalid(a: &Annotation, value: &str, why: impl std::fmt::Display) -> CniError {
+    CniError::new(
+        code::INVALID_ANNOTATION,
+        format!("annotation {}={value:?} is invalid: {why}", a.key),
+    )
+}
+
+/// Refuses an annotation's `value` when iptables-init refuses `arg`, the value of the flag it becomes:
+/// the check is iptables-init's own (`iptables_init::check_in_process`, the resolution its apply
+/// runs), so no value passes here that the apply would then refuse.
+fn iptables_init_takes(a: &Annotation, value: &str, arg: &str) -> Result<(), CniError> {
+    let args = [OsString::from(format!("--{}={arg}", a.flag))];
+    iptables_init::check_in_process(args, &|_| None)
+        .map_err(|e| invalid(a, value, format_args!("iptables-init refuses it: {e}")))
+}
+
+/// An annotation read (Istio's check) and checked by iptables-init as it goes into its flag.
+fn read(pi: &PodInfo, a: &Annotation) -> Result<(bool, String), CniError> {
+    let (found, value) = annotation(pi, a)?;
+    if found {
+        iptables_init_takes(a, &value, &value)?;
+    }
+    Ok((found, value))
 }
 
 /// A boolean of the proxy's environment, as Go's `strconv.ParseBool`; a bad value is logged and off.
@@ -198,10 +241,10 @@ impl Redirect {
             Some(n) if n != 0 => n.to_string(),
             _ => "1337".to_string(),
         };
-        let (_, mut exclude_inbound) = annotation(pi, EXCLUDE_INBOUND)?;
+        let (found, raw) = annotation(pi, &EXCLUDE_INBOUND)?;
         // Istio's "sync with non-cni injection template": its own ports are always excluded inbound,
         // appended after the pod's and deduplicated keeping the first.
-        exclude_inbound = exclude_inbound.trim().to_string();
+        let mut exclude_inbound = raw.trim().to_string();
         if !exclude_inbound.is_empty() && !exclude_inbound.ends_with(',') {
             exclude_inbound.push(',');
         }
@@ -212,22 +255,25 @@ impl Redirect {
             .filter(|p| seen.insert(*p))
             .collect::<Vec<_>>()
             .join(",");
-        let (found, mut reroute) = annotation(pi, REROUTE)?;
+        if found {
+            iptables_init_takes(&EXCLUDE_INBOUND, &raw, &exclude_inbound)?;
+        }
+        let (found, mut reroute) = read(pi, &REROUTE)?;
         if !found {
-            reroute = annotation(pi, KUBEVIRT)?.1;
+            reroute = read(pi, &KUBEVIRT)?.1;
         }
         Ok(Redirect {
             target_port: "15001".to_string(),
-            mode: annotation(pi, MODE)?.1,
+            mode: read(pi, &MODE)?.1,
             uid: id(pi.proxy_uid),
             gid: id(pi.proxy_gid),
-            include_ip_cidrs: annotation(pi, INCLUDE_IPS)?.1,
-            exclude_ip_cidrs: annotation(pi, EXCLUDE_IPS)?.1,
+            include_ip_cidrs: read(pi, &INCLUDE_IPS)?.1,
+            exclude_ip_cidrs: read(pi, &EXCLUDE_IPS)?.1,
             exclude_inbound_ports: exclude_inbound,
-            include_inbound_ports: annotation(pi, INCLUDE_INBOUND)?.1,
-            exclude_outbound_ports: annotation(pi, EXCLUDE_OUTBOUND)?.1,
-            include_outbound_ports: annotation(pi, INCLUDE_OUTBOUND)?.1,
-            exclude_interfaces: annotation(pi, EXCLUDE_INTERFACES)?.1,
+            include_inbound_ports: read(pi, &INCLUDE_INBOUND)?.1,
+            exclude_outbound_ports: read(pi, &EXCLUDE_OUTBOUND)?.1,
+            include_outbound_ports: read(pi, &INCLUDE_OUTBOUND)?.1,
+            exclude_interfaces: read(pi, &EXCLUDE_INTERFACES)?.1,
             reroute_virtual_interfaces: reroute,
             dns_redirect: env_bool(pi, "ISTIO_META_DNS_CAPTURE"),
             dual_stack: env_bool(pi, "ISTIO_DUAL_STACK"),
@@ -242,18 +288,21 @@ impl Redirect {
             format!("--envoy-port={}", self.target_port),
             format!("--proxy-uid={}", self.uid),
             format!("--proxy-gid={}", self.gid),
-            format!("--istio-inbound-interception-mode={}", self.mode),
-            format!("--istio-service-cidr={}", self.include_ip_cidrs),
-            format!("--istio-service-exclude-cidr={}", self.exclude_ip_cidrs),
-            format!("--istio-inbound-ports={}", self.include_inbound_ports),
-            format!("--istio-local-exclude-ports={}", self.exclude_inbound_ports),
-            format!("--istio-outbound-ports={}", self.include_outbound_ports),
+            format!("--{}={}", MODE.flag, self.mode),
+            format!("--{}={}", INCLUDE_IPS.flag, self.include_ip_cidrs),
+            format!("--{}={}", EXCLUDE_IPS.flag, self.exclude_ip_cidrs),
+            format!("--{}={}", INCLUDE_INBOUND.flag, self.include_inbound_ports),
+            format!("--{}={}", EXCLUDE_INBOUND.flag, self.exclude_inbound_ports),
             format!(
-                "--istio-local-outbound-ports-exclude={}",
-                self.exclude_outbound_ports
+                "--{}={}",
+                INCLUDE_OUTBOUND.flag, self.include_outbound_ports
             ),
-            format!("--istio-exclude-interfaces={}", self.exclude_interfaces),
-            format!("--kube-virt-interfaces={}", self.reroute_virtual_interfaces),
+            format!(
+                "--{}={}",
+                EXCLUDE_OUTBOUND.flag, self.exclude_outbound_ports
+            ),
+            format!("--{}={}", EXCLUDE_INTERFACES.flag, self.exclude_interfaces),
+            format!("--{}={}", REROUTE.flag, self.reroute_virtual_interfaces),
             "--cni-mode".to_string(),
             format!("--network-namespace={netns}"),
         ];
@@ -342,12 +391,127 @@ mod tests {
             assert_eq!(e.code, code::INVALID_ANNOTATION);
             assert!(e.msg.contains(key) && e.msg.contains(value), "{e}");
         }
-        // Go's ParseUint after TrimSpace: spaces around a port are fine.
-        Redirect::from_pod(&pod(&[(
+        // Istio's check (Go's ParseUint after TrimSpace) takes spaces around a port; iptables-init does
+        // not, so the plugin refuses them up front rather than in the apply.
+        let e = Redirect::from_pod(&pod(&[(
             "traffic.sidecar.istio.io/excludeOutboundPorts",
             " 80, 443",
         )]))
-        .unwrap();
+        .unwrap_err();
+        assert_eq!(e.code, code::INVALID_ANNOTATION);
+        assert!(
+            e.msg
+                .contains("iptables-init refuses it: invalid value \" 80\""),
+            "{e}"
+        );
+    }
+
+    /// Issue 27, finding 5: `" 80 , 81 "` passed the plugin's check (Istio's, which trims) and was
+    /// then refused by iptables-init's apply. For each value, what iptables-init refuses (its `explain`
+    /// front end: the same resolution, read independently of the plugin's check) the plugin refuses
+    /// up front, naming the annotation; what the plugin takes, iptables-init takes as the plugin passes
+    /// it. `istio` marks the values Istio's own check refuses and iptables-init would take: refused as
+    /// Istio's plugin refuses them.
+    #[test]
+    fn annotations_pass_exactly_when_iptables_init_takes_them() {
+        let annotations = [
+            &MODE,
+            &INCLUDE_IPS,
+            &EXCLUDE_IPS,
+            &EXCLUDE_INBOUND,
+            &INCLUDE_INBOUND,
+            &EXCLUDE_OUTBOUND,
+            &INCLUDE_OUTBOUND,
+            &EXCLUDE_INTERFACES,
+            &REROUTE,
+            &KUBEVIRT,
+        ];
+        // (annotation, value, the plugin takes it, Istio's check alone refuses it)
+        let table: &[(&Annotation, &str, bool, bool)] = &[
+            (&EXCLUDE_OUTBOUND, " 80 , 81 ", false, false),
+            (&EXCLUDE_INBOUND, " 80 , 81 ", false, false),
+            (&INCLUDE_INBOUND, " 80 , 81 ", false, false),
+            (&INCLUDE_OUTBOUND, " 80 , 81 ", false, false),
+            (&EXCLUDE_INBOUND, " 80,81 ", true, false),
+            (&EXCLUDE_OUTBOUND, "80,81", true, false),
+            (&EXCLUDE_OUTBOUND, "*", false, false),
+            (&INCLUDE_OUTBOUND, "*", false, false),
+            (&EXCLUDE_OUTBOUND, "", true, false),
+            (&EXCLUDE_OUTBOUND, "080", false, false),
+            (&EXCLUDE_OUTBOUND, "0", false, false),
+            (&EXCLUDE_OUTBOUND, "65535", true, false),
+            (&EXCLUDE_OUTBOUND, "65536", false, false),
+            (&EXCLUDE_OUTBOUND, "80,http", false, false),
+            (&EXCLUDE_OUTBOUND, "80,,81", false, true),
+            (&INCLUDE_INBOUND, "*", true, false),
+            (&INCLUDE_INBOUND, "8080", true, false),
+            (&MODE, "TPROXY", true, false),
+            (&MODE, "NONE", false, false),
+            (&MODE, "redirect", false, false),
+            (&MODE, "", false, true),
+            (&INCLUDE_IPS, "*", true, false),
+            (&INCLUDE_IPS, "10.0.0.0/8,fd00::/8", true, false),
+            (&INCLUDE_IPS, "10.0.0.0/8, 10.1.0.0/16", false, false),
+            (&INCLUDE_IPS, "10.0.0.0", false, false),
+            (&INCLUDE_IPS, "10.0.0.0/33", false, false),
+            (&INCLUDE_IPS, "10.0.0.0/8,", false, true),
+            (&EXCLUDE_IPS, "*", false, false),
+            (&EXCLUDE_IPS, "192.168.0.0/16", true, false),
+            (&EXCLUDE_INTERFACES, "eth1,net1", true, false),
+            (&EXCLUDE_INTERFACES, "eth1, net1", false, false),
+            (&EXCLUDE_INTERFACES, "1eth", false, true),
+            (&EXCLUDE_INTERFACES, "eth+", false, true),
+            (&EXCLUDE_INTERFACES, "averyveryverylongname", false, false),
+            (&REROUTE, "net2", true, false),
+            (&REROUTE, " net2", false, false),
+            (&KUBEVIRT, "net1,", false, true),
+        ];
+        for &(a, value, takes, istio_only) in table {
+            let pi = pod(&[(a.key, value)]);
+            let plugin = Redirect::from_pod(&pi);
+            let arg = match a.key {
+                k if k == EXCLUDE_INBOUND.key => plugin
+                    .as_ref()
+                    .map(|r| r.exclude_inbound_ports.clone())
+                    .unwrap_or_else(|_| value.trim().to_string()),
+                _ => value.to_string(),
+            };
+            let by_iptables_init =
+                iptables_init::explain(&[format!("--{}={arg}", a.flag)], &[]).is_ok();
+            assert_eq!(plugin.is_ok(), takes, "{}={value:?}: {plugin:?}", a.key);
+            if !by_iptables_init {
+                let e = plugin.as_ref().unwrap_err();
+                assert_eq!(e.code, code::INVALID_ANNOTATION, "{e}");
+                assert!(
+                    e.msg.contains(a.key) && e.msg.contains(&format!("{value:?}")),
+                    "{e}"
+                );
+            }
+            assert_eq!(
+                takes,
+                by_iptables_init && !istio_only,
+                "{}={value:?}: iptables-init {}",
+                a.key,
+                if by_iptables_init {
+                    "takes it"
+                } else {
+                    "refuses it"
+                }
+            );
+            if let Ok(r) = &plugin {
+                let args: Vec<String> = r
+                    .args("/var/run/netns/x", false)
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect();
+                iptables_init::explain(&args, &[])
+                    .unwrap_or_else(|e| panic!("{}={value:?}: {args:?}: {e}", a.key));
+            }
+        }
+        // Every annotation is in the table.
+        for a in annotations {
+            assert!(table.iter().any(|(t, ..)| t.key == a.key), "{}", a.key);
+        }
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub mod code {
     pub const INVALID_ANNOTATION: u32 = 100;
     /// The rules could not be applied in the pod's network namespace; nothing of them stays.
     pub const APPLY_FAILED: u32 = 101;
+    /// The API server refused the pod's read (a 4xx other than 408 and 429: RBAC, a pod that is gone),
+    /// or the request could not be made: not retried, as another attempt would be refused alike.
+    pub const API_REFUSED: u32 = 102;
 }
 
 /// An error the plugin reports to the runtime: printed as the spec's error JSON on standard output, with

@@ -657,3 +657,163 @@ fn the_runtime_programs_a_pod_through_what_the_node_agent_installed() {
     let (code, err) = validate(&ns, &later);
     assert_eq!(code, Some(126), "{err}");
 }
+
+/// How long a hostile input may hold the plugin before the test kills it: generous, since a refusal
+/// is at once and only a plugin that blocks (a FIFO before the fix) or retries reaches it.
+const HOSTILE_BOUND: Duration = Duration::from_secs(120);
+
+/// Runs `cmd` (the plugin) with `conf` on standard input as the runtime does, killed if it has not
+/// exited within [`HOSTILE_BOUND`]; the output and how long it ran.
+fn invoke_bounded(cmd: &mut Command, conf: &Value) -> (std::process::Output, Duration) {
+    use std::io::Write as _;
+    let start = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running the plugin");
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(conf.to_string().as_bytes()).unwrap();
+    }
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > HOSTILE_BOUND {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "the plugin was still running after {HOSTILE_BOUND:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child.wait_with_output().unwrap(), start.elapsed())
+}
+
+/// Issue 27, finding 5: the plugin trusted what the runtime passed. The node's own namespace, a FIFO
+/// or another namespace type as `CNI_NETNS`, and names Kubernetes would not accept (which went into the
+/// request path unescaped) are refused at once with code 4 naming the value; an annotation iptables-init
+/// would refuse is refused up front with code 100, not by the apply (101). None leaves a rule.
+#[test]
+fn hostile_runtime_inputs_are_refused_at_once() {
+    test_support::require_root();
+    let cluster = Cluster::up();
+    let dir = TempDir::new("cni-hostile");
+    let pod = injected_pod(&dir, &app_pod("web"), "web", &Value::Null);
+    create(&cluster, "default", &pod, &[]).expect("pod");
+    let node = Node::new(&cluster.kubeconfig, &json!({}));
+    let mut conf =
+        node.istio_entry(&json!({"pod_fetch_attempts": 2, "pod_fetch_interval_ms": 100}));
+    conf["cniVersion"] = json!("1.0.0");
+    conf["prevResult"] = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.9.0.2/24"}]});
+    let plugin = |cmd: &mut Command, env: &[(&str, String)]| {
+        cmd.env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        invoke_bounded(cmd, &conf)
+    };
+    let refused = |out: &std::process::Output, code: u64, names: &str| {
+        let e = error_json(out);
+        assert_eq!(e["code"], code, "{e}");
+        let msg = e["msg"].as_str().unwrap_or_default();
+        assert!(msg.contains(names), "{msg:?} does not name {names:?}");
+        e
+    };
+
+    // The node's own namespace: the plugin runs inside a throwaway namespace, the node for this run,
+    // so a plugin that took it would program only that one. (The API server is not reachable from
+    // there, so before the fix these ended in code 11 after the retries, never refused.)
+    // pid 1's may be closed to this machine's root (a container's pid 1 under another LSM profile):
+    // the kernel then refuses the open (code 5), and nothing is programmed either.
+    let pid1_open = std::fs::metadata("/proc/1/ns/net").is_ok();
+    let sandbox = NetNs::new("cni-hostile-node").expect("netns");
+    for (netns, why) in [
+        ("/proc/self/ns/net", "the plugin's own network namespace"),
+        ("/proc/1/ns/net", "the network namespace of pid 1"),
+    ] {
+        let ns = NetNs::new("cni-hostile").expect("netns");
+        let mut env = add_env(&node, &ns, "default", "web");
+        env[2].1 = netns.to_string();
+        let (out, took) = plugin(&mut sandbox.command(Plugin::Ours.binary()), &env);
+        if netns == "/proc/1/ns/net" && !pid1_open {
+            let e = refused(&out, 5, "failed to open netns \"/proc/1/ns/net\"");
+            eprintln!("CNI_NETNS={netns}: refused in {took:?}: {e}");
+            continue;
+        }
+        let e = refused(&out, 4, &format!("CNI_NETNS {netns:?}"));
+        assert!(e["msg"].as_str().unwrap().contains(why), "{e}");
+        eprintln!("CNI_NETNS={netns}: refused in {took:?}: {e}");
+        assert!(!has_rules(&kernel_state(&sandbox)));
+    }
+
+    // Not a network namespace: a FIFO (which blocked open(2) until the runtime killed the plugin), a
+    // namespace of another type, a plain file.
+    let fifo = dir.path().join("netns-fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let plain = dir.path().join("netns-file");
+    std::fs::write(&plain, b"").unwrap();
+    for (netns, why) in [
+        (fifo.display().to_string(), "a FIFO"),
+        (
+            "/proc/self/ns/mnt".to_string(),
+            "a namespace of another type",
+        ),
+        (plain.display().to_string(), "not on nsfs"),
+    ] {
+        let ns = NetNs::new("cni-hostile").expect("netns");
+        let mut env = add_env(&node, &ns, "default", "web");
+        env[2].1 = netns.clone();
+        let (out, took) = plugin(&mut Command::new(Plugin::Ours.binary()), &env);
+        let e = refused(&out, 4, &format!("CNI_NETNS {netns:?}"));
+        assert!(e["msg"].as_str().unwrap().contains(why), "{e}");
+        eprintln!("CNI_NETNS={netns}: refused in {took:?}: {e}");
+    }
+
+    // Names that are no pod's or namespace's, which went into the request path as they were.
+    for (namespace, name, names) in [
+        ("default", "p?watch=true", r#"K8S_POD_NAME "p?watch=true""#),
+        (
+            "default",
+            "../../api/v1/namespaces/kube-system/secrets/s",
+            r#"K8S_POD_NAME "../../api/v1/namespaces/kube-system/secrets/s""#,
+        ),
+        (
+            "../kube-system",
+            "web",
+            r#"K8S_POD_NAMESPACE "../kube-system""#,
+        ),
+    ] {
+        let ns = NetNs::new("cni-hostile").expect("netns");
+        let env = add_env(&node, &ns, namespace, name);
+        let (out, took) = plugin(&mut Command::new(Plugin::Ours.binary()), &env);
+        let e = refused(&out, 4, names);
+        eprintln!("{namespace}/{name}: refused in {took:?}: {e}");
+        assert!(!has_rules(&kernel_state(&ns)));
+    }
+
+    // An annotation Istio's check takes and iptables-init refuses: refused up front (100), naming it.
+    cluster
+        .kubectl(
+            &[
+                "annotate",
+                "pod",
+                "web",
+                "--overwrite",
+                "traffic.sidecar.istio.io/excludeOutboundPorts= 80 , 81 ",
+            ],
+            None,
+        )
+        .expect("annotate");
+    let ns = NetNs::new("cni-hostile-ann").expect("netns");
+    let (out, _) = plugin(
+        &mut Command::new(Plugin::Ours.binary()),
+        &add_env(&node, &ns, "default", "web"),
+    );
+    let e = refused(
+        &out,
+        100,
+        r#"traffic.sidecar.istio.io/excludeOutboundPorts=" 80 , 81 ""#,
+    );
+    eprintln!("excludeOutboundPorts=\" 80 , 81 \": {e}");
+    assert!(!has_rules(&kernel_state(&ns)));
+}

@@ -4,10 +4,9 @@
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
-use std::time::Duration;
-
 use e2e::cluster::{wait_for, Cluster};
 use e2e::cni_agent::{metric, sidecar_pod, validation_exited, Agent, NodeDirs};
+use e2e::PATIENCE;
 use serde_json::Value;
 
 const NS: &str = "apps";
@@ -67,29 +66,40 @@ fn a_broken_pod_of_this_node_is_deleted_and_others_are_left() {
     init_exited(&cluster, "elsewhere", 126);
     // Bound to a node, a deleted pod waits for its kubelet: deletionTimestamp is the apiserver's record.
     for name in ["broken-early", "broken-late"] {
-        wait_for(
-            &format!("{name} deleted"),
-            Duration::from_secs(10),
-            || match get(&cluster, name)["metadata"]["deletionTimestamp"].as_str() {
+        wait_for(&format!("{name} deleted"), PATIENCE, || {
+            match get(&cluster, name)["metadata"]["deletionTimestamp"].as_str() {
                 Some(_) => Ok(()),
                 None => Err(agent.stderr()),
-            },
-        );
+            }
+        });
     }
-    wait_for(
-        "2 deletions counted",
-        Duration::from_secs(5),
-        || match repaired(&agent, "type=\"delete\",result=\"success\"") {
+    wait_for("2 deletions counted", PATIENCE, || {
+        match repaired(&agent, "type=\"delete\",result=\"success\"") {
             Some(2.0) => Ok(()),
             other => Err(other),
-        },
-    );
-    // The terminating pods are not deleted again on their next events, and the others are left.
+        }
+    });
+    // The terminating pods are not deleted again on their next events, and the others are left. The
+    // agent handles its watch's events in order, so once a pod broken after that event is deleted, the
+    // event has been seen: the count then tells whether it caused a second deletion.
     init_exited(&cluster, "broken-late", 126);
-    std::thread::sleep(Duration::from_millis(1500));
+    pod(&cluster, "marker", "node-r");
+    init_exited(&cluster, "marker", 126);
+    wait_for("marker deleted", PATIENCE, || {
+        match get(&cluster, "marker")["metadata"]["deletionTimestamp"].as_str() {
+            Some(_) => Ok(()),
+            None => Err(agent.stderr()),
+        }
+    });
+    wait_for("3 deletions counted", PATIENCE, || {
+        match repaired(&agent, "type=\"delete\",result=\"success\"") {
+            Some(3.0) => Ok(()),
+            other => Err(other),
+        }
+    });
     assert_eq!(
         repaired(&agent, "type=\"delete\",result=\"success\""),
-        Some(2.0)
+        Some(3.0)
     );
     assert_eq!(repaired(&agent, "type=\"delete\",result=\"fail\""), None);
     for name in ["fine", "elsewhere"] {
@@ -114,20 +124,18 @@ fn in_label_mode_a_broken_pod_is_labelled_once() {
     pod(&cluster, "fine", "node-r");
     init_exited(&cluster, "broken", 126);
     init_exited(&cluster, "fine", 0);
-    wait_for("broken labelled", Duration::from_secs(10), || {
+    wait_for("broken labelled", PATIENCE, || {
         match get(&cluster, "broken")["metadata"]["labels"]["cni.istio.io/uninitialized"].as_str() {
             Some("true") => Ok(()),
             _ => Err(agent.stderr()),
         }
     });
-    wait_for(
-        "1 label counted",
-        Duration::from_secs(5),
-        || match repaired(&agent, "type=\"label\",result=\"success\"") {
+    wait_for("1 label counted", PATIENCE, || {
+        match repaired(&agent, "type=\"label\",result=\"success\"") {
             Some(1.0) => Ok(()),
             other => Err(other),
-        },
-    );
+        }
+    });
     let broken = get(&cluster, "broken");
     assert!(broken["metadata"]["deletionTimestamp"].is_null());
     assert!(get(&cluster, "fine")["metadata"]["labels"].is_null());

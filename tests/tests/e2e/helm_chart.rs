@@ -122,7 +122,7 @@ fn chart_webhook_configurations_are_webhook_configs() {
                 "--set",
                 "istiodRemote.injectionPath=/inject/cluster/c1/net/n1",
                 "--set",
-                "webhook.timeoutSeconds=5",
+                "webhook.timeoutSeconds=5,serve.reviewDeadlineMs=4000",
             ],
             vec![
                 "--namespace",
@@ -470,6 +470,10 @@ fn chart_validates_counts_and_budgets() {
         (
             &["--set", "webhook.timeoutSeconds=31"],
             "/webhook/timeoutSeconds",
+        ),
+        (
+            &["--set", "webhook.timeoutSeconds=5"],
+            "serve.reviewDeadlineMs 8000 is not below webhook.timeoutSeconds 5",
         ),
         (
             &["--set", "serve.maxBodyBytesInFlight=1024"],

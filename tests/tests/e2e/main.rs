@@ -18,6 +18,7 @@ mod first_hour;
 mod helm_chart;
 mod helm_chart_cni;
 mod hostile;
+mod images;
 mod inject_differential;
 mod iptables;
 mod iptables_parity;
