@@ -550,6 +550,11 @@ fn rfc3339_nanos(t: &str) -> (i64, u32) {
 #[test]
 fn no_pod_creation_lost_during_an_injector_rollout() {
     let p = product();
+    // 300 creates through the webhook and a rollout of two replicas load both cores: the tests with
+    // one-second bounds (`e2e::load::timed`) wait until it is over. Taken once the shared product is
+    // had, so this test never waits for the cluster while holding the lock; from here on it waits only
+    // on the cluster's processes, never on another test, so a timed test waiting here cannot deadlock.
+    let _alone = e2e::load::alone();
     let release = p.install_injector("roll", &[]).unwrap();
     let ns = "rollout";
     p.namespace(ns, json!({"istio.io/rev": "roll"})).unwrap();
