@@ -2,8 +2,8 @@
 # Try the whole product on this machine in one command (issue 28 item 7): a local cluster with one node
 # (scripts/cluster.sh), the project's images built and imported into it (scripts/images.sh), both charts
 # installed with helm as a user installs them, examples/hello.yaml deployed into a namespace labelled for
-# injection, one request sent from one hello pod to the hello Service, and what came of it printed: the
-# injected pod's containers and each proxy's counters. `testproxy` (Dockerfile.testproxy) stands in for
+# injection, requests sent from one hello pod to the hello Service until the other pod answers, and what
+# came of it printed: the injected pod's containers and each proxy's counters. `testproxy` (Dockerfile.testproxy) stands in for
 # Envoy as `istio-proxy` and is the hello app too.
 #
 #   bash scripts/try.sh [--cni] [DIR]      DIR: the cluster's folder (default /tmp/sidecar-inject-try)
@@ -140,5 +140,5 @@ for p in "${pods[@]}"; do
   echo
 done
 echo
-say "done. The cluster keeps running: . $dir/env && \$KUBECTL get pods -A"
+say "done. The cluster keeps running: . $dir/env && export KUBECONFIG && \$KUBECTL get pods -A"
 echo "Take it down: bash scripts/cluster.sh down $dir"
