@@ -187,6 +187,22 @@ fn installs_repairs_untaints_and_cleans_up() {
         }
     });
     eprintln!("conflist repaired in {:?}", t.elapsed());
+    // The repair's pass counted before the binary goes: a binary removed while that pass still runs
+    // fails the pass's closing check, and the next pass repairs both as one, so the count below would
+    // never reach three (seen once at load 5.6, a 180 s timeout).
+    let installs = |agent: &Agent| -> anyhow::Result<f64> {
+        let (status, text) = agent.get("/metrics")?;
+        match metric(&text, "istio_cni_installs_total{result=\"SUCCESS\"}") {
+            Some(n) if status == 200 => Ok(n),
+            _ => Err(anyhow::anyhow!("{status} {text}")),
+        }
+    };
+    wait_for("the conflist's repair counted", WORK, || {
+        match installs(&agent)? {
+            n if n >= 2.0 => Ok(()),
+            n => Err(anyhow::anyhow!("{n} installs")),
+        }
+    });
 
     // The binary removed: copied again.
     std::fs::remove_file(&installed).unwrap();
