@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::fields::Fields;
+use sidecar_core::fields::Fields;
 use crate::pod::{
     AGENT_LOG_LEVEL_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
     EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
@@ -17,7 +17,7 @@ use crate::pod::{
     READINESS_INITIAL_DELAY_ANNOTATION, READINESS_PERIOD_ANNOTATION,
     REROUTE_VIRTUAL_INTERFACES_ANNOTATION, STATUS_PORT_ANNOTATION,
 };
-use crate::validate::{
+use sidecar_core::validate::{
     parse_port, validate_exclude_ip_ranges, validate_include_ip_ranges, validate_interception_mode,
     validate_interfaces, validate_log_level, validate_port_list, validate_quantity,
 };
@@ -153,7 +153,7 @@ fn validate_u32(v: &str) -> Result<(), String> {
 }
 
 fn validate_bool(v: &str) -> Result<(), String> {
-    crate::goconv::parse_bool(v)
+    sidecar_core::goconv::parse_bool(v)
         .map(|_| ())
         .ok_or_else(|| format!("strconv.ParseBool: parsing {v:?}: invalid syntax"))
 }
@@ -366,12 +366,12 @@ mod tests {
             );
         }
         assert_eq!(
-            crate::validate::parse_quantity("2000m"),
-            crate::validate::parse_quantity("2")
+            sidecar_core::validate::parse_quantity("2000m"),
+            sidecar_core::validate::parse_quantity("2")
         );
         assert_eq!(
-            crate::validate::parse_quantity("1024Mi"),
-            crate::validate::parse_quantity("1Gi")
+            sidecar_core::validate::parse_quantity("1024Mi"),
+            sidecar_core::validate::parse_quantity("1Gi")
         );
     }
 

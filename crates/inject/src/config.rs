@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::decision::{LabelSelector, Policy};
 use crate::defaults::{builtin_mesh, builtin_values, deep_merge};
-use crate::fields::{self, Fields};
+use sidecar_core::fields::{self, Fields};
 use crate::user_template::{self, UserTemplates};
 
 /// `--native-sidecars` / `ENABLE_NATIVE_SIDECARS`.
@@ -106,7 +106,7 @@ pub enum ConfigError {
     Parse {
         path: String,
         #[source]
-        source: crate::yaml::YamlError,
+        source: sidecar_core::yaml::YamlError,
     },
     /// A key has a value of the wrong type or an invalid value.
     #[error("{path}: key {key}: invalid value {value}: {reason}")]
@@ -213,7 +213,7 @@ fn replace_atomic_blocks(merged: &mut Value, overlay: &Value) {
 
 fn read_doc(flag: &'static str, path: &Path) -> Result<Value, ConfigError> {
     let text = crate::input::read_flag_file(flag, path)?;
-    crate::yaml::parse_json_or_yaml(&text).map_err(|source| ConfigError::Parse {
+    sidecar_core::yaml::parse_json_or_yaml(&text).map_err(|source| ConfigError::Parse {
         path: path.display().to_string(),
         source,
     })
@@ -328,7 +328,7 @@ impl Settings {
             doc: Option<(&'a str, &str)>,
         ) -> Result<Option<(&'a str, Value)>, ConfigError> {
             doc.map(|(name, text)| {
-                crate::yaml::parse_json_or_yaml(text)
+                sidecar_core::yaml::parse_json_or_yaml(text)
                     .map(|v| (name, v))
                     .map_err(|source| ConfigError::Parse {
                         path: name.to_string(),
@@ -416,7 +416,7 @@ fn type_error(path: &str, e: crate::config_types::TypeError) -> ConfigError {
 /// decodes them (`config_types::VALUES`), then the values that reach `istio-init` arguments get the same
 /// validation as the corresponding pod annotations.
 fn validate_values(path: &str, v: &Value) -> Result<(), ConfigError> {
-    use crate::validate;
+    use sidecar_core::validate;
     crate::config_types::check(&crate::config_types::VALUES, v, "")
         .map_err(|e| type_error(path, e))?;
     type Check = fn(&str) -> Result<(), String>;

@@ -8,8 +8,8 @@
 
 use serde_json::Value;
 
-use crate::fields::Fields;
-use crate::validate::is_env_var_name;
+use sidecar_core::fields::Fields;
+use sidecar_core::validate::is_env_var_name;
 
 /// A field's type, as jsonpb decodes it. `null` is accepted everywhere (jsonpb: the field stays unset).
 #[derive(Debug)]

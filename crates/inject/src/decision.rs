@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::fields::{self, Fields};
+use sidecar_core::fields::{self, Fields};
 use crate::pod::{self, INJECT_KEY};
 
 /// Namespaces never injected, whatever the pod says (Istio's `IgnoredNamespaces`).

@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use crate::fields::Fields;
+use sidecar_core::fields::Fields;
 use serde_json::{Map, Value};
 
 /// Istio's chart defaults for the injector `values` (`defaults/values.json`: the chart rendered with the

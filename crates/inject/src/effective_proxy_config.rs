@@ -8,11 +8,11 @@ use serde_json::{Map, Value};
 
 use crate::config_types::{format_duration_nanos, parse_duration_nanos};
 use crate::defaults::{builtin_proxy_config, deep_merge};
-use crate::fields::Fields;
+use sidecar_core::fields::Fields;
 
 /// Parses a `proxy.istio.io/config` value (YAML or JSON) into an overlay object.
 pub fn parse_overlay(text: &str) -> Result<Value, String> {
-    let v = crate::yaml::parse_json_or_yaml(text)
+    let v = sidecar_core::yaml::parse_json_or_yaml(text)
         .map_err(|e| format!("could not parse proxy config: {e}"))?;
     match v {
         Value::Object(_) => Ok(v),

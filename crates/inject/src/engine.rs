@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use crate::fields::{self, Fields};
+use sidecar_core::fields::{self, Fields};
 use serde_json::{Map, Value};
 
 use crate::annotations;

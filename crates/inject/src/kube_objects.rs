@@ -6,8 +6,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::fields::{self, Fields};
-use crate::yaml::{self, YamlError};
+use sidecar_core::fields::{self, Fields};
+use sidecar_core::yaml::{self, YamlError};
 
 /// A file of objects that cannot be used.
 #[derive(Debug, thiserror::Error)]

@@ -14,8 +14,8 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use crate::fields::{ensure_map, Fields};
-use crate::gotypes;
+use sidecar_core::fields::{ensure_map, Fields};
+use sidecar_core::gotypes;
 use crate::overrides;
 use crate::pod::{
     annotation, containers, find_named, find_named_mut, name_of, proxy_container,

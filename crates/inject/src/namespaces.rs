@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::cow_map::CowMap;
-use crate::fields;
+use sidecar_core::fields;
 use crate::kube_objects::{self, ObjectsError};
 
 /// One Namespace's labels and annotations.

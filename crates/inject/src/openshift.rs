@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::fields::Fields;
+use sidecar_core::fields::Fields;
 
 /// Istio's proxy uid and gid off OpenShift, and whenever an annotation is missing or invalid.
 pub const DEFAULT_PROXY_ID: i64 = 1337;

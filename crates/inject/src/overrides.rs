@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::fields::Fields;
+use sidecar_core::fields::Fields;
 use crate::pod::OVERRIDES_ANNOTATION;
 
 /// The annotation is not the JSON Istio writes. (The message carries no prefix: callers add Istio's.)

@@ -11,7 +11,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::fields::{same, Fields};
+use sidecar_core::fields::{same, Fields};
 
 /// One operation, borrowing its value from the result (serialised as `op`, `path`, `value`).
 #[derive(Debug, Serialize)]

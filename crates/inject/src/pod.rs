@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::fields::{ensure_map, Fields};
+use sidecar_core::fields::{ensure_map, Fields};
 
 /// The label and annotation that opt a pod in or out (the label wins when both are set).
 pub const INJECT_KEY: &str = "sidecar.istio.io/inject";

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use crate::fields::{ensure_map, Fields};
-use crate::goconv::{parse_bool, parse_bool_value};
+use sidecar_core::fields::{ensure_map, Fields};
+use sidecar_core::goconv::{parse_bool, parse_bool_value};
 use crate::overrides;
 use crate::pod::{
     annotation, annotations, annotations_mut, containers, name_of, proxy_container,

@@ -3,10 +3,10 @@
 //! `ISTIO_KUBE_APP_PROBERS` env (`DumpAppProbers`) and the probes are pointed at the agent's status port
 //! under `/app-health/<c>/<kind>z` or `/app-lifecycle/<c>/<hook>z` (`patchRewriteProbe`).
 
-use crate::fields::Fields;
+use sidecar_core::fields::Fields;
 use serde_json::{Map, Value};
 
-use crate::gotypes::{go_struct, F, GRPC, HTTP_GET, TCP_SOCKET};
+use sidecar_core::gotypes::{go_struct, F, GRPC, HTTP_GET, TCP_SOCKET};
 use crate::pod::{annotation, containers, name_of, PROXY_CONTAINER, STATUS_PORT_ANNOTATION};
 
 /// The env var carrying the original probes to the agent.

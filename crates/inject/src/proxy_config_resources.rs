@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::cow_map::CowMap;
-use crate::fields::{self, Fields};
+use sidecar_core::fields::{self, Fields};
 use crate::kube_objects::{self, ObjectsError};
 
 /// One ProxyConfig resource, converted to the mesh ProxyConfig fields it sets (Istio's
@@ -368,7 +368,7 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
     }
     if let Some(env) = spec.field("environmentVariables").filter(|v| !v.is_null()) {
         let env = string_map(env, "spec.environmentVariables")?;
-        if let Some(k) = env.keys().find(|k| !crate::validate::is_env_var_name(k)) {
+        if let Some(k) = env.keys().find(|k| !sidecar_core::validate::is_env_var_name(k)) {
             return Err(invalid(
                 "spec.environmentVariables",
                 format!(

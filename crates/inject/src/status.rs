@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::fields::Fields;
+use sidecar_core::fields::Fields;
 use crate::pod::{containers, name_of};
 
 /// The `sidecar.istio.io/status` names a previous injection recorded (unparseable → `None`).

@@ -7,7 +7,7 @@
 //! user's (a name equal to a built-in replaces the built-in), any other chart name carries the chart's own
 //! text (the compiled-in template is used, with a warning), and any other name is the user's.
 //!
-//! A user text is parsed once per configuration with [`gotemplate`](crate::gotemplate): one without
+//! A user text is parsed once per configuration with [`gotemplate`](gotemplate): one without
 //! actions is a static overlay, its YAML parsed into a partial pod at load; one with actions is evaluated
 //! per pod over Istio's `SidecarTemplateData` (as JSON with Go field names) within [`Limits`], and its
 //! output parsed as YAML. Anything the evaluator does not support refuses the configuration at load.
@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use crate::fields::{self, Fields};
-use crate::gotemplate::{self, Limits, Template};
+use sidecar_core::fields::{self, Fields};
+use gotemplate::{self, Limits, Template};
 use crate::render::TemplateData;
 
 mod pod_type;
@@ -331,7 +331,7 @@ impl UserTemplate {
 /// A template's output as a partial pod: YAML 1.1, an empty output is no change. Errors are
 /// `(is a YAML error, message)`.
 fn overlay(name: &str, text: &str) -> Result<Value, (bool, String)> {
-    match crate::yaml::parse(text) {
+    match sidecar_core::yaml::parse(text) {
         Ok(Value::Null) => Ok(Value::Object(Map::new())),
         Ok(v @ Value::Object(_)) => Ok(v),
         Ok(other) => Err((false, format!("template {name:?} gives {}", shown(&other)))),

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::fields::Fields;
+use sidecar_core::fields::Fields;
 
 /// The workload a pod belongs to (Istio's deploy meta + type meta).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

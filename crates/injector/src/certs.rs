@@ -19,7 +19,7 @@ use rcgen::{
     Issuer, KeyPair, KeyUsagePurpose,
 };
 
-use crate::webhook_config;
+use crate::shared::webhook_config;
 
 /// File names written to `--out-dir` (the serving pair uses the names of a `kubernetes.io/tls` Secret).
 pub const CA_CERT: &str = "ca.crt";
@@ -208,9 +208,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let ca_key = args.out_dir.join(CA_KEY);
     let existing = if !args.new_ca && ca_cert.exists() && ca_key.exists() {
         Some((
-            crate::input::read_text(&ca_cert)
+            inject::input::read_text(&ca_cert)
                 .with_context(|| format!("reading {}", ca_cert.display()))?,
-            crate::input::read_text(&ca_key)
+            inject::input::read_text(&ca_key)
                 .with_context(|| format!("reading {}", ca_key.display()))?,
         ))
     } else {

@@ -20,11 +20,11 @@ use std::time::Duration;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
 
-use crate::kube_client::KubeArgs;
-use crate::kube_read::{self, ClusterError, SelectArgs};
-use crate::output::{self, Output};
-use crate::tls;
-use crate::webhook_entry::{self, Entry, ReadError};
+use crate::cluster::kube_client::KubeArgs;
+use crate::cluster::kube_read::{self, ClusterError, SelectArgs};
+use crate::shared::output::{self, Output};
+use crate::shared::tls;
+use crate::shared::webhook_entry::{self, Entry, ReadError};
 
 mod certificates;
 mod chain;
@@ -254,7 +254,7 @@ fn check_all(
 }
 
 fn read(flag: &'static str, path: &Path) -> Result<String, DoctorError> {
-    crate::input::read_text(path).map_err(|source| DoctorError::Read {
+    inject::input::read_text(path).map_err(|source| DoctorError::Read {
         flag,
         path: path.to_path_buf(),
         source,

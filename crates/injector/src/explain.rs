@@ -43,22 +43,22 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use crate::cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
-use crate::config::{ConfigArgs, ConfigError, Settings};
-use crate::decision::{Decision, LabelSelector, Step};
-use crate::engine::{Engine, Mode};
-use crate::fields::{self, Fields};
-use crate::kube_client::KubeArgs;
-use crate::kube_objects::ObjectsError;
-use crate::kube_read::{self, ClusterError, SelectArgs};
-use crate::manifest::{self, DocumentError, ManifestError, Position};
-use crate::namespaces::Namespaces;
-use crate::output::{self, Output};
-use crate::pod::{self, INJECT_KEY};
-use crate::webhook_config;
-use crate::webhook_entry::routing::{EntryError, Router, Routing};
-use crate::webhook_entry::{self, Entry, ReadError};
-use crate::webhook_request;
+use inject::cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
+use inject::config::{ConfigArgs, ConfigError, Settings};
+use inject::decision::{Decision, LabelSelector, Step};
+use inject::engine::{Engine, Mode};
+use sidecar_core::fields::{self, Fields};
+use crate::cluster::kube_client::KubeArgs;
+use inject::kube_objects::ObjectsError;
+use crate::cluster::kube_read::{self, ClusterError, SelectArgs};
+use crate::shared::manifest::{self, DocumentError, ManifestError, Position};
+use inject::namespaces::Namespaces;
+use crate::shared::output::{self, Output};
+use inject::pod::{self, INJECT_KEY};
+use crate::shared::webhook_config;
+use crate::shared::webhook_entry::routing::{EntryError, Router, Routing};
+use crate::shared::webhook_entry::{self, Entry, ReadError};
+use crate::shared::webhook_request;
 
 /// The label the API server sets on every namespace, holding its name.
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -646,7 +646,7 @@ pub fn run(args: Args) -> Result<(), ExplainError> {
         eprintln!("warning: {w}");
     }
     let input =
-        crate::input::read_text_or_stdin(&args.filename).map_err(|error| ExplainError::Read {
+        inject::input::read_text_or_stdin(&args.filename).map_err(|error| ExplainError::Read {
             path: args.filename.clone(),
             error,
         })?;

@@ -11,14 +11,14 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
-use crate::cluster_state::{ClusterState, ProxyConfigArgs};
-use crate::config::{ConfigArgs, Settings};
-use crate::engine::{Engine, InjectRequest, Mode};
-use crate::fields::{self, Fields};
-use crate::manifest::{self, pod_template, Document, PodTemplate};
-use crate::yaml;
+use inject::cluster_state::{ClusterState, ProxyConfigArgs};
+use inject::config::{ConfigArgs, Settings};
+use inject::engine::{Engine, InjectRequest, Mode};
+use sidecar_core::fields::{self, Fields};
+use crate::shared::manifest::{self, pod_template, Document, PodTemplate};
+use sidecar_core::yaml;
 
-pub use crate::manifest::{DocumentError, ManifestError as KubeInjectError, WORKLOAD_KINDS};
+pub use crate::shared::manifest::{DocumentError, ManifestError as KubeInjectError, WORKLOAD_KINDS};
 
 /// `injector kube-inject` arguments.
 #[derive(Debug, clap::Args)]
@@ -222,7 +222,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let cluster = ClusterState::load(&args.cluster, None)?;
     let engine = Engine::new(settings).with_cluster(cluster);
-    let input = crate::input::read_text_or_stdin(&args.filename)
+    let input = inject::input::read_text_or_stdin(&args.filename)
         .map_err(|e| anyhow::anyhow!("-f {}: {e}", args.filename))?;
     let out =
         inject_stream(&engine, &input).map_err(|e| anyhow::anyhow!("{}: {e}", args.filename))?;

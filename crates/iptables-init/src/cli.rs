@@ -1,7 +1,7 @@
 //! The command line, spelled as istio-iptables spells it (Istio's `tools/istio-iptables/pkg/cmd/root.go`,
 //! with pflag's syntax), plus the explicit flags that replace what Istio reads from its surroundings.
 //!
-//! Every flag is defined once, in [`crate::flags::FLAGS`]; this module only reads the syntax. Each value
+//! Every flag is defined once, in [`sidecar_core::flags::FLAGS`]; this module only reads the syntax. Each value
 //! is kept as it was written (a string for Istio's string flags, so "not given" differs from "given
 //! empty"), and `config::resolve` reads the environment and validates. The environment is *not* read
 //! here: Istio's rules for it (a value that does not parse is ignored, and the "also" variables override
@@ -16,7 +16,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use crate::flags::{self, parse_go_bool, parse_go_duration, parse_go_port, Flag, Kind, FLAGS};
+use sidecar_core::flags::{self, parse_go_bool, parse_go_duration, parse_go_port, Flag, Kind, FLAGS};
 
 /// The subcommand word Istio's injector writes before its flags.
 pub const ISTIO_SUBCOMMAND: &str = "istio-iptables";
@@ -275,7 +275,7 @@ pub fn explain_command(about: String) -> clap::Command {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flags::*;
+    use sidecar_core::flags::*;
 
     /// The arguments Istio's injector writes for the default `istio-init`, after the subcommand word.
     fn injected() -> Vec<&'static str> {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::cli::Args;
 use crate::detect::{self, System};
-use crate::flags::{self, parse_go_bool, parse_go_duration, Flag};
+use sidecar_core::flags::{self, parse_go_bool, parse_go_duration, Flag};
 
 /// The environment, as a lookup function (the process environment in production, a map in tests).
 pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -1002,7 +1002,7 @@ mod tests {
     /// giving a flag its documented default changes nothing.
     #[test]
     fn the_flag_table_defaults_are_what_resolve_uses() {
-        use crate::flags::{Fallback, Group, FLAGS};
+        use sidecar_core::flags::{Fallback, Group, FLAGS};
         let none = ok(&[], &[]);
         let mut checked = 0;
         for flag in FLAGS.iter().filter(|f| f.group != Group::Log) {

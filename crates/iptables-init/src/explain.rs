@@ -273,7 +273,7 @@ fn format_word(word: &str) -> Option<Format> {
 /// value is never read as a flag; `-o` with a value other than `text` or `json` is istio-iptables'
 /// `-o` (ports can never be those words).
 fn split(argv: &[String]) -> Result<Split, String> {
-    use crate::flags::{by_long, by_short, Kind, CONNECTION, OUTPUT};
+    use sidecar_core::flags::{by_long, by_short, Kind, CONNECTION, OUTPUT};
     let mut s = Split::default();
     let mut it = argv.iter();
     let output = |v: &str| {

@@ -29,7 +29,6 @@ pub(crate) mod config;
 pub(crate) mod connection;
 pub(crate) mod detect;
 pub(crate) mod explain;
-pub(crate) mod flags;
 pub(crate) mod iptables;
 pub(crate) mod logging;
 mod netlink;
@@ -46,13 +45,14 @@ pub use explain::{
     assumptions, explain, Backend, ExplainError, Explanation, Verdict, VerdictKind,
     OFFLINE_ASSUMPTIONS,
 };
-pub use flags::parse_go_bool;
+pub use sidecar_core::flags::parse_go_bool;
 
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::process::ExitCode;
 
 use iptables::{apply, render};
+use sidecar_core::flags;
 
 /// Exit status for a configuration, environment, detection, apply or route error (Istio's 1).
 pub const EXIT_ERROR: u8 = 1;

@@ -11,7 +11,7 @@ use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 
 use crate::cli::Args;
-use crate::flags::{self, Flag};
+use sidecar_core::flags::{self, Flag};
 
 /// A log flag that does not parse (exit status 255, as Istio's logging-config errors).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -729,7 +729,7 @@ mod tests {
     /// The rows of the first `tables` flag tables in README.md's section `heading` (up to its first
     /// subheading). Cells are split on `|` not preceded by `\` (a `\|` stays inside its cell).
     fn readme_rows(heading: &str, tables: usize) -> Vec<Row> {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
         let text = std::fs::read_to_string(path).expect("README.md");
         let start = text
             .find(&format!("\n{heading}\n"))

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 /// How one Go struct field is printed.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum F {
+pub enum F {
     /// `string` with `omitempty`: dropped when `""`.
     Str,
     /// `string` without `omitempty`: always printed (`""` when absent).
@@ -42,7 +42,7 @@ pub(crate) enum F {
 use crate::fields::Fields;
 use F::*;
 
-pub(crate) const CONTAINER: &[(&str, F)] = &[
+pub const CONTAINER: &[(&str, F)] = &[
     ("name", StrAlways),
     ("image", Str),
     ("command", Scalars),
@@ -131,7 +131,7 @@ const PROBE: &[(&str, F)] = &[
     ("terminationGracePeriodSeconds", Ptr),
 ];
 const EXEC: &[(&str, F)] = &[("command", Scalars)];
-pub(crate) const HTTP_GET: &[(&str, F)] = &[
+pub const HTTP_GET: &[(&str, F)] = &[
     ("path", Str),
     ("port", IntOrStr),
     ("host", Str),
@@ -139,8 +139,8 @@ pub(crate) const HTTP_GET: &[(&str, F)] = &[
     ("httpHeaders", List(HEADER)),
 ];
 const HEADER: &[(&str, F)] = &[("name", StrAlways), ("value", StrAlways)];
-pub(crate) const TCP_SOCKET: &[(&str, F)] = &[("port", IntOrStr), ("host", Str)];
-pub(crate) const GRPC: &[(&str, F)] = &[("port", IntAlways), ("service", PtrAlways)];
+pub const TCP_SOCKET: &[(&str, F)] = &[("port", IntOrStr), ("host", Str)];
+pub const GRPC: &[(&str, F)] = &[("port", IntAlways), ("service", PtrAlways)];
 const LIFECYCLE: &[(&str, F)] = &[
     ("postStart", Obj(HANDLER)),
     ("preStop", Obj(HANDLER)),
@@ -182,7 +182,7 @@ fn is_zero_number(v: &Value) -> bool {
 }
 
 /// Prints `v` (a JSON object, or anything: non-objects count as empty) as Go prints the struct `fields`.
-pub(crate) fn go_struct(v: &Value, fields: &[(&str, F)]) -> Value {
+pub fn go_struct(v: &Value, fields: &[(&str, F)]) -> Value {
     let empty = Map::new();
     let obj = v.as_object().unwrap_or(&empty);
     let mut out = Map::with_capacity(fields.len());
@@ -234,12 +234,12 @@ pub(crate) fn go_struct(v: &Value, fields: &[(&str, F)]) -> Value {
 }
 
 /// A container as Go prints a typed `corev1.Container`.
-pub(crate) fn go_container(v: &Value) -> Value {
+pub fn go_container(v: &Value) -> Value {
     go_struct(v, CONTAINER)
 }
 
 /// A quantity as `resource.Quantity.MarshalJSON` writes it: the canonical text of a string or number.
-pub(crate) fn canonical_quantity_value(v: &Value) -> Value {
+pub fn canonical_quantity_value(v: &Value) -> Value {
     let text = match v {
         Value::String(s) => s.clone(),
         Value::Number(n) => n.to_string(),
@@ -272,7 +272,7 @@ const BINARY_SUFFIXES: &[(&str, u32)] = &[
 /// Kubernetes' canonical text of a quantity (`2000m` → `2`, `1024Mi` → `1Gi`, `0.5` → `500m`), or `None`
 /// when `s` is not a quantity this function understands (then the caller keeps the text as given).
 /// Values are held exactly in nano-units; finer fractions round up, as Kubernetes does.
-pub(crate) fn canonical_quantity(s: &str) -> Option<String> {
+pub fn canonical_quantity(s: &str) -> Option<String> {
     let s = s.trim();
     let (negative, body) = match s.strip_prefix('-') {
         Some(rest) => (true, rest),

@@ -13,8 +13,8 @@ use super::shared::{
     resource_env, resources, Env, EnvSource, IstioVolumes, PodMeta, Readiness,
 };
 use super::{sprint, Inputs, RenderError};
-use crate::fields::Fields;
-use crate::goconv::{self, template_truthy};
+use sidecar_core::fields::Fields;
+use sidecar_core::goconv::{self, template_truthy};
 use crate::pod::{
     self, CAP_NET_BIND_SERVICE_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION,
     EXCLUDE_INTERFACES_ANNOTATION, EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,

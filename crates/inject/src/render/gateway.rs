@@ -12,7 +12,7 @@ use super::shared::{
     IstioVolumes, PodMeta, Readiness,
 };
 use super::{Inputs, RenderError};
-use crate::goconv::template_truthy;
+use sidecar_core::goconv::template_truthy;
 use crate::pod;
 
 #[derive(Template)]

@@ -12,7 +12,7 @@ use super::shared::{
     EnvSource, IstioVolumes, PodMeta, Readiness,
 };
 use super::{Inputs, RenderError};
-use crate::fields::Fields;
+use sidecar_core::fields::Fields;
 use crate::pod::{self, USER_VOLUME_ANNOTATION, USER_VOLUME_MOUNT_ANNOTATION};
 
 #[derive(Template)]

@@ -5,7 +5,7 @@ use askama::Template;
 use serde_json::Value;
 
 use super::{sprint, Inputs};
-use crate::fields::Fields;
+use sidecar_core::fields::Fields;
 use crate::pod;
 
 /// The init container's script, verbatim from Istio's template (a `|-` block: no trailing newline).

@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 
 use super::{Inputs, RenderError};
-use crate::fields::Fields;
+use sidecar_core::fields::Fields;
 use crate::pod::{
     EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
     EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
@@ -161,7 +161,7 @@ pub(crate) fn reroute_interfaces<'a>(inp: &Inputs<'a>) -> Option<(&'a str, Sourc
 fn mesh_port(inp: &Inputs<'_>, key: &'static str, default: u16) -> Result<String, RenderError> {
     match inp.mesh.field(key) {
         None | Some(serde_json::Value::Null) => Ok(default.to_string()),
-        Some(v) => match crate::goconv::as_i64(v) {
+        Some(v) => match sidecar_core::goconv::as_i64(v) {
             Some(0) => Ok(default.to_string()),
             Some(n) if (1..=65535).contains(&n) => Ok(n.to_string()),
             _ => Err(RenderError::InvalidArgument {

@@ -26,8 +26,8 @@ use std::borrow::Cow;
 use askama::Template;
 use serde_json::{Map, Value};
 
-use crate::fields::{self, Fields};
-use crate::goconv::template_truthy;
+use sidecar_core::fields::{self, Fields};
+use sidecar_core::goconv::template_truthy;
 use crate::pod::{
     self, AGENT_LOG_LEVEL_ANNOTATION, INTERCEPTION_MODE_ANNOTATION, NATIVE_SIDECAR_ANNOTATION,
     STATUS_PORT_ANNOTATION,

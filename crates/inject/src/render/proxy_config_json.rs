@@ -8,8 +8,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::fields::Fields;
-use crate::goconv::as_i64;
+use sidecar_core::fields::Fields;
+use sidecar_core::goconv::as_i64;
 
 /// How a known top-level ProxyConfig field is printed.
 #[derive(Clone, Copy, PartialEq, Eq)]

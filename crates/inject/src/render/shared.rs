@@ -8,8 +8,8 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 
 use super::{image, sprint, Inputs, RenderError};
-use crate::fields::Fields;
-use crate::goconv::template_truthy;
+use sidecar_core::fields::Fields;
+use sidecar_core::goconv::template_truthy;
 use crate::pod::{
     BOOTSTRAP_OVERRIDE_ANNOTATION, COMPONENT_LOG_LEVEL_ANNOTATION, LOG_LEVEL_ANNOTATION,
     PROXY_CONTAINER, PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_ANNOTATION,

@@ -1045,7 +1045,7 @@ fn pod_ports_in_go_field_order() {
 /// The templates' safety rule: every interpolation is `{{ expr|json }}`.
 #[test]
 fn every_interpolation_goes_through_json() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../templates");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("templates");
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();

@@ -13,8 +13,7 @@ use std::sync::OnceLock;
 
 use base64::Engine as _;
 use injector::Webhook;
-use injector::{ConfigArgs, Settings};
-use injector::Engine;
+use inject::{ConfigArgs, Engine, Settings};
 use libfuzzer_sys::fuzz_target;
 
 static ENGINE: OnceLock<Engine> = OnceLock::new();
@@ -37,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
         ),
         None => ("/inject".to_string(), data),
     };
-    let path = injector::server::percent_decode(&path);
+    let path = injector::serve::percent_decode(&path);
     let webhook = WEBHOOK.get_or_init(|| Webhook::new(Default::default()));
     let out = webhook.handle(engine(), 0, body, &path);
     for _ in 0..3 {

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use injector::gotemplate::{Limits, Template};
+use gotemplate::{Limits, Template};
 use libfuzzer_sys::fuzz_target;
 
 const MAX_WORK: usize = 4 << 20;

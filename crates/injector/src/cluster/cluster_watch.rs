@@ -34,11 +34,11 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::cluster_state::ClusterState;
-use crate::metrics::Metrics;
-use crate::namespaces::{Namespace, Namespaces};
-use crate::native_sidecars::Nodes;
-use crate::proxy_config_resources::{ProxyConfigResource, ProxyConfigResources};
+use inject::cluster_state::ClusterState;
+use crate::shared::metrics::Metrics;
+use inject::namespaces::{Namespace, Namespaces};
+use inject::native_sidecars::Nodes;
+use inject::proxy_config_resources::{ProxyConfigResource, ProxyConfigResources};
 
 /// The shortest time between two cluster states handed over: while changes keep coming, one rebuild per
 /// window; a change after a quiet spell is handed over at once.
@@ -262,7 +262,7 @@ fn openshift_annotations<'de, D: Deserializer<'de>>(
             f.write_str("an annotation key")
         }
         fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-            Ok(crate::openshift::ID_ANNOTATIONS
+            Ok(inject::openshift::ID_ANNOTATIONS
                 .iter()
                 .find(|a| **a == v)
                 .copied())

@@ -13,7 +13,7 @@ use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 
-use crate::metrics::Metrics;
+use crate::shared::metrics::Metrics;
 
 /// `--injector-configmap`, `--mesh-configmap` and their namespace, taken by `serve`.
 #[derive(Debug, Clone, Default, clap::Args)]

@@ -705,7 +705,7 @@ mod tests {
     }
 
     fn algs() -> WebPkiSupportedAlgorithms {
-        crate::tls::crypto_provider().signature_verification_algorithms
+        crate::shared::tls::crypto_provider().signature_verification_algorithms
     }
 
     fn run(

@@ -17,13 +17,13 @@ use super::certificates::now_unix;
 use super::report::{Finding, Level};
 use super::url::{parse_url, Url};
 use super::{parse_chain, DoctorError};
-use crate::fields::Fields;
-use crate::kube_client::KubeArgs;
-use crate::kube_read::{self, ClusterError, KubeReadError, SelectArgs};
-use crate::namespaces::Namespaces;
-use crate::pod;
-use crate::webhook_entry::routing::Router;
-use crate::webhook_entry::Entry;
+use sidecar_core::fields::Fields;
+use crate::cluster::kube_client::KubeArgs;
+use crate::cluster::kube_read::{self, ClusterError, KubeReadError, SelectArgs};
+use inject::namespaces::Namespaces;
+use inject::pod;
+use crate::shared::webhook_entry::routing::Router;
+use crate::shared::webhook_entry::Entry;
 
 /// The Secret deploy/ (and Istio's own `istio-sidecar-injector` layout) serves from, in the service's
 /// namespace, when `--tls-secret` is not given.
@@ -287,7 +287,7 @@ async fn routed_namespace(
         .map_err(|e| e.to_string())?;
     let mut names: Vec<String> = objects
         .iter()
-        .filter_map(|o| crate::fields::path(o, ["metadata", "name"]))
+        .filter_map(|o| sidecar_core::fields::path(o, ["metadata", "name"]))
         .filter_map(Value::as_str)
         .map(str::to_string)
         .collect();

@@ -3,10 +3,10 @@
 
 use serde_json::{Map, Value};
 
-use crate::fields;
-use crate::pod::{self, INJECT_KEY};
+use sidecar_core::fields;
+use inject::pod::{self, INJECT_KEY};
 
-use crate::webhook_entry::Entry;
+use crate::shared::webhook_entry::Entry;
 
 /// Prefixes of the annotations that steer injection or interception.
 const STEERING_PREFIXES: [&str; 4] = [

@@ -12,10 +12,10 @@ use std::hash::{Hash, Hasher};
 
 use serde_json::{json, Value};
 
-use crate::cache::{Bounds, Cache, CacheCounters};
-use crate::engine::{Engine, Mode};
-use crate::fields::Fields;
-use crate::webhook_request;
+use crate::shared::cache::{Bounds, Cache, CacheCounters};
+use inject::engine::{Engine, Mode};
+use sidecar_core::fields::Fields;
+use crate::shared::webhook_request;
 
 /// The patch cache's limits: 64 entries of at most 1 MiB (pod and patch text, see [`weight`]), 4 MiB
 /// together, and the hashes of the last 256 misses.
@@ -645,7 +645,7 @@ mod tests {
 
     #[test]
     fn garbage_and_wrong_kinds_are_answered_not_panicked() {
-        let e = Engine::new(crate::config::Settings::default());
+        let e = Engine::new(inject::config::Settings::default());
         for body in [
             &b"[0,1,2,3,4,5]"[..],
             b"",
@@ -684,7 +684,7 @@ mod tests {
 
     #[test]
     fn injected_response_keeps_the_version_and_escapes_the_uid() {
-        let e = Engine::new(crate::config::Settings::default());
+        let e = Engine::new(inject::config::Settings::default());
         let review = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1beta1",
             "request": {"uid": "a\"b\\c", "namespace": "ns", "userInfo": {"username": "x"}, "oldObject": null,
             "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "managedFields": [{"manager": "m"}]},
@@ -727,7 +727,7 @@ mod tests {
     /// both as they were, never names them, and injects.
     #[test]
     fn normalised_fields_stay_as_the_api_server_holds_them() {
-        let e = Engine::new(crate::config::Settings::default());
+        let e = Engine::new(inject::config::Settings::default());
         let spec = json!({"containers": [{"name": "app", "image": "a"}]});
         for object in [
             json!({"metadata": {"generateName": "p-", "managedFields": [{"manager": "m"}],
@@ -773,7 +773,7 @@ mod tests {
     /// answer must be the uncached one, and only the injected pods are stored.
     #[test]
     fn replicas_get_the_same_response_with_and_without_the_cache() {
-        let e = Engine::new(crate::config::Settings::default());
+        let e = Engine::new(inject::config::Settings::default());
         let webhook = Webhook::new(CacheCounters::default());
         let probes = json!({"httpGet": {"path": "/ready", "port": 8080}});
         for pod in [
@@ -817,7 +817,7 @@ mod tests {
     /// deferred miss only once (in the whole answer that follows).
     #[test]
     fn the_cheap_stage_answers_what_needs_no_injection_and_defers_the_rest() {
-        let e = Engine::new(crate::config::Settings::default());
+        let e = Engine::new(inject::config::Settings::default());
         let counters = CacheCounters::default();
         let webhook = Webhook::new(counters.clone());
         let review = serde_json::to_vec(&json!({"kind": "AdmissionReview",
@@ -857,7 +857,7 @@ mod tests {
     /// carries its own), but another configuration generation, namespace, URL path or pod misses.
     #[test]
     fn a_cached_patch_answers_only_its_own_key() {
-        let e = Engine::new(crate::config::Settings::default());
+        let e = Engine::new(inject::config::Settings::default());
         let counters = CacheCounters::default();
         let webhook = Webhook::new(counters.clone());
         let review = |uid: &str, ns: &str, app: &str| {
@@ -985,7 +985,7 @@ mod tests {
 
     #[test]
     fn skipped_pods_are_allowed_without_patch() {
-        let e = Engine::new(crate::config::Settings::default());
+        let e = Engine::new(inject::config::Settings::default());
         let review = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
             "request": {"uid": "abc", "namespace": "kube-system", "object": {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}});

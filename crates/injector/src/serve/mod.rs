@@ -31,18 +31,19 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
-use crate::cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
-use crate::cluster_watch::ClusterWatch;
-use crate::config::{ConfigArgs, Settings};
-use crate::config_map_watch::{self, ConfigMapArgs, Documents};
-use crate::engine::Engine;
-use crate::kube_client::KubeArgs;
-use crate::metrics::{FailureType, Metrics, ReloadResult};
-use crate::reload::Watch;
-use crate::tls::{self, CertStore};
-use crate::webhook_config::{read_ca_bundle, CaBundleArgs};
+use inject::cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
+use crate::cluster::cluster_watch::ClusterWatch;
+use inject::config::{ConfigArgs, Settings};
+use crate::cluster::config_map_watch::{self, ConfigMapArgs, Documents};
+use inject::engine::Engine;
+use crate::cluster::kube_client::KubeArgs;
+use crate::shared::metrics::{FailureType, Metrics, ReloadResult};
+use crate::serve::reload::Watch;
+use crate::shared::tls::{self, CertStore};
+use crate::shared::webhook_config::{read_ca_bundle, CaBundleArgs};
 
-pub(crate) mod admission;
+pub mod admission;
+pub(crate) mod reload;
 
 use admission::OutcomeKind;
 
@@ -82,7 +83,7 @@ pub struct Args {
     #[command(flatten)]
     pub ca: CaBundleArgs,
     #[command(flatten)]
-    pub webhook_config_names: crate::ca_bundle_patch::WebhookConfigNamesArgs,
+    pub webhook_config_names: crate::cluster::ca_bundle_patch::WebhookConfigNamesArgs,
     #[command(flatten)]
     pub config_maps: ConfigMapArgs,
     /// HTTPS address of the webhook (`127.0.0.1:0` picks a free port; see `--port-file`).
@@ -175,7 +176,7 @@ struct State {
     /// The watches of `--kubeconfig` / `--in-cluster`, for readiness.
     cluster: Option<ClusterWatch>,
     /// The caBundle patcher of `--ca-bundle` with a cluster, for readiness and its release on shutdown.
-    ca_bundle: Option<crate::ca_bundle_patch::Patcher>,
+    ca_bundle: Option<crate::cluster::ca_bundle_patch::Patcher>,
     webhook: admission::Webhook,
     metrics: Arc<Metrics>,
     certs: Arc<CertStore>,
@@ -628,8 +629,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let (ca, ca_bundle) = match (&client, &args.ca.ca_bundle) {
         (Some(client), Some(path)) => {
             let (tx, rx) = watch::channel(Arc::new(read_ca_bundle(path)?));
-            let revision = crate::ca_bundle_patch::revision_label(&args.config.revision);
-            let patcher = crate::ca_bundle_patch::start(
+            let revision = crate::cluster::ca_bundle_patch::revision_label(&args.config.revision);
+            let patcher = crate::cluster::ca_bundle_patch::start(
                 client.clone(),
                 revision.to_string(),
                 args.webhook_config_names.webhook_config_names.clone(),
@@ -657,7 +658,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                 Some(ClusterWatch::start(
                     client.clone(),
                     args.platform.is_openshift(),
-                    args.config.native_sidecars == crate::config::NativeSidecars::Auto,
+                    args.config.native_sidecars == inject::config::NativeSidecars::Auto,
                     metrics.clone(),
                     move |cluster| {
                         if let Some(st) = weak.upgrade() {

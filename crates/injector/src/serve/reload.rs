@@ -105,7 +105,7 @@ fn hash_path(p: &Path, h: &mut DefaultHasher, depth: u32) {
 
 /// Feeds at most `MAX_INPUT_BYTES + 1` bytes of `f` to `h`, 64 KiB at a time.
 fn hash_content(f: fs::File, h: &mut DefaultHasher) -> std::io::Result<()> {
-    let mut f = f.take(crate::input::MAX_INPUT_BYTES + 1);
+    let mut f = f.take(inject::input::MAX_INPUT_BYTES + 1);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match f.read(&mut buf) {

@@ -6,10 +6,10 @@
 
 use serde_json::{Map, Value};
 
-use crate::engine::EngineError;
-use crate::fields::{self, Fields};
-use crate::workload::{self, Workload};
-use crate::yaml::{self, YamlError};
+use inject::engine::EngineError;
+use sidecar_core::fields::{self, Fields};
+use inject::workload::{self, Workload};
+use sidecar_core::yaml::{self, YamlError};
 
 /// The kinds whose pod template is injected.
 pub const WORKLOAD_KINDS: [&str; 9] = [

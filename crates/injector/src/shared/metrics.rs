@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::cache::CacheCounters;
+use crate::shared::cache::CacheCounters;
 
 /// A label set with one fixed label (`type` or `result`).
 type Labels = Vec<(&'static str, &'static str)>;

@@ -68,12 +68,12 @@ pub fn load_pair(
     key_path: &Path,
     provider: &CryptoProvider,
 ) -> Result<LoadedPair, TlsError> {
-    let cert_pem = crate::input::read_bytes(cert_path).map_err(|source| TlsError::Read {
+    let cert_pem = inject::input::read_bytes(cert_path).map_err(|source| TlsError::Read {
         flag: "--tls-cert",
         path: cert_path.to_path_buf(),
         source,
     })?;
-    let key_pem = crate::input::read_bytes(key_path).map_err(|source| TlsError::Read {
+    let key_pem = inject::input::read_bytes(key_path).map_err(|source| TlsError::Read {
         flag: "--tls-key",
         path: key_path.to_path_buf(),
         source,

@@ -480,7 +480,7 @@ impl Args {
 /// Reads a PEM CA bundle, requiring at least one certificate and nothing malformed.
 pub fn read_ca_bundle(path: &Path) -> Result<Vec<u8>, WebhookConfigError> {
     let pem =
-        crate::input::read_bytes(path).map_err(|source| WebhookConfigError::CaBundleRead {
+        inject::input::read_bytes(path).map_err(|source| WebhookConfigError::CaBundleRead {
             path: path.to_path_buf(),
             source,
         })?;

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use serde_json::{Map, Value};
 
-use crate::fields::{self, Fields};
-use crate::yaml;
+use sidecar_core::fields::{self, Fields};
+use sidecar_core::yaml;
 
 /// The API server's default `timeoutSeconds` for an admission webhook.
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 10;
@@ -152,7 +152,7 @@ pub fn load(path: &Path) -> Result<Vec<Entry>, ReadError> {
 
 /// The text of the file `--webhook-config` names (bounded as every input).
 pub fn read_file(path: &Path) -> Result<String, ReadError> {
-    crate::input::read_text(path).map_err(|source| ReadError::Read {
+    inject::input::read_text(path).map_err(|source| ReadError::Read {
         path: path.to_path_buf(),
         source,
     })

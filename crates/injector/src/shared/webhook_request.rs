@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::engine::{Engine, EngineError, InjectRequest, Mode};
-use crate::fields::Fields;
-use crate::workload::{deploy_meta_from_pod, Workload};
+use inject::engine::{Engine, EngineError, InjectRequest, Mode};
+use sidecar_core::fields::Fields;
+use inject::workload::{deploy_meta_from_pod, Workload};
 
 /// On OpenShift, the pod with a proxy uid equal to the app's cleared (Istio's `webhook.go` `inject`),
 /// when that changes it; `None` off OpenShift or when nothing changes.
@@ -19,7 +19,7 @@ pub fn openshift_cleared(engine: &Engine, pod: &Value) -> Option<Value> {
         return None;
     }
     let mut pod = pod.clone();
-    crate::openshift::clear_proxy_user_equal_to_app(&mut pod).then_some(pod)
+    inject::openshift::clear_proxy_user_equal_to_app(&mut pod).then_some(pod)
 }
 
 /// The webhook's injection of `pod` sent to `path`: the workload is `workload`, else the one the pod

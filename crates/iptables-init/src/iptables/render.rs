@@ -199,7 +199,7 @@ mod tests {
     /// The README's example dry run is the real output (guards the docs against drift).
     #[test]
     fn documented_example_is_the_real_output() {
-        let doc = include_str!("../../../README.md");
+        let doc = include_str!("../../../../README.md");
         let cfg = Config::injected();
         let block = format!("```text\n{}```", dry_run(&model::build(&cfg)));
         assert!(doc.contains(&block), "README.md lacks:\n{block}");

@@ -6,8 +6,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::decision::{LabelSelector, Operator, Requirement};
-use crate::fields::Fields;
+use inject::decision::{LabelSelector, Operator, Requirement};
+use sidecar_core::fields::Fields;
 
 use super::Entry;
 
@@ -279,14 +279,14 @@ impl Routing<'_> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::webhook_config;
+    use crate::shared::webhook_config;
     use serde_json::json;
 
     fn generated(revision: &str, auto: bool, tags: &[&str]) -> Vec<Entry> {
         let mut a = webhook_config::Args::for_revision(revision, auto).unwrap();
         a.tags = tags.iter().map(|t| t.to_string()).collect();
         let configs = a.configurations(None).unwrap();
-        let entries = crate::webhook_entry::generated(&configs).unwrap();
+        let entries = crate::shared::webhook_entry::generated(&configs).unwrap();
         let want = a.named_revision().unwrap_or("default");
         assert!(
             entries.iter().all(|e| e.revision.as_deref() == Some(want)),
