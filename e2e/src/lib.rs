@@ -60,6 +60,7 @@ pub mod inject_differential;
 pub mod interception;
 pub mod iptables_init;
 pub mod landing;
+pub mod load;
 pub mod netns;
 pub mod nettool;
 pub mod peers;

@@ -3,12 +3,15 @@
 
 use serde_json::Value as Json;
 
+use super::error::ExecError;
+use super::funcs::{Call, Func};
 use super::lex::Num;
+use super::limits::Limits;
 use super::parse::{Arg, Cmd, Node, Pipe};
+use super::print;
 use super::schema::{self, IntK, Ty, ROOT};
 use super::state::{eval_err, unsupported, validate, Exec, E, P, R};
 use super::value::{Val, NULL};
-use super::{funcs, print, ExecError, Limits, Template};
 use crate::fields::Fields;
 
 /// What a walk over a list of nodes ended with.
@@ -27,12 +30,10 @@ pub struct Cost {
     pub meter: usize,
 }
 
-pub(crate) fn execute(t: &Template, data: &Json, limits: &Limits) -> Result<String, ExecError> {
-    execute_metered(t, data, limits).0
-}
-
+/// Evaluates the tree `root` of the template `name` over `data`, within `limits`.
 pub(crate) fn execute_metered<'a>(
-    t: &'a Template,
+    name: &str,
+    root: &'a [Node],
     data: &'a Json,
     limits: &Limits,
 ) -> (Result<String, ExecError>, Cost) {
@@ -46,18 +47,18 @@ pub(crate) fn execute_metered<'a>(
         depth: 0,
         line: 1,
     };
-    let root = Val::Data(data, &ROOT);
-    ex.vars.push(("$", root.clone()));
-    let res = ex.walk(&root, &t.root);
+    let dot = Val::Data(data, &ROOT);
+    ex.vars.push(("$", dot.clone()));
+    let res = ex.walk(&dot, root);
     let cost = Cost {
         work: ex.work,
         meter: ex.meter,
     };
-    (finish(t, ex.line, res.map(|_| ex.out)), cost)
+    (finish(name, ex.line, res.map(|_| ex.out)), cost)
 }
 
-fn finish(t: &Template, line: usize, res: R<String>) -> Result<String, ExecError> {
-    let template = t.name.clone();
+fn finish(name: &str, line: usize, res: R<String>) -> Result<String, ExecError> {
+    let template = name.to_string();
     match res {
         Ok(out) => Ok(out),
         Err(E::Eval(message)) => Err(ExecError::Eval {
@@ -339,7 +340,7 @@ impl<'a> Exec<'a, '_> {
 
     fn command(&mut self, dot: &Val<'a>, cmd: &'a Cmd, fin: Option<Val<'a>>) -> R<Val<'a>> {
         match cmd.args.first() {
-            Some(Arg::Func(name)) => call(self, dot, name, &cmd.args[1..], fin),
+            Some(Arg::Func(f)) => call(self, dot, f, &cmd.args[1..], fin),
             Some(Arg::Nil) => eval_err("nil is not a command"),
             Some(a) => self.operand(dot, a),
             None => eval_err("empty command"),
@@ -362,8 +363,8 @@ impl<'a> Exec<'a, '_> {
                 let v = v?;
                 self.chain(v, names)
             }
-            Arg::Func(name) => {
-                let v = call(self, dot, name, &[], None)?;
+            Arg::Func(f) => {
+                let v = call(self, dot, f, &[], None)?;
                 Ok(v)
             }
             Arg::Str(s) => Ok(Val::borrowed(s)),
@@ -529,63 +530,63 @@ impl<'a> Exec<'a, '_> {
     }
 }
 
-/// Calls function `name` with the unevaluated `args` and the piped `fin` value (Go's `evalCall`).
+/// Calls function `f` with the unevaluated `args` and the piped `fin` value (Go's `evalCall`).
 pub(crate) fn call<'a>(
     ex: &mut Exec<'a, '_>,
     dot: &Val<'a>,
-    name: &str,
+    f: &Func,
     args: &'a [Arg],
     fin: Option<Val<'a>>,
 ) -> R<Val<'a>> {
     ex.step(1)?;
-    let Some(sig) = funcs::signature(name) else {
-        return unsupported(format!("function {name:?}"));
-    };
+    let name = f.name;
     let n = args.len() + usize::from(fin.is_some());
-    match sig.variadic {
-        Some(_) if n < sig.fixed.len() => {
+    match f.variadic {
+        Some(_) if n < f.fixed.len() => {
             return eval_err(format!(
                 "wrong number of args for {name}: want at least {} got {n}",
-                sig.fixed.len()
+                f.fixed.len()
             ))
         }
-        None if n != sig.fixed.len() => {
+        None if n != f.fixed.len() => {
             return eval_err(format!(
                 "wrong number of args for {name}: want {} got {n}",
-                sig.fixed.len()
+                f.fixed.len()
             ))
         }
         _ => {}
     }
-    let param = |i: usize| sig.fixed.get(i).copied().or(sig.variadic).unwrap_or(P::Raw);
-    // `and` and `or` evaluate their arguments lazily and return one of them.
-    if name == "and" || name == "or" {
-        let want = name == "or";
-        let mut last = Val::NoValue;
-        for a in args {
-            let v = ex.arg(dot, a, P::Raw)?;
-            if v.truth() == want {
-                return Ok(v);
+    let param = |i: usize| f.fixed.get(i).copied().or(f.variadic).unwrap_or(P::Raw);
+    let apply = match f.call {
+        Call::Args(apply) => apply,
+        // `and` and `or` evaluate their arguments lazily and return one of them.
+        Call::ShortCircuit { until } => {
+            let mut last = Val::NoValue;
+            for a in args {
+                let v = ex.arg(dot, a, P::Raw)?;
+                if v.truth() == until {
+                    return Ok(v);
+                }
+                last = v;
             }
-            last = v;
+            return Ok(fin.unwrap_or(last));
         }
-        return Ok(fin.unwrap_or(last));
-    }
+    };
     let mut argv = Vec::with_capacity(n);
     for (i, a) in args.iter().enumerate() {
         argv.push(ex.arg(dot, a, param(i))?);
     }
-    if let Some(f) = fin {
+    if let Some(v) = fin {
         argv.push(validate(
-            if matches!(f, Val::Nil) {
+            if matches!(v, Val::Nil) {
                 Val::NoValue
             } else {
-                f
+                v
             },
             param(args.len()),
         )?);
     }
-    funcs::apply(ex, name, argv).map_err(|e| match e {
+    apply(ex, argv).map_err(|e| match e {
         E::Eval(m) => E::Eval(format!("error calling {name}: {m}")),
         other => other,
     })

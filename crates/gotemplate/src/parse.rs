@@ -2,8 +2,10 @@
 //! makes at parse time (undefined variables, unknown functions, `break` outside `range`) and the refusals
 //! of constructs outside the subset.
 
+use super::error::ParseError;
+use super::funcs::{self, Func};
 use super::lex::{self, parse_number, Num, Tok, Token};
-use super::{funcs, ParseError, MAX_PARSE_DEPTH};
+use super::limits::MAX_PARSE_DEPTH;
 
 /// A node of the template tree.
 #[derive(Debug, Clone)]
@@ -60,7 +62,8 @@ pub(crate) enum Arg {
     Var(String, Vec<String>),
     /// `(pipeline).a.b`.
     Chain(Box<Pipe>, Vec<String>),
-    Func(String),
+    /// A function of the supported subset, resolved when parsed.
+    Func(&'static Func),
     Str(String),
     Num(Num),
     Bool(bool),
@@ -504,8 +507,9 @@ impl Parser<'_> {
                 f.extend(chain);
                 Arg::Chain(p, f)
             }
-            Arg::Func(name) => {
-                return Err(self.syntax(line, format!("unexpected . after term {name:?}")))
+            Arg::Func(f) => {
+                let name = f.name;
+                return Err(self.syntax(line, format!("unexpected . after term {name:?}")));
             }
             _ => return Err(self.syntax(line, "unexpected . after term")),
         }))
@@ -517,16 +521,16 @@ impl Parser<'_> {
             return Ok(None);
         };
         let arg = match tok {
-            Tok::Ident(name) => {
-                if !funcs::is_supported(&name) {
+            Tok::Ident(name) => match funcs::lookup(&name) {
+                Some(f) => Arg::Func(f),
+                None => {
                     return Err(ParseError::UnsupportedFunction {
                         template: self.name.to_string(),
                         line,
                         function: name,
-                    });
+                    })
                 }
-                Arg::Func(name)
-            }
+            },
             Tok::Dot => Arg::Dot,
             Tok::Nil => Arg::Nil,
             Tok::Variable(v) => {

@@ -1,9 +1,9 @@
 //! The evaluation state shared by the walker, the functions and the printers: bounds accounting, the
 //! internal error type and Go's conversion of argument values to parameter types (`validateType`).
 
+use super::limits::{Limits, WORK_PER_STEP};
 use super::schema::{self, IntK, Ty};
 use super::value::{Val, NULL};
-use super::Limits;
 
 /// An evaluation error before the template name and line are attached.
 #[derive(Debug)]
@@ -23,10 +23,6 @@ pub(crate) fn eval_err<T>(m: impl Into<String>) -> R<T> {
 pub(crate) fn unsupported<T>(m: impl Into<String>) -> R<T> {
     Err(E::Unsupported(m.into()))
 }
-
-/// Work units one evaluation step costs (a node, a command, a call, a variable, a field, a list element or
-/// a map entry visited); a byte read or written costs one unit.
-pub(crate) const STEP: usize = 16;
 
 /// The evaluation state.
 pub(crate) struct Exec<'a, 'l> {
@@ -55,7 +51,7 @@ impl<'a> Exec<'a, '_> {
 
     /// Counts `n` evaluation steps.
     pub fn step(&mut self, n: usize) -> R<()> {
-        self.charge(n.saturating_mul(STEP))
+        self.charge(n.saturating_mul(WORK_PER_STEP))
     }
 
     /// Records `n` bytes actually read or written (the meter, not the budget).
