@@ -45,15 +45,15 @@ impl PlatformArgs {
 pub struct ClusterState {
     /// `None` without `--proxy-configs`: the ProxyConfig is then computed as before (no precedence
     /// rules of the resources).
-    pub(crate) proxy_configs: Option<ProxyConfigResources>,
+    pub proxy_configs: Option<ProxyConfigResources>,
     /// `--platform openshift`.
-    pub(crate) openshift: bool,
-    pub(crate) namespaces: Namespaces,
+    pub openshift: bool,
+    pub namespaces: Namespaces,
     /// The Nodes' kubelet versions, watched with `serve --kubeconfig`; `None` from files (native
     /// sidecars `auto` is then on, see `native_sidecars`).
-    pub(crate) nodes: Option<Nodes>,
+    pub nodes: Option<Nodes>,
     /// Flags that have no effect as given.
-    pub(crate) warnings: Vec<String>,
+    pub warnings: Vec<String>,
 }
 
 impl ClusterState {

@@ -258,7 +258,7 @@ impl Engine {
     }
 
     /// The template names for a pod: `inject.istio.io/templates` or the defaults, aliases expanded one level.
-    pub(crate) fn templates(
+    pub fn templates(
         &self,
         annotations: Option<&Map<String, Value>>,
         mode: Mode,

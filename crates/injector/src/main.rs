@@ -29,11 +29,11 @@ enum Command {
     KubeInject(injector::kube_inject::Args),
     /// Serve the MutatingAdmissionWebhook over HTTPS.
     // Boxed: serve's flags are most of the enum's size, and it is parsed once.
-    Serve(Box<injector::server::Args>),
+    Serve(Box<injector::serve::Args>),
     /// Generate a CA, a serving certificate and the MutatingWebhookConfigurations.
     Certs(injector::certs::Args),
     /// Print the MutatingWebhookConfigurations Istio's charts would register for this injector.
-    WebhookConfig(injector::webhook_config::CommandArgs),
+    WebhookConfig(injector::shared::webhook_config::CommandArgs),
     /// Check a deployed webhook: caBundle, serving certificate, TLS, a sample review, lock-out risks.
     Doctor(injector::doctor::Args),
     /// Explain offline why each workload of a manifest would or would not be injected, and where its traffic goes.
@@ -44,9 +44,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::KubeInject(args) => injector::kube_inject::run(args),
-        Command::Serve(args) => injector::server::run(*args),
+        Command::Serve(args) => injector::serve::run(*args),
         Command::Certs(args) => injector::certs::run(args),
-        Command::WebhookConfig(args) => injector::webhook_config::run(args),
+        Command::WebhookConfig(args) => injector::shared::webhook_config::run(args),
         // doctor's findings decide its status: 1 when one is an error.
         Command::Doctor(args) => match injector::doctor::run(args) {
             Ok(ok) => {
