@@ -121,9 +121,9 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 // The vocabulary the evaluator stands on, imported at the root so that its modules name it `crate::fields`.
-use sidecar_core::{fields, gotypes};
 #[cfg(test)]
 use sidecar_core::yaml;
+use sidecar_core::{fields, gotypes};
 
 mod error;
 mod exec;

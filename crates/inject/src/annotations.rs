@@ -5,7 +5,6 @@
 
 use serde_json::{Map, Value};
 
-use sidecar_core::fields::Fields;
 use crate::pod::{
     AGENT_LOG_LEVEL_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
     EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
@@ -17,6 +16,7 @@ use crate::pod::{
     READINESS_INITIAL_DELAY_ANNOTATION, READINESS_PERIOD_ANNOTATION,
     REROUTE_VIRTUAL_INTERFACES_ANNOTATION, STATUS_PORT_ANNOTATION,
 };
+use sidecar_core::fields::Fields;
 use sidecar_core::validate::{
     parse_port, validate_exclude_ip_ranges, validate_include_ip_ranges, validate_interception_mode,
     validate_interfaces, validate_log_level, validate_port_list, validate_quantity,

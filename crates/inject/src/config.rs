@@ -9,8 +9,8 @@ use serde_json::{Map, Value};
 
 use crate::decision::{LabelSelector, Policy};
 use crate::defaults::{builtin_mesh, builtin_values, deep_merge};
-use sidecar_core::fields::{self, Fields};
 use crate::user_template::{self, UserTemplates};
+use sidecar_core::fields::{self, Fields};
 
 /// `--native-sidecars` / `ENABLE_NATIVE_SIDECARS`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]

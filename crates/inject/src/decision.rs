@@ -3,8 +3,8 @@
 
 use serde_json::{Map, Value};
 
-use sidecar_core::fields::{self, Fields};
 use crate::pod::{self, INJECT_KEY};
+use sidecar_core::fields::{self, Fields};
 
 /// Namespaces never injected, whatever the pod says (Istio's `IgnoredNamespaces`).
 pub const IGNORED_NAMESPACES: [&str; 4] = [

@@ -3,8 +3,8 @@
 
 use std::sync::OnceLock;
 
-use sidecar_core::fields::Fields;
 use serde_json::{Map, Value};
+use sidecar_core::fields::Fields;
 
 /// Istio's chart defaults for the injector `values` (`defaults/values.json`: the chart rendered with the
 /// default profile; hub/tag are the release's).

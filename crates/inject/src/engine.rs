@@ -7,8 +7,8 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use sidecar_core::fields::{self, Fields};
 use serde_json::{Map, Value};
+use sidecar_core::fields::{self, Fields};
 
 use crate::annotations;
 use crate::cluster_state::ClusterState;
@@ -258,11 +258,7 @@ impl Engine {
     }
 
     /// The template names for a pod: `inject.istio.io/templates` or the defaults, aliases expanded one level.
-    pub fn templates(
-        &self,
-        annotations: Option<&Map<String, Value>>,
-        mode: Mode,
-    ) -> Vec<String> {
+    pub fn templates(&self, annotations: Option<&Map<String, Value>>, mode: Mode) -> Vec<String> {
         let requested: Vec<String> = match annotations
             .and_then(|a| a.field(pod::TEMPLATES_ANNOTATION))
             .and_then(Value::as_str)

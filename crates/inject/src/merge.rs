@@ -14,14 +14,14 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use sidecar_core::fields::{ensure_map, Fields};
-use sidecar_core::gotypes;
 use crate::overrides;
 use crate::pod::{
     annotation, containers, find_named, find_named_mut, name_of, proxy_container,
     proxy_container_mut, set_annotation, INIT_CONTAINER, INTERCEPTION_MODE_ANNOTATION,
     OVERRIDES_ANNOTATION, STATUS_ANNOTATION, VALIDATION_CONTAINER,
 };
+use sidecar_core::fields::{ensure_map, Fields};
+use sidecar_core::gotypes;
 
 /// Why a merge failed.
 #[derive(Debug, thiserror::Error)]

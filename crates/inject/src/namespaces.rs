@@ -9,8 +9,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::cow_map::CowMap;
-use sidecar_core::fields;
 use crate::kube_objects::{self, ObjectsError};
+use sidecar_core::fields;
 
 /// One Namespace's labels and annotations.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -113,6 +113,11 @@ impl Namespaces {
     /// How many Namespaces there are.
     pub fn len(&self) -> usize {
         self.by_name.len()
+    }
+
+    /// Whether no Namespaces are held.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.len() == 0
     }
 
     /// The labels of namespace `name`, when it is known.

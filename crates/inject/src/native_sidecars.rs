@@ -43,6 +43,11 @@ impl Nodes {
         self.supported.len()
     }
 
+    /// Whether no Nodes are held.
+    pub fn is_empty(&self) -> bool {
+        self.supported.len() == 0
+    }
+
     /// Istio's `DetectNativeSidecar` for a pod whose `spec.nodeName` is `node_name` ("" when unset).
     pub fn detect(&self, node_name: &str) -> bool {
         if !node_name.is_empty() {

@@ -4,8 +4,8 @@
 
 use serde_json::{Map, Value};
 
-use sidecar_core::fields::Fields;
 use crate::pod::OVERRIDES_ANNOTATION;
+use sidecar_core::fields::Fields;
 
 /// The annotation is not the JSON Istio writes. (The message carries no prefix: callers add Istio's.)
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -6,8 +6,6 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use sidecar_core::fields::{ensure_map, Fields};
-use sidecar_core::goconv::{parse_bool, parse_bool_value};
 use crate::overrides;
 use crate::pod::{
     annotation, annotations, annotations_mut, containers, name_of, proxy_container,
@@ -16,6 +14,8 @@ use crate::pod::{
     REWRITE_PROBES_ANNOTATION, SECURE_PORT_ANNOTATION, STATUS_ANNOTATION, VALIDATION_CONTAINER,
 };
 use crate::probes;
+use sidecar_core::fields::{ensure_map, Fields};
+use sidecar_core::goconv::{parse_bool, parse_bool_value};
 
 const NETWORK_ENV: &str = "ISTIO_META_NETWORK";
 const PROMETHEUS_ENV: &str = "ISTIO_PROMETHEUS_ANNOTATIONS";

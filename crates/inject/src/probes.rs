@@ -3,11 +3,11 @@
 //! `ISTIO_KUBE_APP_PROBERS` env (`DumpAppProbers`) and the probes are pointed at the agent's status port
 //! under `/app-health/<c>/<kind>z` or `/app-lifecycle/<c>/<hook>z` (`patchRewriteProbe`).
 
-use sidecar_core::fields::Fields;
 use serde_json::{Map, Value};
+use sidecar_core::fields::Fields;
 
-use sidecar_core::gotypes::{go_struct, F, GRPC, HTTP_GET, TCP_SOCKET};
 use crate::pod::{annotation, containers, name_of, PROXY_CONTAINER, STATUS_PORT_ANNOTATION};
+use sidecar_core::gotypes::{go_struct, F, GRPC, HTTP_GET, TCP_SOCKET};
 
 /// The env var carrying the original probes to the agent.
 pub const APP_PROBERS_ENV: &str = "ISTIO_KUBE_APP_PROBERS";

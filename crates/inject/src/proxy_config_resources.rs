@@ -10,8 +10,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::cow_map::CowMap;
-use sidecar_core::fields::{self, Fields};
 use crate::kube_objects::{self, ObjectsError};
+use sidecar_core::fields::{self, Fields};
 
 /// One ProxyConfig resource, converted to the mesh ProxyConfig fields it sets (Istio's
 /// `toMeshConfigProxyConfig`: `concurrency`, `environmentVariables` → `proxyMetadata`, `image`).
@@ -110,7 +110,6 @@ impl ProxyConfigResources {
     }
 
     /// How many resources `namespace` has.
-    #[cfg(test)]
     pub fn count(&self, namespace: &str) -> usize {
         self.by_namespace.get(namespace).map_or(0, |g| g.len())
     }
@@ -368,7 +367,10 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
     }
     if let Some(env) = spec.field("environmentVariables").filter(|v| !v.is_null()) {
         let env = string_map(env, "spec.environmentVariables")?;
-        if let Some(k) = env.keys().find(|k| !sidecar_core::validate::is_env_var_name(k)) {
+        if let Some(k) = env
+            .keys()
+            .find(|k| !sidecar_core::validate::is_env_var_name(k))
+        {
             return Err(invalid(
                 "spec.environmentVariables",
                 format!(

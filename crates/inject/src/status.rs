@@ -3,8 +3,8 @@
 
 use serde_json::Value;
 
-use sidecar_core::fields::Fields;
 use crate::pod::{containers, name_of};
+use sidecar_core::fields::Fields;
 
 /// The `sidecar.istio.io/status` names a previous injection recorded (unparseable → `None`).
 #[derive(Debug, Default, Clone)]

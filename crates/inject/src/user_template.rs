@@ -17,9 +17,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use sidecar_core::fields::{self, Fields};
-use gotemplate::{self, Limits, Template};
 use crate::render::TemplateData;
+use gotemplate::{self, Limits, Template};
+use sidecar_core::fields::{self, Fields};
 
 mod pod_type;
 

@@ -14,8 +14,7 @@
 //! in `bench/README.md` and closing notes, not here.
 
 use criterion::{criterion_group, Criterion};
-use injector::Engine;
-use injector::Settings;
+use inject::{Engine, Settings};
 use injector::Webhook;
 use serde_json::{json, Value};
 use std::hint::black_box;

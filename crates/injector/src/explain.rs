@@ -43,22 +43,22 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use inject::cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
-use inject::config::{ConfigArgs, ConfigError, Settings};
-use inject::decision::{Decision, LabelSelector, Step};
-use inject::engine::{Engine, Mode};
-use sidecar_core::fields::{self, Fields};
 use crate::cluster::kube_client::KubeArgs;
-use inject::kube_objects::ObjectsError;
 use crate::cluster::kube_read::{self, ClusterError, SelectArgs};
 use crate::shared::manifest::{self, DocumentError, ManifestError, Position};
-use inject::namespaces::Namespaces;
 use crate::shared::output::{self, Output};
-use inject::pod::{self, INJECT_KEY};
 use crate::shared::webhook_config;
 use crate::shared::webhook_entry::routing::{EntryError, Router, Routing};
 use crate::shared::webhook_entry::{self, Entry, ReadError};
 use crate::shared::webhook_request;
+use inject::cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
+use inject::config::{ConfigArgs, ConfigError, Settings};
+use inject::decision::{Decision, LabelSelector, Step};
+use inject::engine::{Engine, Mode};
+use inject::kube_objects::ObjectsError;
+use inject::namespaces::Namespaces;
+use inject::pod::{self, INJECT_KEY};
+use sidecar_core::fields::{self, Fields};
 
 /// The label the API server sets on every namespace, holding its name.
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";

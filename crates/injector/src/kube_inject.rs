@@ -11,14 +11,16 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
+use crate::shared::manifest::{self, pod_template, Document, PodTemplate};
 use inject::cluster_state::{ClusterState, ProxyConfigArgs};
 use inject::config::{ConfigArgs, Settings};
 use inject::engine::{Engine, InjectRequest, Mode};
 use sidecar_core::fields::{self, Fields};
-use crate::shared::manifest::{self, pod_template, Document, PodTemplate};
 use sidecar_core::yaml;
 
-pub use crate::shared::manifest::{DocumentError, ManifestError as KubeInjectError, WORKLOAD_KINDS};
+pub use crate::shared::manifest::{
+    DocumentError, ManifestError as KubeInjectError, WORKLOAD_KINDS,
+};
 
 /// `injector kube-inject` arguments.
 #[derive(Debug, clap::Args)]

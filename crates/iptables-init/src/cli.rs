@@ -16,7 +16,9 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use sidecar_core::flags::{self, parse_go_bool, parse_go_duration, parse_go_port, Flag, Kind, FLAGS};
+use sidecar_core::flags::{
+    self, parse_go_bool, parse_go_duration, parse_go_port, Flag, Kind, FLAGS,
+};
 
 /// The subcommand word Istio's injector writes before its flags.
 pub const ISTIO_SUBCOMMAND: &str = "istio-iptables";

@@ -13,8 +13,6 @@ use super::shared::{
     resource_env, resources, Env, EnvSource, IstioVolumes, PodMeta, Readiness,
 };
 use super::{sprint, Inputs, RenderError};
-use sidecar_core::fields::Fields;
-use sidecar_core::goconv::{self, template_truthy};
 use crate::pod::{
     self, CAP_NET_BIND_SERVICE_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION,
     EXCLUDE_INTERFACES_ANNOTATION, EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
@@ -24,6 +22,8 @@ use crate::pod::{
     REROUTE_VIRTUAL_INTERFACES_ANNOTATION, USER_VOLUME_ANNOTATION, USER_VOLUME_MOUNT_ANNOTATION,
     VALIDATION_CONTAINER,
 };
+use sidecar_core::fields::Fields;
+use sidecar_core::goconv::{self, template_truthy};
 
 /// The default `sidecar` template with its context.
 #[derive(Template)]

@@ -12,8 +12,8 @@ use super::shared::{
     IstioVolumes, PodMeta, Readiness,
 };
 use super::{Inputs, RenderError};
-use sidecar_core::goconv::template_truthy;
 use crate::pod;
+use sidecar_core::goconv::template_truthy;
 
 #[derive(Template)]
 #[template(path = "gateway.json", escape = "none")]

@@ -12,8 +12,8 @@ use super::shared::{
     EnvSource, IstioVolumes, PodMeta, Readiness,
 };
 use super::{Inputs, RenderError};
-use sidecar_core::fields::Fields;
 use crate::pod::{self, USER_VOLUME_ANNOTATION, USER_VOLUME_MOUNT_ANNOTATION};
+use sidecar_core::fields::Fields;
 
 #[derive(Template)]
 #[template(path = "grpc-agent.json", escape = "none")]

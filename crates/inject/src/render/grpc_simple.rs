@@ -5,8 +5,8 @@ use askama::Template;
 use serde_json::Value;
 
 use super::{sprint, Inputs};
-use sidecar_core::fields::Fields;
 use crate::pod;
+use sidecar_core::fields::Fields;
 
 /// The init container's script, verbatim from Istio's template (a `|-` block: no trailing newline).
 const BOOTSTRAP_SCRIPT: &str = r#"NODE_ID="sidecar~${INSTANCE_IP}~${POD_NAME}.${POD_NAMESPACE}~cluster.local"

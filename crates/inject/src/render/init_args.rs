@@ -12,7 +12,6 @@
 use std::borrow::Cow;
 
 use super::{Inputs, RenderError};
-use sidecar_core::fields::Fields;
 use crate::pod::{
     EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
     EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
@@ -20,6 +19,7 @@ use crate::pod::{
     INCLUDE_OUTBOUND_PORTS_ANNOTATION, KUBEVIRT_INTERFACES_ANNOTATION,
     REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
 };
+use sidecar_core::fields::Fields;
 
 /// Which shape an argument value must have.
 #[derive(Clone, Copy, Debug)]

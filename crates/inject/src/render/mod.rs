@@ -26,12 +26,12 @@ use std::borrow::Cow;
 use askama::Template;
 use serde_json::{Map, Value};
 
-use sidecar_core::fields::{self, Fields};
-use sidecar_core::goconv::template_truthy;
 use crate::pod::{
     self, AGENT_LOG_LEVEL_ANNOTATION, INTERCEPTION_MODE_ANNOTATION, NATIVE_SIDECAR_ANNOTATION,
     STATUS_PORT_ANNOTATION,
 };
+use sidecar_core::fields::{self, Fields};
+use sidecar_core::goconv::template_truthy;
 
 pub use proxy_config_json::ProxyConfigError;
 

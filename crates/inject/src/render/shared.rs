@@ -8,8 +8,6 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 
 use super::{image, sprint, Inputs, RenderError};
-use sidecar_core::fields::Fields;
-use sidecar_core::goconv::template_truthy;
 use crate::pod::{
     BOOTSTRAP_OVERRIDE_ANNOTATION, COMPONENT_LOG_LEVEL_ANNOTATION, LOG_LEVEL_ANNOTATION,
     PROXY_CONTAINER, PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_ANNOTATION,
@@ -17,6 +15,8 @@ use crate::pod::{
     READINESS_FAILURE_THRESHOLD_ANNOTATION, READINESS_INITIAL_DELAY_ANNOTATION,
     READINESS_PERIOD_ANNOTATION,
 };
+use sidecar_core::fields::Fields;
+use sidecar_core::goconv::template_truthy;
 
 /// One env entry of a template's container.
 pub(crate) struct Env<'a> {

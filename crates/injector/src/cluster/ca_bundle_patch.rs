@@ -42,9 +42,9 @@ use serde_json::{json, Value};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use crate::cluster::write_queue::{WriteQueue, LIMITS};
 use crate::shared::metrics::Metrics;
 use crate::shared::webhook_config::ENTRY_SUFFIX;
-use crate::cluster::write_queue::{WriteQueue, LIMITS};
 pub use bundle::OwnCaError;
 use bundle::{Cert, OwnCa};
 use records::{Record, Seen};

@@ -34,8 +34,8 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use inject::cluster_state::ClusterState;
 use crate::shared::metrics::Metrics;
+use inject::cluster_state::ClusterState;
 use inject::namespaces::{Namespace, Namespaces};
 use inject::native_sidecars::Nodes;
 use inject::proxy_config_resources::{ProxyConfigResource, ProxyConfigResources};

@@ -10,10 +10,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use sidecar_core::fields::{self, Fields};
 use crate::cluster::kube_client::{KubeArgs, KubeClientError};
 use crate::shared::webhook_config::ENTRY_SUFFIX;
 use crate::shared::webhook_entry::{self, Entry};
+use sidecar_core::fields::{self, Fields};
 
 /// Which MutatingWebhookConfigurations are this injector's, defined once for doctor and explain.
 #[derive(Debug, Clone, Default, clap::Args)]

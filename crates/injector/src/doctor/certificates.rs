@@ -10,8 +10,8 @@ use rustls::server::ParsedCertificate;
 use rustls::RootCertStore;
 use serde_json::Value;
 
-use sidecar_core::fields::Fields;
 use crate::shared::webhook_entry::Entry;
+use sidecar_core::fields::Fields;
 
 use super::chain;
 use super::report::{finding, Finding, Level};

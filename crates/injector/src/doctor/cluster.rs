@@ -17,13 +17,13 @@ use super::certificates::now_unix;
 use super::report::{Finding, Level};
 use super::url::{parse_url, Url};
 use super::{parse_chain, DoctorError};
-use sidecar_core::fields::Fields;
 use crate::cluster::kube_client::KubeArgs;
 use crate::cluster::kube_read::{self, ClusterError, KubeReadError, SelectArgs};
-use inject::namespaces::Namespaces;
-use inject::pod;
 use crate::shared::webhook_entry::routing::Router;
 use crate::shared::webhook_entry::Entry;
+use inject::namespaces::Namespaces;
+use inject::pod;
+use sidecar_core::fields::Fields;
 
 /// The Secret deploy/ (and Istio's own `istio-sidecar-injector` layout) serves from, in the service's
 /// namespace, when `--tls-secret` is not given.

@@ -3,9 +3,9 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::shared::webhook_entry::Entry;
 use inject::decision::LabelSelector;
 use sidecar_core::fields::Fields;
-use crate::shared::webhook_entry::Entry;
 
 use super::report::{finding, patch_fix, Finding, Level};
 

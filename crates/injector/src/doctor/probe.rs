@@ -10,8 +10,8 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use serde_json::{json, Value};
 
-use sidecar_core::fields::Fields;
 use crate::shared::webhook_entry::Entry;
+use sidecar_core::fields::Fields;
 
 use super::certificates::{check_chain, Target};
 use super::report::{finding, Finding, Level};

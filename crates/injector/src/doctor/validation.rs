@@ -3,8 +3,8 @@
 
 use serde_json::{json, Value};
 
-use sidecar_core::fields::Fields;
 use crate::shared::webhook_entry::{Entry, DEFAULT_TIMEOUT_SECONDS};
+use sidecar_core::fields::Fields;
 
 use super::report::{finding, patch_fix, Finding, Level};
 use super::url::{forbidden_char, parse_url};

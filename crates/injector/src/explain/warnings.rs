@@ -3,8 +3,8 @@
 
 use serde_json::{Map, Value};
 
-use sidecar_core::fields;
 use inject::pod::{self, INJECT_KEY};
+use sidecar_core::fields;
 
 use crate::shared::webhook_entry::Entry;
 

@@ -13,9 +13,9 @@ use std::hash::{Hash, Hasher};
 use serde_json::{json, Value};
 
 use crate::shared::cache::{Bounds, Cache, CacheCounters};
+use crate::shared::webhook_request;
 use inject::engine::{Engine, Mode};
 use sidecar_core::fields::Fields;
-use crate::shared::webhook_request;
 
 /// The patch cache's limits: 64 entries of at most 1 MiB (pod and patch text, see [`weight`]), 4 MiB
 /// together, and the hashes of the last 256 misses.

@@ -31,16 +31,16 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
-use inject::cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
 use crate::cluster::cluster_watch::ClusterWatch;
-use inject::config::{ConfigArgs, Settings};
 use crate::cluster::config_map_watch::{self, ConfigMapArgs, Documents};
-use inject::engine::Engine;
 use crate::cluster::kube_client::KubeArgs;
-use crate::shared::metrics::{FailureType, Metrics, ReloadResult};
 use crate::serve::reload::Watch;
+use crate::shared::metrics::{FailureType, Metrics, ReloadResult};
 use crate::shared::tls::{self, CertStore};
 use crate::shared::webhook_config::{read_ca_bundle, CaBundleArgs};
+use inject::cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};
+use inject::config::{ConfigArgs, Settings};
+use inject::engine::Engine;
 
 pub mod admission;
 pub(crate) mod reload;

@@ -226,7 +226,6 @@ impl<K: Hash + Eq, V, S: BuildHasher> Cache<K, V, S> {
     }
 
     /// Whether nothing is stored.
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -7,8 +7,8 @@
 use serde_json::{Map, Value};
 
 use inject::engine::EngineError;
-use sidecar_core::fields::{self, Fields};
 use inject::workload::{self, Workload};
+use sidecar_core::fields::{self, Fields};
 use sidecar_core::yaml::{self, YamlError};
 
 /// The kinds whose pod template is injected.

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use inject::engine::{Engine, EngineError, InjectRequest, Mode};
-use sidecar_core::fields::Fields;
 use inject::workload::{deploy_meta_from_pod, Workload};
+use sidecar_core::fields::Fields;
 
 /// On OpenShift, the pod with a proxy uid equal to the app's cleared (Istio's `webhook.go` `inject`),
 /// when that changes it; `None` off OpenShift or when nothing changes.

@@ -165,7 +165,8 @@ fn binary_reads_istiod_environment_and_config_dir() {
 #[test]
 fn binary_injects_the_gateway_charts_pod() {
     let dir = TempDir::new("cli-gateway");
-    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/gateway.yaml");
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/gateway.yaml");
     let stdout = success(kube_inject_cmd("hello", &dir).arg("-f").arg(&example));
     let docs = test_support::pods::documents(&stdout).expect("yaml");
     assert_eq!(docs.len(), 1);

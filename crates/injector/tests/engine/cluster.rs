@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use injector::{ClusterState, PlatformArgs, ProxyConfigArgs};
-use injector::{ConfigArgs, NativeSidecars, Settings};
-use injector::{Engine, Mode};
+use inject::{ClusterState, PlatformArgs, ProxyConfigArgs};
+use inject::{ConfigArgs, NativeSidecars, Settings};
+use inject::{Engine, Mode};
 use serde_json::{json, Value};
 use test_support::corpus::{inject_dir, Case, Config};
 use test_support::pods;
@@ -314,7 +314,8 @@ fn kube_inject_reads_the_resources_of_the_manifests_namespace() {
     };
     for (ns, want) in [("  namespace: shop\n", 2), ("", 5)] {
         let out = injector::kube_inject::inject_stream(&e, &deploy(ns)).unwrap();
-        let doc = injector::yaml::parse(injector::yaml::split_documents(&out.text)[0]).unwrap();
+        let doc =
+            sidecar_core::yaml::parse(sidecar_core::yaml::split_documents(&out.text)[0]).unwrap();
         let pod = json!({"spec": doc["spec"]["template"]["spec"]});
         assert_eq!(proxy_config(&pod)["concurrency"], json!(want), "{ns:?}");
     }

@@ -1,9 +1,9 @@
 //! `kube_inject::inject_stream` beyond the golden cases: stream handling, pass-through, skips, errors
 //! that name the document and field, and output that reads back identically.
 
+use inject::Engine;
+use inject::Settings;
 use injector::kube_inject::{inject_stream, KubeInjectError};
-use injector::Engine;
-use injector::Settings;
 use serde_json::{json, Value};
 
 fn engine() -> Engine {
@@ -11,9 +11,9 @@ fn engine() -> Engine {
 }
 
 fn docs(text: &str) -> Vec<Value> {
-    injector::yaml::split_documents(text)
+    sidecar_core::yaml::split_documents(text)
         .into_iter()
-        .map(|d| injector::yaml::parse(d).expect("output parses"))
+        .map(|d| sidecar_core::yaml::parse(d).expect("output parses"))
         .filter(|v| !v.is_null())
         .collect()
 }
@@ -78,7 +78,7 @@ fn skipped_workloads_are_unchanged_with_a_warning() {
     ] {
         let out = inject_stream(&engine(), &input).expect("inject");
         let got = &docs(&out.text)[0];
-        let want = injector::yaml::parse(&input).expect("input");
+        let want = sidecar_core::yaml::parse(&input).expect("input");
         assert_eq!(got["spec"]["template"], want["spec"]["template"]);
         assert_eq!(out.warnings.len(), 1);
         assert!(
@@ -219,8 +219,8 @@ fn output_reads_back_identically() {
     assert_eq!(labels["on"], json!("on"));
     assert_eq!(labels["num"], json!("0755"));
     assert_eq!(labels["tilde"], json!("~"));
-    let again = injector::yaml::to_string(&first[0]).expect("emit");
-    assert_eq!(injector::yaml::parse(&again).expect("parse"), first[0]);
+    let again = sidecar_core::yaml::to_string(&first[0]).expect("emit");
+    assert_eq!(sidecar_core::yaml::parse(&again).expect("parse"), first[0]);
 }
 
 /// `grpc-simple` after post-processing (Istio's `grpc-simple.yaml.injected`): no `istio-proxy`, yet the app

@@ -12,7 +12,7 @@ mod props;
 mod scale;
 mod user_templates;
 
-use injector::{deploy_meta_from_pod, InjectRequest, Mode};
+use inject::{deploy_meta_from_pod, InjectRequest, Mode};
 use serde_json::Value;
 
 /// Runs `f` with the engine's request for `pod` in `mode`: its workload named from the pod, as the

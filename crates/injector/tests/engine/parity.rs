@@ -5,9 +5,9 @@
 use std::path::Path;
 
 use base64::Engine as _;
-use injector::Engine;
-use injector::{ClusterState, PlatformArgs, ProxyConfigArgs};
-use injector::{ConfigArgs, NativeSidecars, Settings};
+use inject::Engine;
+use inject::{ClusterState, PlatformArgs, ProxyConfigArgs};
+use inject::{ConfigArgs, NativeSidecars, Settings};
 use serde_json::{json, Value};
 pub use test_support::corpus::{inject_dir, Case};
 use test_support::corpus::{load_cases, load_template_cases, read_inject};

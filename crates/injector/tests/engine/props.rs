@@ -3,8 +3,8 @@
 //! fields and odd keys (`a/b`, `~`) survive.
 
 use base64::Engine as _;
-use injector::Settings;
-use injector::{Engine, Mode};
+use inject::Settings;
+use inject::{Engine, Mode};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use nix::sys::resource::{getrusage, UsageWho};
 
-use injector::{Engine, Mode, Settings};
+use inject::{Engine, Mode, Settings};
 use serde_json::{json, Value};
 use test_support::pods::names;
 
