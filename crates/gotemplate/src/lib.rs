@@ -114,7 +114,7 @@
 //! before its work where its size is known, otherwise right after it (a scalar printed, a `toYaml`
 //! text), so one primitive overshoots the budget by at most the output bound. [`Template::execute_metered`]
 //! also reports the bytes the primitives measured as read and written; the property tests and the fuzz
-//! target (`injector/fuzz`, target `template`) hold the evaluation to the budget with it and with time.
+//! target (`crates/injector/fuzz`, target `template`) hold the evaluation to the budget with it and with time.
 
 // Tests read what they check with serde_json's own accessors (`get`, `pointer`), which clippy.toml keeps
 // out of production code: a check that does not go through `fields` cannot share a bug with it.

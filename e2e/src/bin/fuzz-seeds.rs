@@ -1,4 +1,4 @@
-//! Writes a seed corpus for the webhook fuzz target (`injector/fuzz`): an AdmissionReview (v1 and v1beta1)
+//! Writes a seed corpus for the webhook fuzz target (`crates/injector/fuzz`): an AdmissionReview (v1 and v1beta1)
 //! around every pod of the public Istio inputs, some with URL path parameters (`<suffix>\0<body>`).
 //!
 //! Usage: fuzz-seeds <out-dir>

@@ -1,6 +1,6 @@
 //! The allow-list of the injection and template differentials: the classes of difference accepted, each
 //! recognised here from the case and the two outcomes, and documented (reason, Istio's function) in
-//! `tests/inject-differential-allow.tsv`. Any other difference fails the run.
+//! `e2e/inject-differential-allow.tsv`. Any other difference fails the run.
 
 use super::generate::{Case, Kind};
 use super::Outcome;

@@ -11,7 +11,7 @@
 //!   `testdata/istio/inject/README.md`). Otherwise: whether both refused.
 //!
 //! A difference is allowed only when [`allow`] classifies it into a class listed, with its reason and
-//! Istio's function, in `tests/inject-differential-allow.tsv`.
+//! Istio's function, in `e2e/inject-differential-allow.tsv`.
 
 pub mod allow;
 pub mod generate;

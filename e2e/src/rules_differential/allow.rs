@@ -1,6 +1,6 @@
 //! The allow-list of the rules differential: the classes of difference where Istio is wrong, each
 //! recognised here by what the case and the two outcomes show, and documented (reason, Istio's function)
-//! in `tests/rules-differential-allow.tsv`. A difference outside these classes fails the run.
+//! in `e2e/rules-differential-allow.tsv`. A difference outside these classes fails the run.
 
 use super::generate::Case;
 use super::Outcome;
@@ -83,7 +83,7 @@ pub fn file() -> std::path::PathBuf {
 
 /// The class names the allow-list file lists (rows `class<TAB>Istio function<TAB>reason`, `#` comments).
 pub fn listed() -> Vec<(String, String, String)> {
-    let text = std::fs::read_to_string(file()).expect("tests/rules-differential-allow.tsv");
+    let text = std::fs::read_to_string(file()).expect("e2e/rules-differential-allow.tsv");
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| {

@@ -1,6 +1,6 @@
 //! The seeded generator of istio-iptables configurations: command lines, environments and surroundings.
 //!
-//! Every flag of `iptables-init/src/flags.rs` that istio-iptables has (Istio's
+//! Every flag of `crates/sidecar-core/src/flags.rs` that istio-iptables has (Istio's
 //! `tools/istio-iptables/pkg/cmd/root.go`, `bindCmdlineFlags`) is drawn with valid and invalid values,
 //! in each of pflag's spellings, or through its environment variables; the flags `iptables-init` adds for
 //! Istio's surroundings are set the way Istio reads them instead: the environment variables

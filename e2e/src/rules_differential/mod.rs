@@ -14,7 +14,7 @@
 //!   `ip6tables-save` and the routes are compared.
 //!
 //! A difference is allowed only when [`allow`] classifies it into a class listed, with its reason and
-//! Istio's function, in `tests/rules-differential-allow.tsv`.
+//! Istio's function, in `e2e/rules-differential-allow.tsv`.
 
 pub mod allow;
 pub mod generate;

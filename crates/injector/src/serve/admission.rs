@@ -1,5 +1,5 @@
 //! AdmissionReview handling (`admission.k8s.io/v1` and `v1beta1`): request in, response out, same version.
-//! The HTTP layer (`server`) deals with status codes, bodies and content types; everything from the decoded
+//! The HTTP layer (`serve`) deals with status codes, bodies and content types; everything from the decoded
 //! body on is here, so the webhook and the tests share one entry point.
 //!
 //! [`Webhook`] adds a cache of finished patches: the replicas of a workload send identical pods (same

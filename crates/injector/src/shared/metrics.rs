@@ -87,7 +87,7 @@ pub struct Metrics {
     pub injections_in_flight: Gauge<i64>,
     /// Bytes of request bodies reserved in the global budget (`--max-body-bytes-in-flight`).
     pub body_bytes_in_flight: Gauge<i64>,
-    /// The webhook's cache of finished patches (`server::admission::Webhook`).
+    /// The webhook's cache of finished patches (`serve::admission::Webhook`).
     pub patch_cache: CacheCounters,
     /// Failed list or watch calls of `serve --kubeconfig`, by resource (`cluster_watch`, `ca_bundle_patch`).
     cluster_watch_errors: Family<Labels, Counter>,

@@ -1,6 +1,6 @@
 //! The injector's integration tests: Istio parity (kube-inject and webhook modes), the kube-inject
 //! binary, and property tests of the engine.
-// The checks read the engine's output with serde_json's own accessors, not the injector's `fields`, which
+// The checks read the engine's output with serde_json's own accessors, not sidecar-core's `fields`, which
 // clippy.toml prescribes for the injector's code: a check that does not share that code cannot share its bugs.
 #![allow(clippy::disallowed_methods)]
 
