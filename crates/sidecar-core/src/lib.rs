@@ -5,8 +5,8 @@
 //!   iptables-init parses, documents and resolves with).
 //! - The JSON vocabulary: [`fields`] (the one way to read a JSON object's field), [`goconv`] (Go's
 //!   readings of a value), [`gotypes`] (how Go prints a typed Kubernetes container), [`validate`]
-//!   (Istio's `validate.go` checks of ports, CIDRs, modes, quantities), [`yaml`] (the YAML stream reader
-//!   and writer).
+//!   (Istio's `validate.go` checks of ports, CIDRs, modes, quantities), `yaml` (the YAML stream reader
+//!   and writer, with the `yaml` feature).
 
 // Tests read what they check with serde_json's own accessors (`get`, `pointer`), which clippy.toml keeps
 // out of production code: a check that does not go through `fields` cannot share a bug with it.
@@ -17,4 +17,5 @@ pub mod flags;
 pub mod goconv;
 pub mod gotypes;
 pub mod validate;
+#[cfg(feature = "yaml")]
 pub mod yaml;
