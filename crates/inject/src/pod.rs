@@ -1,23 +1,25 @@
 //! The names Istio gives to the parts of a pod it reads and writes (annotations, labels, containers) and
-//! the accessors for them on the pod JSON, so every step spells a name and looks it up the same way.
+//! the accessors for them on the pod JSON, so every step spells a name and looks it up the same way. The
+//! annotations the CNI plugin reads too are `sidecar_core::annotations`' rows, named here by their key.
 
 use serde_json::{Map, Value};
 
+use sidecar_core::annotations;
 use sidecar_core::fields::{ensure_map, Fields};
 
 /// The label and annotation that opt a pod in or out (the label wins when both are set).
-pub const INJECT_KEY: &str = "sidecar.istio.io/inject";
+pub const INJECT_KEY: &str = annotations::INJECT.name;
 /// The label carrying the pod's network.
 pub const NETWORK_LABEL: &str = "topology.istio.io/network";
 
 /// What a previous injection added (see `status`).
-pub const STATUS_ANNOTATION: &str = "sidecar.istio.io/status";
+pub const STATUS_ANNOTATION: &str = annotations::STATUS.name;
 /// The user's container customisations saved at the first injection (see `overrides`).
 pub const OVERRIDES_ANNOTATION: &str = "proxy.istio.io/overrides";
 pub const PROXY_CONFIG_ANNOTATION: &str = "proxy.istio.io/config";
 pub const TEMPLATES_ANNOTATION: &str = "inject.istio.io/templates";
 pub const NATIVE_SIDECAR_ANNOTATION: &str = "sidecar.istio.io/nativeSidecar";
-pub const INTERCEPTION_MODE_ANNOTATION: &str = "sidecar.istio.io/interceptionMode";
+pub const INTERCEPTION_MODE_ANNOTATION: &str = annotations::INTERCEPTION_MODE.name;
 pub const STATUS_PORT_ANNOTATION: &str = "status.sidecar.istio.io/port";
 pub const READINESS_INITIAL_DELAY_ANNOTATION: &str =
     "readiness.status.sidecar.istio.io/initialDelaySeconds";
@@ -25,16 +27,17 @@ pub const READINESS_PERIOD_ANNOTATION: &str = "readiness.status.sidecar.istio.io
 pub const READINESS_FAILURE_THRESHOLD_ANNOTATION: &str =
     "readiness.status.sidecar.istio.io/failureThreshold";
 pub const INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str =
-    "traffic.sidecar.istio.io/includeOutboundIPRanges";
+    annotations::INCLUDE_OUTBOUND_IP_RANGES.name;
 pub const EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str =
-    "traffic.sidecar.istio.io/excludeOutboundIPRanges";
-pub const INCLUDE_INBOUND_PORTS_ANNOTATION: &str = "traffic.sidecar.istio.io/includeInboundPorts";
-pub const EXCLUDE_INBOUND_PORTS_ANNOTATION: &str = "traffic.sidecar.istio.io/excludeInboundPorts";
-pub const INCLUDE_OUTBOUND_PORTS_ANNOTATION: &str = "traffic.sidecar.istio.io/includeOutboundPorts";
-pub const EXCLUDE_OUTBOUND_PORTS_ANNOTATION: &str = "traffic.sidecar.istio.io/excludeOutboundPorts";
-pub const EXCLUDE_INTERFACES_ANNOTATION: &str = "traffic.sidecar.istio.io/excludeInterfaces";
-pub const KUBEVIRT_INTERFACES_ANNOTATION: &str = "traffic.sidecar.istio.io/kubevirtInterfaces";
-pub const REROUTE_VIRTUAL_INTERFACES_ANNOTATION: &str = "istio.io/reroute-virtual-interfaces";
+    annotations::EXCLUDE_OUTBOUND_IP_RANGES.name;
+pub const INCLUDE_INBOUND_PORTS_ANNOTATION: &str = annotations::INCLUDE_INBOUND_PORTS.name;
+pub const EXCLUDE_INBOUND_PORTS_ANNOTATION: &str = annotations::EXCLUDE_INBOUND_PORTS.name;
+pub const INCLUDE_OUTBOUND_PORTS_ANNOTATION: &str = annotations::INCLUDE_OUTBOUND_PORTS.name;
+pub const EXCLUDE_OUTBOUND_PORTS_ANNOTATION: &str = annotations::EXCLUDE_OUTBOUND_PORTS.name;
+pub const EXCLUDE_INTERFACES_ANNOTATION: &str = annotations::EXCLUDE_INTERFACES.name;
+pub const KUBEVIRT_INTERFACES_ANNOTATION: &str = annotations::KUBEVIRT_INTERFACES.name;
+pub const REROUTE_VIRTUAL_INTERFACES_ANNOTATION: &str =
+    annotations::REROUTE_VIRTUAL_INTERFACES.name;
 pub const PROXY_CPU_ANNOTATION: &str = "sidecar.istio.io/proxyCPU";
 pub const PROXY_MEMORY_ANNOTATION: &str = "sidecar.istio.io/proxyMemory";
 pub const PROXY_CPU_LIMIT_ANNOTATION: &str = "sidecar.istio.io/proxyCPULimit";

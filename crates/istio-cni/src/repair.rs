@@ -55,7 +55,7 @@ pub struct RepairArgs {
         long,
         env = "REPAIR_SIDECAR_ANNOTATION",
         value_name = "KEY",
-        default_value = "sidecar.istio.io/status"
+        default_value = sidecar_core::annotations::STATUS.name
     )]
     pub repair_sidecar_annotation: String,
     /// The init container that fails when the pod was not programmed; empty: any.

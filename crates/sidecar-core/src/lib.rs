@@ -1,7 +1,8 @@
 //! `sidecar-core`: what every binary of the workspace shares and nothing else, the floor the other crates
 //! stand on (it depends on none of them).
 //!
-//! - Istio's contract, each name written once: [`flags`], istio-iptables' flags (the one table
+//! - Istio's contract, each name written once: [`annotations`], the pod annotations both the injector and
+//!   the CNI plugin read; [`flags`], istio-iptables' flags (the one table
 //!   iptables-init parses, documents and resolves with).
 //! - The JSON vocabulary: [`fields`] (the one way to read a JSON object's field), [`goconv`] (Go's
 //!   readings of a value), [`gotypes`] (how Go prints a typed Kubernetes container), [`validate`]
@@ -12,6 +13,7 @@
 // out of production code: a check that does not go through `fields` cannot share a bug with it.
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
+pub mod annotations;
 pub mod fields;
 pub mod flags;
 pub mod goconv;

@@ -4,9 +4,9 @@
 use super::pod_info::{PodInfo, ISTIO_INIT, ISTIO_PROXY};
 
 /// The sidecar injection annotation and label (Istio's `annotation.SidecarInject`, `label.SidecarInject`).
-const INJECT: &str = "sidecar.istio.io/inject";
+const INJECT: &str = sidecar_core::annotations::INJECT.name;
 /// The injector's status annotation; only an injected pod has it.
-const STATUS: &str = "sidecar.istio.io/status";
+const STATUS: &str = sidecar_core::annotations::STATUS.name;
 
 /// The plugin's answer for a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]

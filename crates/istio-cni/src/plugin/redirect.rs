@@ -5,6 +5,8 @@
 
 use std::ffi::OsString;
 
+use sidecar_core::annotations;
+
 use super::pod_info::PodInfo;
 use super::spec::{code, CniError};
 
@@ -53,76 +55,77 @@ enum Check {
     Interfaces,
 }
 
-/// One of Istio's traffic annotations (`sidecar_redirect.go`): its name, its default, Istio's check of
-/// it, and the istio-iptables flag it becomes.
+/// One of Istio's traffic annotations as the plugin reads it (`sidecar_redirect.go` `annotationRegistry`):
+/// the shared row (its name and the istio-iptables flag it becomes), and the plugin's own default and
+/// Istio's check of it, which differ from the injector's.
 struct Annotation {
-    key: &'static str,
+    row: &'static annotations::Annotation,
     default: &'static str,
     check: Check,
-    flag: &'static str,
+}
+
+impl Annotation {
+    fn key(&self) -> &'static str {
+        self.row.name
+    }
+
+    /// The long name of the flag the value becomes (every row the plugin reads has one).
+    fn flag(&self) -> &'static str {
+        self.row.flag.map_or("", |f| f.long)
+    }
 }
 
 const MODE: Annotation = Annotation {
-    key: "sidecar.istio.io/interceptionMode",
+    row: &annotations::INTERCEPTION_MODE,
     default: "REDIRECT",
     check: Check::Mode,
-    flag: "istio-inbound-interception-mode",
 };
 const INCLUDE_IPS: Annotation = Annotation {
-    key: "traffic.sidecar.istio.io/includeOutboundIPRanges",
+    row: &annotations::INCLUDE_OUTBOUND_IP_RANGES,
     default: "*",
     check: Check::CidrsOrStar,
-    flag: "istio-service-cidr",
 };
 const EXCLUDE_IPS: Annotation = Annotation {
-    key: "traffic.sidecar.istio.io/excludeOutboundIPRanges",
+    row: &annotations::EXCLUDE_OUTBOUND_IP_RANGES,
     default: "",
     check: Check::Cidrs,
-    flag: "istio-service-exclude-cidr",
 };
 const EXCLUDE_INBOUND: Annotation = Annotation {
-    key: "traffic.sidecar.istio.io/excludeInboundPorts",
+    row: &annotations::EXCLUDE_INBOUND_PORTS,
     default: "15020",
     check: Check::PortsOrStar,
-    flag: "istio-local-exclude-ports",
 };
 const INCLUDE_INBOUND: Annotation = Annotation {
-    key: "traffic.sidecar.istio.io/includeInboundPorts",
+    row: &annotations::INCLUDE_INBOUND_PORTS,
     default: "*",
     check: Check::PortsOrStar,
-    flag: "istio-inbound-ports",
 };
 // Istio's default here is the status port too (`defaultRedirectExcludePort`), unlike the injected
 // istio-init, which excludes no outbound port by default.
 const EXCLUDE_OUTBOUND: Annotation = Annotation {
-    key: "traffic.sidecar.istio.io/excludeOutboundPorts",
+    row: &annotations::EXCLUDE_OUTBOUND_PORTS,
     default: "15020",
     check: Check::PortsOrStar,
-    flag: "istio-local-outbound-ports-exclude",
 };
 const INCLUDE_OUTBOUND: Annotation = Annotation {
-    key: "traffic.sidecar.istio.io/includeOutboundPorts",
+    row: &annotations::INCLUDE_OUTBOUND_PORTS,
     default: "",
     check: Check::PortsOrStar,
-    flag: "istio-outbound-ports",
 };
 const EXCLUDE_INTERFACES: Annotation = Annotation {
-    key: "traffic.sidecar.istio.io/excludeInterfaces",
+    row: &annotations::EXCLUDE_INTERFACES,
     default: "",
     check: Check::Interfaces,
-    flag: "istio-exclude-interfaces",
 };
 const REROUTE: Annotation = Annotation {
-    key: "istio.io/reroute-virtual-interfaces",
+    row: &annotations::REROUTE_VIRTUAL_INTERFACES,
     default: "",
     check: Check::Interfaces,
-    flag: "kube-virt-interfaces",
 };
 const KUBEVIRT: Annotation = Annotation {
-    key: "traffic.sidecar.istio.io/kubevirtInterfaces",
+    row: &annotations::KUBEVIRT_INTERFACES,
     default: "",
     check: Check::Interfaces,
-    flag: "kube-virt-interfaces",
 };
 
 fn check(kind: Check, value: &str) -> Result<(), String> {
@@ -190,7 +193,7 @@ fn check(kind: Check, value: &str) -> Result<(), String> {
 /// An annotation's value, or its default when absent (Istio's `getAnnotationOrDefault`, with Istio's
 /// check); `found` says which.
 fn annotation(pi: &PodInfo, a: &Annotation) -> Result<(bool, String), CniError> {
-    match pi.annotations.get(a.key) {
+    match pi.annotations.get(a.key()) {
         Some(value) => check(a.check, value)
             .map(|()| (true, value.clone()))
             .map_err(|e| invalid(a, value, e)),
@@ -201,7 +204,7 @@ fn annotation(pi: &PodInfo, a: &Annotation) -> Result<(bool, String), CniError> 
 fn invalid(a: &Annotation, value: &str, why: impl std::fmt::Display) -> CniError {
     CniError::new(
         code::INVALID_ANNOTATION,
-        format!("annotation {}={value:?} is invalid: {why}", a.key),
+        format!("annotation {}={value:?} is invalid: {why}", a.key()),
     )
 }
 
@@ -209,7 +212,7 @@ fn invalid(a: &Annotation, value: &str, why: impl std::fmt::Display) -> CniError
 /// the check is iptables-init's own (`iptables_init::check_in_process`, the resolution its apply
 /// runs), so no value passes here that the apply would then refuse.
 fn iptables_init_takes(a: &Annotation, value: &str, arg: &str) -> Result<(), CniError> {
-    let args = [OsString::from(format!("--{}={arg}", a.flag))];
+    let args = [OsString::from(format!("--{}={arg}", a.flag()))];
     iptables_init::check_in_process(args, &|_| None)
         .map_err(|e| invalid(a, value, format_args!("iptables-init refuses it: {e}")))
 }
@@ -288,21 +291,35 @@ impl Redirect {
             format!("--envoy-port={}", self.target_port),
             format!("--proxy-uid={}", self.uid),
             format!("--proxy-gid={}", self.gid),
-            format!("--{}={}", MODE.flag, self.mode),
-            format!("--{}={}", INCLUDE_IPS.flag, self.include_ip_cidrs),
-            format!("--{}={}", EXCLUDE_IPS.flag, self.exclude_ip_cidrs),
-            format!("--{}={}", INCLUDE_INBOUND.flag, self.include_inbound_ports),
-            format!("--{}={}", EXCLUDE_INBOUND.flag, self.exclude_inbound_ports),
+            format!("--{}={}", MODE.flag(), self.mode),
+            format!("--{}={}", INCLUDE_IPS.flag(), self.include_ip_cidrs),
+            format!("--{}={}", EXCLUDE_IPS.flag(), self.exclude_ip_cidrs),
             format!(
                 "--{}={}",
-                INCLUDE_OUTBOUND.flag, self.include_outbound_ports
+                INCLUDE_INBOUND.flag(),
+                self.include_inbound_ports
             ),
             format!(
                 "--{}={}",
-                EXCLUDE_OUTBOUND.flag, self.exclude_outbound_ports
+                EXCLUDE_INBOUND.flag(),
+                self.exclude_inbound_ports
             ),
-            format!("--{}={}", EXCLUDE_INTERFACES.flag, self.exclude_interfaces),
-            format!("--{}={}", REROUTE.flag, self.reroute_virtual_interfaces),
+            format!(
+                "--{}={}",
+                INCLUDE_OUTBOUND.flag(),
+                self.include_outbound_ports
+            ),
+            format!(
+                "--{}={}",
+                EXCLUDE_OUTBOUND.flag(),
+                self.exclude_outbound_ports
+            ),
+            format!(
+                "--{}={}",
+                EXCLUDE_INTERFACES.flag(),
+                self.exclude_interfaces
+            ),
+            format!("--{}={}", REROUTE.flag(), self.reroute_virtual_interfaces),
             "--cni-mode".to_string(),
             format!("--network-namespace={netns}"),
         ];
@@ -467,23 +484,23 @@ mod tests {
             (&KUBEVIRT, "net1,", false, true),
         ];
         for &(a, value, takes, istio_only) in table {
-            let pi = pod(&[(a.key, value)]);
+            let pi = pod(&[(a.key(), value)]);
             let plugin = Redirect::from_pod(&pi);
-            let arg = match a.key {
-                k if k == EXCLUDE_INBOUND.key => plugin
+            let arg = match a.key() {
+                k if k == EXCLUDE_INBOUND.key() => plugin
                     .as_ref()
                     .map(|r| r.exclude_inbound_ports.clone())
                     .unwrap_or_else(|_| value.trim().to_string()),
                 _ => value.to_string(),
             };
             let by_iptables_init =
-                iptables_init::explain(&[format!("--{}={arg}", a.flag)], &[]).is_ok();
-            assert_eq!(plugin.is_ok(), takes, "{}={value:?}: {plugin:?}", a.key);
+                iptables_init::explain(&[format!("--{}={arg}", a.flag())], &[]).is_ok();
+            assert_eq!(plugin.is_ok(), takes, "{}={value:?}: {plugin:?}", a.key());
             if !by_iptables_init {
                 let e = plugin.as_ref().unwrap_err();
                 assert_eq!(e.code, code::INVALID_ANNOTATION, "{e}");
                 assert!(
-                    e.msg.contains(a.key) && e.msg.contains(&format!("{value:?}")),
+                    e.msg.contains(a.key()) && e.msg.contains(&format!("{value:?}")),
                     "{e}"
                 );
             }
@@ -491,7 +508,7 @@ mod tests {
                 takes,
                 by_iptables_init && !istio_only,
                 "{}={value:?}: iptables-init {}",
-                a.key,
+                a.key(),
                 if by_iptables_init {
                     "takes it"
                 } else {
@@ -505,12 +522,16 @@ mod tests {
                     .map(|a| a.to_string_lossy().into_owned())
                     .collect();
                 iptables_init::explain(&args, &[])
-                    .unwrap_or_else(|e| panic!("{}={value:?}: {args:?}: {e}", a.key));
+                    .unwrap_or_else(|e| panic!("{}={value:?}: {args:?}: {e}", a.key()));
             }
         }
         // Every annotation is in the table.
         for a in annotations {
-            assert!(table.iter().any(|(t, ..)| t.key == a.key), "{}", a.key);
+            assert!(
+                table.iter().any(|(t, ..)| t.key() == a.key()),
+                "{}",
+                a.key()
+            );
         }
     }
 
