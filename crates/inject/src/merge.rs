@@ -987,7 +987,8 @@ fn adjust_init_container_user(final_pod: &mut Value, original: &Value, proxy_con
     }
     if let Some(u) = run_as_user.filter(|u| *u != 0) {
         if let Some(args) = init.field_mut("args").and_then(Value::as_array_mut) {
-            if let Some(i) = args.iter().position(|a| a.as_str() == Some("-u")) {
+            let uid_flag = sidecar_core::flags::PROXY_UID.short_arg();
+            if let Some(i) = args.iter().position(|a| a.as_str() == Some(&uid_flag)) {
                 if let Some(slot) = args.get_mut(i + 1) {
                     *slot = Value::String(u.to_string());
                 }

@@ -101,12 +101,64 @@ impl Flag {
         line
     }
 
+    /// The flag as Istio's injection template writes it before its value: `-p`, or `--dry-run` for a
+    /// flag without a short name.
+    pub fn short_arg(&self) -> String {
+        match self.short {
+            Some(s) => format!("-{s}"),
+            None => format!("--{}", self.long),
+        }
+    }
+
     /// This flag's position in [`FLAGS`].
     pub fn index(&'static self) -> usize {
         FLAGS
             .iter()
             .position(|f| std::ptr::eq(*f, self))
             .unwrap_or(usize::MAX)
+    }
+}
+
+/// An istio-iptables command line built from the definitions here, so that its callers name each flag
+/// by its static and never spell it: the injector's `istio-init` arguments (Istio's injection template
+/// writes the short names, the value as the next argument) and the CNI plugin's (`--long=value`, the
+/// fields Istio's `Program` fills in istio-iptables' `Config`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Argv(Vec<String>);
+
+impl Argv {
+    pub fn new() -> Argv {
+        Argv::default()
+    }
+
+    /// An argument that is not a flag (the `istio-iptables` subcommand).
+    pub fn word(&mut self, word: &str) -> &mut Argv {
+        self.0.push(word.to_string());
+        self
+    }
+
+    /// `-p VALUE`: [`Flag::short_arg`] and the value, two arguments.
+    pub fn short(&mut self, flag: &Flag, value: &str) -> &mut Argv {
+        self.0.push(flag.short_arg());
+        self.0.push(value.to_string());
+        self
+    }
+
+    /// `--long=VALUE`, one argument (an empty value stays an explicit empty value).
+    pub fn long(&mut self, flag: &Flag, value: &str) -> &mut Argv {
+        self.0.push(format!("--{}={value}", flag.long));
+        self
+    }
+
+    /// `--long`: a boolean flag turned on.
+    pub fn switch(&mut self, flag: &Flag) -> &mut Argv {
+        debug_assert_eq!(flag.kind, Kind::Bool, "--{} is not a switch", flag.long);
+        self.0.push(format!("--{}", flag.long));
+        self
+    }
+
+    pub fn into_vec(self) -> Vec<String> {
+        self.0
     }
 }
 
@@ -716,6 +768,28 @@ impl Fallback {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn args_are_written_from_the_definitions() {
+        let mut a = Argv::new();
+        a.word("istio-iptables")
+            .short(&ENVOY_PORT, "15001")
+            .short(&LOG_OUTPUT_LEVEL, "info")
+            .long(&SERVICE_CIDR, "")
+            .switch(&CNI_MODE);
+        assert_eq!(
+            a.into_vec(),
+            [
+                "istio-iptables",
+                "-p",
+                "15001",
+                "--log_output_level",
+                "info",
+                "--istio-service-cidr=",
+                "--cni-mode"
+            ]
+        );
+    }
 
     /// One row of README.md's flag tables: the table's position among them, then the cells.
     struct Row {

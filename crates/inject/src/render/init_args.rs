@@ -1,6 +1,7 @@
 //! The `istio-init` / `istio-validation` arguments (the init container of Istio's
 //! `injection-template.yaml`), built from the pod's annotations, the values and the mesh exactly as Istio's
-//! template builds them, so that they are valid `iptables-init istio-iptables` arguments.
+//! template builds them, so that they are valid `iptables-init istio-iptables` arguments; each flag is
+//! named by its definition in `sidecar_core::flags`.
 //!
 //! Annotation values are validated by the engine before rendering (Istio's `validateAnnotations`); values
 //! come from the operator's configuration. As a second line of defence every value placed into an argument
@@ -20,6 +21,7 @@ use crate::pod::{
     REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
 };
 use sidecar_core::fields::Fields;
+use sidecar_core::flags::{self, Argv};
 
 /// Which shape an argument value must have.
 #[derive(Clone, Copy, Debug)]
@@ -174,23 +176,24 @@ fn mesh_port(inp: &Inputs<'_>, key: &'static str, default: u16) -> Result<String
 
 /// The full argument list of the init container.
 pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
-    let mut args: Vec<String> = Vec::with_capacity(24);
-    let mut push = |a: &str| args.push(a.to_string());
-    push("istio-iptables");
-    push("-p");
-    push(&mesh_port(inp, "proxyListenPort", 15001)?);
-    push("-z");
-    push(&mesh_port(inp, "proxyInboundListenPort", 15006)?);
-    push("-u");
+    let mut args = Argv::new();
+    args.word("istio-iptables");
+    args.short(
+        &flags::ENVOY_PORT,
+        &mesh_port(inp, "proxyListenPort", 15001)?,
+    );
+    args.short(
+        &flags::INBOUND_CAPTURE_PORT,
+        &mesh_port(inp, "proxyInboundListenPort", 15006)?,
+    );
     let uid = if inp.tproxy || inp.proxy_uid == 0 {
         1337
     } else {
         inp.proxy_uid
     };
-    push(&uid.to_string());
-    push("-m");
+    args.short(&flags::PROXY_UID, &uid.to_string());
     // The interception mode was validated (REDIRECT/TPROXY/NONE) when the context was built.
-    push(inp.interception_mode);
+    args.short(&flags::INBOUND_INTERCEPTION_MODE, inp.interception_mode);
 
     let (v, src) = setting(
         inp,
@@ -198,8 +201,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
         "global.proxy.includeIPRanges",
     );
     check(&v, Shape::Cidrs, src)?;
-    push("-i");
-    push(&v);
+    args.short(&flags::SERVICE_CIDR, &v);
 
     let (v, src) = setting(
         inp,
@@ -207,8 +209,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
         "global.proxy.excludeIPRanges",
     );
     check(&v, Shape::Cidrs, src)?;
-    push("-x");
-    push(&v);
+    args.short(&flags::SERVICE_EXCLUDE_CIDR, &v);
 
     let (v, src) = setting(
         inp,
@@ -216,16 +217,14 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
         "global.proxy.includeInboundPorts",
     );
     check(&v, Shape::Ports, src)?;
-    push("-b");
-    push(&v);
+    args.short(&flags::INBOUND_PORTS, &v);
 
     let (e, src) = exclude_inbound(inp);
     check(&e, Shape::Ports, src)?;
-    push("-d");
     if e.is_empty() {
-        push("15090,15021");
+        args.short(&flags::LOCAL_EXCLUDE_PORTS, "15090,15021");
     } else {
-        push(&format!("15090,15021,{e}"));
+        args.short(&flags::LOCAL_EXCLUDE_PORTS, &format!("15090,15021,{e}"));
     }
 
     if let Some((v, src)) = optional_setting(
@@ -234,8 +233,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
         "global.proxy.includeOutboundPorts",
     ) {
         check(&v, Shape::Ports, src)?;
-        push("-q");
-        push(&v);
+        args.short(&flags::OUTBOUND_PORTS, &v);
     }
     if let Some((v, src)) = optional_setting(
         inp,
@@ -243,37 +241,34 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
         "global.proxy.excludeOutboundPorts",
     ) {
         check(&v, Shape::Ports, src)?;
-        push("-o");
-        push(&v);
+        args.short(&flags::LOCAL_OUTBOUND_PORTS_EXCLUDE, &v);
     }
     if let Some((v, src)) = reroute_interfaces(inp) {
         check(v, Shape::Interfaces, src)?;
-        push("-k");
-        push(v);
+        args.short(&flags::KUBE_VIRT_INTERFACES, v);
     }
     const EXCLUDE_IFACES: &str = EXCLUDE_INTERFACES_ANNOTATION;
     if let Some(v) = inp.ann(EXCLUDE_IFACES) {
         check(v, Shape::Interfaces, Source::Annotation(EXCLUDE_IFACES))?;
-        push("-c");
-        push(v);
+        args.short(&flags::EXCLUDE_INTERFACES, v);
     }
 
     let (level, src) = inp.agent_log_level();
     check(&level, Shape::LogLevel, src)?;
-    push(&format!("--log_output_level={level}"));
+    args.long(&flags::LOG_OUTPUT_LEVEL, &level);
     if inp.values_true("global.logAsJson") {
-        push("--log_as_json");
+        args.switch(&flags::LOG_AS_JSON);
     }
     if inp.cni {
-        push("--run-validation");
-        push("--skip-rule-apply");
+        args.switch(&flags::RUN_VALIDATION);
+        args.switch(&flags::SKIP_RULE_APPLY);
     } else if inp.values_true("global.proxy_init.forceApplyIptables") {
-        push("--force-apply");
+        args.switch(&flags::FORCE_APPLY);
     }
     if inp.values_true("global.nativeNftables") {
-        push("--native-nftables");
+        args.switch(&flags::NATIVE_NFTABLES);
     }
-    Ok(args)
+    Ok(args.into_vec())
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 use std::ffi::OsString;
 
 use sidecar_core::annotations;
+use sidecar_core::flags::{self, Argv, Flag};
 
 use super::pod_info::PodInfo;
 use super::spec::{code, CniError};
@@ -56,77 +57,64 @@ enum Check {
 }
 
 /// One of Istio's traffic annotations as the plugin reads it (`sidecar_redirect.go` `annotationRegistry`):
-/// the shared row (its name and the istio-iptables flag it becomes), and the plugin's own default and
-/// Istio's check of it, which differ from the injector's.
+/// the shared row's name and istio-iptables flag, and the plugin's own default and Istio's check of it,
+/// which differ from the injector's.
 struct Annotation {
-    row: &'static annotations::Annotation,
+    key: &'static str,
+    flag: &'static Flag,
     default: &'static str,
     check: Check,
 }
 
-impl Annotation {
-    fn key(&self) -> &'static str {
-        self.row.name
-    }
-
-    /// The long name of the flag the value becomes (every row the plugin reads has one).
-    fn flag(&self) -> &'static str {
-        self.row.flag.map_or("", |f| f.long)
+/// The plugin's reading of a shared row. Evaluated at compile time: a row without a flag does not build.
+const fn reads(
+    row: &'static annotations::Annotation,
+    default: &'static str,
+    check: Check,
+) -> Annotation {
+    let flag = match row.flag {
+        Some(f) => f,
+        None => panic!("the plugin reads only annotations that become an istio-iptables flag"),
+    };
+    Annotation {
+        key: row.name,
+        flag,
+        default,
+        check,
     }
 }
 
-const MODE: Annotation = Annotation {
-    row: &annotations::INTERCEPTION_MODE,
-    default: "REDIRECT",
-    check: Check::Mode,
-};
-const INCLUDE_IPS: Annotation = Annotation {
-    row: &annotations::INCLUDE_OUTBOUND_IP_RANGES,
-    default: "*",
-    check: Check::CidrsOrStar,
-};
-const EXCLUDE_IPS: Annotation = Annotation {
-    row: &annotations::EXCLUDE_OUTBOUND_IP_RANGES,
-    default: "",
-    check: Check::Cidrs,
-};
-const EXCLUDE_INBOUND: Annotation = Annotation {
-    row: &annotations::EXCLUDE_INBOUND_PORTS,
-    default: "15020",
-    check: Check::PortsOrStar,
-};
-const INCLUDE_INBOUND: Annotation = Annotation {
-    row: &annotations::INCLUDE_INBOUND_PORTS,
-    default: "*",
-    check: Check::PortsOrStar,
-};
+const MODE: Annotation = reads(&annotations::INTERCEPTION_MODE, "REDIRECT", Check::Mode);
+const INCLUDE_IPS: Annotation = reads(
+    &annotations::INCLUDE_OUTBOUND_IP_RANGES,
+    "*",
+    Check::CidrsOrStar,
+);
+const EXCLUDE_IPS: Annotation = reads(&annotations::EXCLUDE_OUTBOUND_IP_RANGES, "", Check::Cidrs);
+const EXCLUDE_INBOUND: Annotation = reads(
+    &annotations::EXCLUDE_INBOUND_PORTS,
+    "15020",
+    Check::PortsOrStar,
+);
+const INCLUDE_INBOUND: Annotation =
+    reads(&annotations::INCLUDE_INBOUND_PORTS, "*", Check::PortsOrStar);
 // Istio's default here is the status port too (`defaultRedirectExcludePort`), unlike the injected
 // istio-init, which excludes no outbound port by default.
-const EXCLUDE_OUTBOUND: Annotation = Annotation {
-    row: &annotations::EXCLUDE_OUTBOUND_PORTS,
-    default: "15020",
-    check: Check::PortsOrStar,
-};
-const INCLUDE_OUTBOUND: Annotation = Annotation {
-    row: &annotations::INCLUDE_OUTBOUND_PORTS,
-    default: "",
-    check: Check::PortsOrStar,
-};
-const EXCLUDE_INTERFACES: Annotation = Annotation {
-    row: &annotations::EXCLUDE_INTERFACES,
-    default: "",
-    check: Check::Interfaces,
-};
-const REROUTE: Annotation = Annotation {
-    row: &annotations::REROUTE_VIRTUAL_INTERFACES,
-    default: "",
-    check: Check::Interfaces,
-};
-const KUBEVIRT: Annotation = Annotation {
-    row: &annotations::KUBEVIRT_INTERFACES,
-    default: "",
-    check: Check::Interfaces,
-};
+const EXCLUDE_OUTBOUND: Annotation = reads(
+    &annotations::EXCLUDE_OUTBOUND_PORTS,
+    "15020",
+    Check::PortsOrStar,
+);
+const INCLUDE_OUTBOUND: Annotation =
+    reads(&annotations::INCLUDE_OUTBOUND_PORTS, "", Check::PortsOrStar);
+const EXCLUDE_INTERFACES: Annotation =
+    reads(&annotations::EXCLUDE_INTERFACES, "", Check::Interfaces);
+const REROUTE: Annotation = reads(
+    &annotations::REROUTE_VIRTUAL_INTERFACES,
+    "",
+    Check::Interfaces,
+);
+const KUBEVIRT: Annotation = reads(&annotations::KUBEVIRT_INTERFACES, "", Check::Interfaces);
 
 fn check(kind: Check, value: &str) -> Result<(), String> {
     let cidrs = |v: &str| -> Result<(), String> {
@@ -193,7 +181,7 @@ fn check(kind: Check, value: &str) -> Result<(), String> {
 /// An annotation's value, or its default when absent (Istio's `getAnnotationOrDefault`, with Istio's
 /// check); `found` says which.
 fn annotation(pi: &PodInfo, a: &Annotation) -> Result<(bool, String), CniError> {
-    match pi.annotations.get(a.key()) {
+    match pi.annotations.get(a.key) {
         Some(value) => check(a.check, value)
             .map(|()| (true, value.clone()))
             .map_err(|e| invalid(a, value, e)),
@@ -204,7 +192,7 @@ fn annotation(pi: &PodInfo, a: &Annotation) -> Result<(bool, String), CniError> 
 fn invalid(a: &Annotation, value: &str, why: impl std::fmt::Display) -> CniError {
     CniError::new(
         code::INVALID_ANNOTATION,
-        format!("annotation {}={value:?} is invalid: {why}", a.key()),
+        format!("annotation {}={value:?} is invalid: {why}", a.key),
     )
 }
 
@@ -212,7 +200,7 @@ fn invalid(a: &Annotation, value: &str, why: impl std::fmt::Display) -> CniError
 /// the check is iptables-init's own (`iptables_init::check_in_process`, the resolution its apply
 /// runs), so no value passes here that the apply would then refuse.
 fn iptables_init_takes(a: &Annotation, value: &str, arg: &str) -> Result<(), CniError> {
-    let args = [OsString::from(format!("--{}={arg}", a.flag()))];
+    let args = [OsString::from(format!("--{}={arg}", a.flag.long))];
     iptables_init::check_in_process(args, &|_| None)
         .map_err(|e| invalid(a, value, format_args!("iptables-init refuses it: {e}")))
 }
@@ -287,56 +275,39 @@ impl Redirect {
     /// The istio-iptables command line of these settings for the namespace `netns` (Istio's `Program`:
     /// `HostFilesystemPodNetwork` is `--cni-mode`, `NetworkNamespace` is `--network-namespace`).
     pub fn args(&self, netns: &str, native_nftables: bool) -> Vec<OsString> {
-        let mut args: Vec<String> = vec![
-            format!("--envoy-port={}", self.target_port),
-            format!("--proxy-uid={}", self.uid),
-            format!("--proxy-gid={}", self.gid),
-            format!("--{}={}", MODE.flag(), self.mode),
-            format!("--{}={}", INCLUDE_IPS.flag(), self.include_ip_cidrs),
-            format!("--{}={}", EXCLUDE_IPS.flag(), self.exclude_ip_cidrs),
-            format!(
-                "--{}={}",
-                INCLUDE_INBOUND.flag(),
-                self.include_inbound_ports
-            ),
-            format!(
-                "--{}={}",
-                EXCLUDE_INBOUND.flag(),
-                self.exclude_inbound_ports
-            ),
-            format!(
-                "--{}={}",
-                INCLUDE_OUTBOUND.flag(),
-                self.include_outbound_ports
-            ),
-            format!(
-                "--{}={}",
-                EXCLUDE_OUTBOUND.flag(),
-                self.exclude_outbound_ports
-            ),
-            format!(
-                "--{}={}",
-                EXCLUDE_INTERFACES.flag(),
-                self.exclude_interfaces
-            ),
-            format!("--{}={}", REROUTE.flag(), self.reroute_virtual_interfaces),
-            "--cni-mode".to_string(),
-            format!("--network-namespace={netns}"),
-        ];
+        let mut args = Argv::new();
+        args.long(&flags::ENVOY_PORT, &self.target_port)
+            .long(&flags::PROXY_UID, &self.uid)
+            .long(&flags::PROXY_GID, &self.gid);
+        for (a, value) in [
+            (&MODE, &self.mode),
+            (&INCLUDE_IPS, &self.include_ip_cidrs),
+            (&EXCLUDE_IPS, &self.exclude_ip_cidrs),
+            (&INCLUDE_INBOUND, &self.include_inbound_ports),
+            (&EXCLUDE_INBOUND, &self.exclude_inbound_ports),
+            (&INCLUDE_OUTBOUND, &self.include_outbound_ports),
+            (&EXCLUDE_OUTBOUND, &self.exclude_outbound_ports),
+            (&EXCLUDE_INTERFACES, &self.exclude_interfaces),
+            (&REROUTE, &self.reroute_virtual_interfaces),
+        ] {
+            args.long(a.flag, value);
+        }
+        args.switch(&flags::CNI_MODE)
+            .long(&flags::NETWORK_NAMESPACE, netns);
         if self.dns_redirect {
-            args.push("--redirect-dns".to_string());
-            args.push("--capture-all-dns".to_string());
+            args.switch(&flags::REDIRECT_DNS)
+                .switch(&flags::CAPTURE_ALL_DNS);
         }
         if self.invalid_drop {
-            args.push("--drop-invalid".to_string());
+            args.switch(&flags::DROP_INVALID);
         }
         if self.dual_stack {
-            args.push("--dual-stack".to_string());
+            args.switch(&flags::DUAL_STACK);
         }
         if native_nftables {
-            args.push("--native-nftables".to_string());
+            args.switch(&flags::NATIVE_NFTABLES);
         }
-        args.into_iter().map(OsString::from).collect()
+        args.into_vec().into_iter().map(OsString::from).collect()
     }
 }
 
@@ -484,23 +455,23 @@ mod tests {
             (&KUBEVIRT, "net1,", false, true),
         ];
         for &(a, value, takes, istio_only) in table {
-            let pi = pod(&[(a.key(), value)]);
+            let pi = pod(&[(a.key, value)]);
             let plugin = Redirect::from_pod(&pi);
-            let arg = match a.key() {
-                k if k == EXCLUDE_INBOUND.key() => plugin
+            let arg = match a.key {
+                k if k == EXCLUDE_INBOUND.key => plugin
                     .as_ref()
                     .map(|r| r.exclude_inbound_ports.clone())
                     .unwrap_or_else(|_| value.trim().to_string()),
                 _ => value.to_string(),
             };
             let by_iptables_init =
-                iptables_init::explain(&[format!("--{}={arg}", a.flag())], &[]).is_ok();
-            assert_eq!(plugin.is_ok(), takes, "{}={value:?}: {plugin:?}", a.key());
+                iptables_init::explain(&[format!("--{}={arg}", a.flag.long)], &[]).is_ok();
+            assert_eq!(plugin.is_ok(), takes, "{}={value:?}: {plugin:?}", a.key);
             if !by_iptables_init {
                 let e = plugin.as_ref().unwrap_err();
                 assert_eq!(e.code, code::INVALID_ANNOTATION, "{e}");
                 assert!(
-                    e.msg.contains(a.key()) && e.msg.contains(&format!("{value:?}")),
+                    e.msg.contains(a.key) && e.msg.contains(&format!("{value:?}")),
                     "{e}"
                 );
             }
@@ -508,7 +479,7 @@ mod tests {
                 takes,
                 by_iptables_init && !istio_only,
                 "{}={value:?}: iptables-init {}",
-                a.key(),
+                a.key,
                 if by_iptables_init {
                     "takes it"
                 } else {
@@ -522,16 +493,12 @@ mod tests {
                     .map(|a| a.to_string_lossy().into_owned())
                     .collect();
                 iptables_init::explain(&args, &[])
-                    .unwrap_or_else(|e| panic!("{}={value:?}: {args:?}: {e}", a.key()));
+                    .unwrap_or_else(|e| panic!("{}={value:?}: {args:?}: {e}", a.key));
             }
         }
         // Every annotation is in the table.
         for a in annotations {
-            assert!(
-                table.iter().any(|(t, ..)| t.key() == a.key()),
-                "{}",
-                a.key()
-            );
+            assert!(table.iter().any(|(t, ..)| t.key == a.key), "{}", a.key);
         }
     }
 
