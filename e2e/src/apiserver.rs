@@ -125,7 +125,7 @@ impl Injector {
             .stderr(std::fs::File::create(&stderr)?)
             .spawn()
             .context("starting injector serve")?;
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + crate::PATIENCE;
         loop {
             if let Ok(text) = std::fs::read_to_string(&port_file) {
                 let get = |k: &str| -> anyhow::Result<SocketAddr> {
@@ -216,7 +216,7 @@ impl Injector {
     /// SIGTERM and wait for the exit.
     pub fn terminate(&mut self) -> anyhow::Result<ExitStatus> {
         self.signal_term();
-        self.wait(Duration::from_secs(30))
+        self.wait(crate::PATIENCE)
     }
 
     /// The Prometheus exposition from the metrics port (plain HTTP/1.1).

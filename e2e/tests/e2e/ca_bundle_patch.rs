@@ -104,11 +104,9 @@ fn our_revisions_ca_bundle_is_patched_and_kept_and_no_other_is_touched() {
     let injector = Injector::start(&args, &BTreeMap::new()).expect("injector serve starts");
 
     let want = pem_b64(&ours.dir.join("ca.crt"));
-    wait_for(
-        "our configurations patched on start",
-        Duration::from_secs(10),
-        || all_carry(&c, &our_names, &want),
-    );
+    wait_for("our configurations patched on start", e2e::PATIENCE, || {
+        all_carry(&c, &our_names, &want)
+    });
 
     // Someone writes a wrong caBundle into one entry: corrected within 2 s.
     let wrong = pem_b64(&theirs.dir.join("ca.crt"));
@@ -133,7 +131,7 @@ fn our_revisions_ca_bundle_is_patched_and_kept_and_no_other_is_touched() {
     // The serving CA changes (the file is rewritten): every entry of ours follows.
     std::fs::copy(rotated.dir.join("ca.crt"), &ca_file).unwrap();
     let want = pem_b64(&rotated.dir.join("ca.crt"));
-    wait_for("the new CA patched in", Duration::from_secs(10), || {
+    wait_for("the new CA patched in", e2e::PATIENCE, || {
         all_carry(&c, &our_names, &want)
     });
 
@@ -193,7 +191,7 @@ impl Versions {
             seen,
             reader: Some(reader),
         };
-        wait_for("the watch's first event", Duration::from_secs(20), || {
+        wait_for("the watch's first event", e2e::PATIENCE, || {
             (!v.seen.lock().unwrap().is_empty())
                 .then_some(())
                 .ok_or("none")
@@ -203,7 +201,7 @@ impl Versions {
 
     /// Stops the watch once it has seen version `last`: every version seen, in order.
     fn stop(mut self, last: &str) -> Vec<(std::time::Instant, serde_json::Value)> {
-        wait_for("the watch to catch up", Duration::from_secs(30), || {
+        wait_for("the watch to catch up", e2e::PATIENCE, || {
             let seen = self.seen.lock().unwrap();
             let mut rvs = seen.iter().map(|(_, v)| &v["metadata"]["resourceVersion"]);
             rvs.any(|rv| rv == last).then_some(()).ok_or(seen.len())
@@ -336,7 +334,7 @@ fn a_ca_rotation_across_two_replicas_loses_no_admission_and_writes_at_most_10_a_
     let mut mwcs = vec![mwc];
     to_url(&mut mwcs, a.https.port(), |_| {});
     install(&c, &mwcs, "injected", |r| r.as_ref().is_ok_and(injected));
-    wait_for("A ready", Duration::from_secs(30), || {
+    wait_for("A ready", e2e::PATIENCE, || {
         rt.block_on(a.ready())
             .unwrap()
             .then_some(())
@@ -389,7 +387,7 @@ fn a_ca_rotation_across_two_replicas_loses_no_admission_and_writes_at_most_10_a_
             // Waits until `n` more pods were created (or refused).
             let count = |n: usize, of: &AtomicUsize, what: &str| {
                 let from = of.load(Ordering::SeqCst);
-                wait_for(what, Duration::from_secs(60), || {
+                wait_for(what, e2e::PATIENCE, || {
                     (of.load(Ordering::SeqCst) >= from + n)
                         .then_some(())
                         .ok_or("waiting")
@@ -400,7 +398,7 @@ fn a_ca_rotation_across_two_replicas_loses_no_admission_and_writes_at_most_10_a_
             // B starts (the rolling update's surge) and is routed to once ready.
             let t_b = Instant::now();
             let b = start(&cb);
-            wait_for("B ready", Duration::from_secs(30), || {
+            wait_for("B ready", e2e::PATIENCE, || {
                 rt.block_on(b.ready())
                     .unwrap()
                     .then_some(())
@@ -425,20 +423,16 @@ fn a_ca_rotation_across_two_replicas_loses_no_admission_and_writes_at_most_10_a_
             a.terminate().unwrap();
             let t_a_gone = Instant::now();
             let want = std::fs::read(cb.dir.join("ca.crt")).unwrap();
-            wait_for(
-                "only B's CA file in both entries",
-                Duration::from_secs(30),
-                || {
-                    let got: Vec<Vec<u8>> = bundles(&c, &name)
-                        .values()
-                        .map(|b| base64::engine::general_purpose::STANDARD.decode(b).unwrap())
-                        .collect();
-                    got.iter()
-                        .all(|g| *g == want)
-                        .then_some(())
-                        .ok_or(got.len())
-                },
-            );
+            wait_for("only B's CA file in both entries", e2e::PATIENCE, || {
+                let got: Vec<Vec<u8>> = bundles(&c, &name)
+                    .values()
+                    .map(|b| base64::engine::general_purpose::STANDARD.decode(b).unwrap())
+                    .collect();
+                got.iter()
+                    .all(|g| *g == want)
+                    .then_some(())
+                    .ok_or(got.len())
+            });
             let converged = t_a_gone.elapsed();
             count(5, &attempted, "pods created with B alone");
             let end = Instant::now();

@@ -76,7 +76,7 @@ impl Served {
 
     /// Polls `/readyz` until it answers 200 (the first full list of every watch).
     fn wait_ready(&self) {
-        wait_for("/readyz 200", Duration::from_secs(20), || {
+        wait_for("/readyz 200", e2e::PATIENCE, || {
             self.ready().then_some(()).ok_or("not ready")
         });
     }
@@ -164,23 +164,17 @@ fn cluster_state_is_watched_from_the_apiserver() {
     // informer), the failure counted and retried until the CRD is there.
     let s = serve(&c, &certs, &cfg, &[]);
     let errors = r#"injector_cluster_watch_errors_total{resource="proxyconfigs"}"#;
-    wait_for(
-        "a counted proxyconfigs watch error",
-        Duration::from_secs(20),
-        || (s.metric(errors) >= 1.0).then_some(()).ok_or("none yet"),
-    );
+    wait_for("a counted proxyconfigs watch error", e2e::PATIENCE, || {
+        (s.metric(errors) >= 1.0).then_some(()).ok_or("none yet")
+    });
     s.wait_ready();
     install_proxy_config_crd(&c);
     c.apply(&proxy_config("apps", "early", "early")).unwrap();
     // kube-rs' backoff after a few failed lists (0.8 s doubling): the CRD is found within seconds.
-    wait_for(
-        "the CRD found on a retried list",
-        Duration::from_secs(30),
-        || {
-            let got = proxy_env(&s.inject("apps", &pod("app", None)), "WATCHED");
-            (got.as_deref() == Some("early")).then_some(()).ok_or(got)
-        },
-    );
+    wait_for("the CRD found on a retried list", e2e::PATIENCE, || {
+        let got = proxy_env(&s.inject("apps", &pod("app", None)), "WATCHED");
+        (got.as_deref() == Some("early")).then_some(()).ok_or(got)
+    });
     c.kubectl(&["delete", "proxyconfig", "-n", "apps", "early"], None)
         .unwrap();
     // The delete reaches reviews at the next hand-over (at most one SETTLE window away), not at once.
@@ -266,14 +260,10 @@ fn configuration_from_config_maps(c: &Cluster, certs: &CertFiles, cfg: &ConfigFi
     }))
     .unwrap();
     let from_configmap = || proxy_env(&s.inject("apps", &p), "FROM_CONFIGMAP");
-    wait_for(
-        "the changed mesh ConfigMap",
-        Duration::from_secs(10),
-        || {
-            let v = from_configmap();
-            (v.as_deref() == Some("yes")).then_some(()).ok_or(v)
-        },
-    );
+    wait_for("the changed mesh ConfigMap", e2e::PATIENCE, || {
+        let v = from_configmap();
+        (v.as_deref() == Some("yes")).then_some(()).ok_or(v)
+    });
 
     // Deleted: the last configuration stays (and is counted as a failed reload).
     c.kubectl(
@@ -287,7 +277,7 @@ fn configuration_from_config_maps(c: &Cluster, certs: &CertFiles, cfg: &ConfigFi
         None,
     )
     .unwrap();
-    wait_for("the delete refused", Duration::from_secs(10), || {
+    wait_for("the delete refused", e2e::PATIENCE, || {
         let failed = s.metric(r#"injector_config_reloads_total{result="failure"}"#);
         (failed >= 1.0).then_some(()).ok_or(failed)
     });
@@ -367,14 +357,10 @@ fn a_lost_apiserver_keeps_the_last_state(
     // Started with the apiserver out of reach: not ready until the first list.
     proxy.open.send_replace(false);
     let s = Served::start(&args, certs);
-    wait_for(
-        "a counted watch error while cut off",
-        Duration::from_secs(20),
-        || {
-            let e = s.metric(r#"injector_cluster_watch_errors_total{resource="proxyconfigs"}"#);
-            (e >= 1.0).then_some(()).ok_or(e)
-        },
-    );
+    wait_for("a counted watch error while cut off", e2e::PATIENCE, || {
+        let e = s.metric(r#"injector_cluster_watch_errors_total{resource="proxyconfigs"}"#);
+        (e >= 1.0).then_some(()).ok_or(e)
+    });
     assert!(!s.ready(), "ready before any watch listed");
     proxy.open.send_replace(true);
     s.wait_ready();
@@ -400,24 +386,18 @@ fn a_lost_apiserver_keeps_the_last_state(
     proxy.open.send_replace(false);
     c.kubectl(&["delete", "proxyconfig", "-n", "apps", "kept"], None)
         .unwrap();
-    wait_for(
-        "watch errors counted while cut off",
-        Duration::from_secs(20),
-        || (errors(&s) > before).then_some(()).ok_or("none"),
-    );
+    wait_for("watch errors counted while cut off", e2e::PATIENCE, || {
+        (errors(&s) > before).then_some(()).ok_or("none")
+    });
     assert_eq!(watched().as_deref(), Some("kept"), "the last state is kept");
     assert!(s.ready(), "readiness stays after the first sync");
 
     proxy.open.send_replace(true);
     // kube-rs' default backoff (0.8 s doubling) after a few seconds of failures: well under 30 s.
-    wait_for(
-        "the delete seen once reconnected",
-        Duration::from_secs(30),
-        || {
-            let w = watched();
-            w.is_none().then_some(()).ok_or(w)
-        },
-    );
+    wait_for("the delete seen once reconnected", e2e::PATIENCE, || {
+        let w = watched();
+        w.is_none().then_some(()).ok_or(w)
+    });
 }
 
 /// Istio's acceptance: a ProxyConfig created with kubectl changes the next injected pod within a second,

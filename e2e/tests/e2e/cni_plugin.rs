@@ -599,7 +599,7 @@ fn the_runtime_programs_a_pod_through_what_the_node_agent_installed() {
         ],
     )
     .unwrap();
-    e2e::cluster::wait_for("/readyz 200", Duration::from_secs(15), || {
+    e2e::cluster::wait_for("/readyz 200", e2e::PATIENCE, || {
         agent.get("/readyz").and_then(|(s, b)| match s {
             200 => Ok(()),
             _ => Err(anyhow::anyhow!("{s} {b}")),
@@ -637,7 +637,7 @@ fn the_runtime_programs_a_pod_through_what_the_node_agent_installed() {
     // The plugin's log reaches the agent's output.
     e2e::cluster::wait_for(
         "the plugin's log in the agent's output",
-        Duration::from_secs(5),
+        e2e::PATIENCE,
         || {
             if agent.stdout().contains("programmed") {
                 Ok(())

@@ -39,7 +39,7 @@ fn serve_logs_to_a_pipe_without_colour() {
         .spawn()
         .unwrap();
     // Listening (it has logged that line by then), then SIGTERM: it logs its shutdown and exits.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + e2e::PATIENCE;
     while !ports.exists() {
         if let Some(status) = child.try_wait().unwrap() {
             panic!("injector serve exited with {status} before listening");

@@ -480,7 +480,7 @@ async fn trust_domain(api: &ApiServer, uid: &str) -> Option<String> {
 }
 
 async fn wait_for_log(server: &Injector, text: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + e2e::PATIENCE;
     while !server.log().contains(text) {
         assert!(
             Instant::now() < deadline,
@@ -492,7 +492,7 @@ async fn wait_for_log(server: &Injector, text: &str) {
 }
 
 async fn wait_for(server: &Injector, sample: &str, at_least: f64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + e2e::PATIENCE;
     while server.metric(sample).await.unwrap_or(0.0) < at_least {
         assert!(
             Instant::now() < deadline,
@@ -583,7 +583,7 @@ async fn serve_keeps_the_last_good_configuration_on_a_type_error() {
     let successes = server.metric(OK).await.unwrap();
     write(json!({"trustDomain": "second.example"}));
     wait_for(&server, OK, successes + 1.0).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + e2e::PATIENCE;
     let mut n = 0;
     while trust_domain(&api, &format!("d{n}")).await.as_deref() != Some("second.example") {
         assert!(
