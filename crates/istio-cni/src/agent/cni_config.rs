@@ -36,33 +36,30 @@ pub enum ConfigError {
     },
 }
 
-/// What the agent puts into the chain: the keys the plugin reads (`plugin::conf`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct PluginEntry {
-    /// `cni_agent_run_dir`.
-    pub run_dir: PathBuf,
-    /// `plugin_log_level`.
-    pub log_level: String,
-    /// `exclude_namespaces`.
-    pub exclude_namespaces: Vec<String>,
-    /// `pod_namespace`.
-    pub pod_namespace: String,
-    /// `native_nftables`.
-    pub native_nftables: bool,
+/// What the agent puts into the chain: the plugin's own type of the keys it reads.
+pub use crate::plugin::conf::PluginEntry;
+
+/// The entry as it goes into a list: our name and type, then the keys the plugin reads.
+#[derive(serde::Serialize)]
+struct Listed<'a> {
+    name: &'static str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(flatten)]
+    entry: &'a PluginEntry,
 }
 
 impl PluginEntry {
     /// The entry as it goes into a list (no `cniVersion`, as Istio's `insertCNIConfig` deletes it).
     pub fn to_value(&self) -> Value {
-        json!({
-            "name": PLUGIN_TYPE,
-            "type": PLUGIN_TYPE,
-            "cni_agent_run_dir": self.run_dir.to_string_lossy(),
-            "plugin_log_level": self.log_level,
-            "exclude_namespaces": self.exclude_namespaces,
-            "pod_namespace": self.pod_namespace,
-            "native_nftables": self.native_nftables,
-        })
+        let listed = Listed {
+            name: PLUGIN_TYPE,
+            kind: PLUGIN_TYPE,
+            entry: self,
+        };
+        // Strings, a list of strings and a boolean (the path written lossily): nothing here can fail
+        // to serialise, so the fallback is never taken.
+        serde_json::to_value(listed).unwrap_or(Value::Null)
     }
 
     /// The file of its own when not chained: the entry with `cniVersion`.
@@ -254,6 +251,22 @@ mod tests {
 
     fn value(b: &[u8]) -> Value {
         serde_json::from_slice(b).unwrap()
+    }
+
+    /// What the agent writes is what the plugin reads back, in a list and in a file of its own: the
+    /// one type, written with serde and read by the plugin's field-by-field parse.
+    #[test]
+    fn the_plugin_reads_back_the_entry_the_agent_writes() {
+        let mut e = entry();
+        e.native_nftables = true;
+        e.log_level = "debug".into();
+        let read = crate::plugin::conf::parse(&e.standalone()).unwrap();
+        assert_eq!(read.entry, e);
+        let out = insert(Path::new("10-k8s.conflist"), LIST.as_bytes(), &e).unwrap();
+        let mut ours = value(&out)["plugins"][2].clone();
+        ours["cniVersion"] = "1.0.0".into();
+        let read = crate::plugin::conf::parse(&serde_json::to_vec(&ours).unwrap()).unwrap();
+        assert_eq!(read.entry, e);
     }
 
     #[test]

@@ -24,6 +24,30 @@ pub const MAX_POD_FETCH_TIMEOUT_MS: u64 = 60_000;
 /// Largest configuration read from standard input; a real one is a few KiB.
 pub const MAX_CONF_BYTES: u64 = 1 << 20;
 
+/// Istio's keys of the plugin's configuration (`plugin.go` `Config`) that the node agent writes into the
+/// node's chain (`agent::cni_config`) and the plugin reads back: one type for both, serialised by the
+/// agent and filled by [`parse`] field by field, so that a wrong type is refused naming the field.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PluginEntry {
+    /// `cni_agent_run_dir`: where the node agent put the kubeconfig, and where the plugin logs.
+    #[serde(rename = "cni_agent_run_dir", serialize_with = "lossy")]
+    pub run_dir: PathBuf,
+    /// `plugin_log_level`: `debug`, `info` (default), `warn`, `error` or `none`.
+    #[serde(rename = "plugin_log_level")]
+    pub log_level: String,
+    /// `exclude_namespaces`: pods of these namespaces are never programmed.
+    pub exclude_namespaces: Vec<String>,
+    /// `pod_namespace`: the node agent's own namespace (its pods are let through without the API).
+    pub pod_namespace: String,
+    /// `native_nftables`: program nftables over netlink instead of iptables.
+    pub native_nftables: bool,
+}
+
+/// A path as the agent writes it, lossily as UTF-8 (serde refuses a path that is not).
+fn lossy<S: serde::Serializer>(path: &std::path::Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&path.to_string_lossy())
+}
+
 /// The plugin's configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginConf {
@@ -33,16 +57,8 @@ pub struct PluginConf {
     pub name: String,
     /// `prevResult`, the result of the plugins before this one in the list.
     pub prev_result: Option<Value>,
-    /// `plugin_log_level`: `debug`, `info` (default), `warn`, `error` or `none`.
-    pub log_level: String,
-    /// `cni_agent_run_dir`: where the node agent put the kubeconfig, and where the plugin logs.
-    pub run_dir: PathBuf,
-    /// `exclude_namespaces`: pods of these namespaces are never programmed.
-    pub exclude_namespaces: Vec<String>,
-    /// `pod_namespace`: the node agent's own namespace (its pods are let through without the API).
-    pub pod_namespace: String,
-    /// `native_nftables`: program nftables over netlink instead of iptables.
-    pub native_nftables: bool,
+    /// Istio's keys, as the node agent wrote them.
+    pub entry: PluginEntry,
     /// Ours: how many times the pod is asked for (Istio: 30, fixed).
     pub pod_fetch_attempts: u32,
     /// Ours: the wait between those attempts (Istio: 1 s, fixed).
@@ -55,7 +71,7 @@ pub struct PluginConf {
 impl PluginConf {
     /// The kubeconfig the node agent wrote.
     pub fn kubeconfig(&self) -> PathBuf {
-        self.run_dir.join(KUBECONFIG_NAME)
+        self.entry.run_dir.join(KUBECONFIG_NAME)
     }
 }
 
@@ -171,15 +187,17 @@ pub fn parse(bytes: &[u8]) -> Result<PluginConf, CniError> {
         cni_version,
         name: string(&obj, "name")?.unwrap_or_default(),
         prev_result,
-        log_level,
-        run_dir: PathBuf::from(
-            string(&obj, "cni_agent_run_dir")?
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| DEFAULT_RUN_DIR.to_string()),
-        ),
-        exclude_namespaces,
-        pod_namespace: string(&obj, "pod_namespace")?.unwrap_or_default(),
-        native_nftables: boolean(&obj, "native_nftables")?,
+        entry: PluginEntry {
+            run_dir: PathBuf::from(
+                string(&obj, "cni_agent_run_dir")?
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| DEFAULT_RUN_DIR.to_string()),
+            ),
+            log_level,
+            exclude_namespaces,
+            pod_namespace: string(&obj, "pod_namespace")?.unwrap_or_default(),
+            native_nftables: boolean(&obj, "native_nftables")?,
+        },
         pod_fetch_attempts: number(&obj, "pod_fetch_attempts", (1, 120))?.unwrap_or(30) as u32,
         pod_fetch_interval: Duration::from_millis(
             number(&obj, "pod_fetch_interval_ms", (0, 10_000))?.unwrap_or(1000),
@@ -206,11 +224,11 @@ mod tests {
     fn istio_s_keys_are_read_with_istio_s_defaults() {
         let c = parse(br#"{"cniVersion":"1.0.0","name":"k8s-pod-network","type":"istio-cni"}"#)
             .unwrap();
-        assert_eq!(c.run_dir, PathBuf::from(DEFAULT_RUN_DIR));
+        assert_eq!(c.entry.run_dir, PathBuf::from(DEFAULT_RUN_DIR));
         assert_eq!(c.pod_fetch_attempts, 30);
         assert_eq!(c.pod_fetch_interval, Duration::from_secs(1));
         assert_eq!(c.pod_fetch_timeout, Duration::from_secs(30));
-        assert!(!c.native_nftables);
+        assert!(!c.entry.native_nftables);
         let c = parse(
             br#"{"cniVersion":"0.3.1","type":"istio-cni","cni_agent_run_dir":"/run/x",
                 "exclude_namespaces":["kube-system"],"native_nftables":true,"pod_namespace":"istio-system",
@@ -218,8 +236,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.kubeconfig(), PathBuf::from("/run/x/istio-cni-kubeconfig"));
-        assert_eq!(c.exclude_namespaces, ["kube-system"]);
-        assert!(c.native_nftables);
+        assert_eq!(c.entry.exclude_namespaces, ["kube-system"]);
+        assert!(c.entry.native_nftables);
     }
 
     #[test]

@@ -62,15 +62,15 @@ fn open(dir: &Path) -> Option<File> {
 
 /// Installs the log at the configuration's `plugin_log_level` (once per process).
 pub fn install(conf: &PluginConf) {
-    let level = match conf.log_level.as_str() {
+    let level = match conf.entry.log_level.as_str() {
         "debug" => tracing::Level::DEBUG,
         "warn" => tracing::Level::WARN,
         "error" => tracing::Level::ERROR,
         "none" => return,
         _ => tracing::Level::INFO,
     };
-    let file = if conf.run_dir.is_dir() {
-        open(&conf.run_dir)
+    let file = if conf.entry.run_dir.is_dir() {
+        open(&conf.entry.run_dir)
     } else {
         None
     };

@@ -211,7 +211,7 @@ fn add(env: Env, inv: &Invocation, conf: &PluginConf) -> Result<Value, CniError>
     let netns = netns::open(&inv.netns)?;
     let pod = format!("{}/{}", k8s.pod_namespace, k8s.pod_name);
     let agent_pod =
-        || decision::is_agent_pod(&k8s.pod_name, &k8s.pod_namespace, &conf.pod_namespace);
+        || decision::is_agent_pod(&k8s.pod_name, &k8s.pod_namespace, &conf.entry.pod_namespace);
     if agent_pod() {
         tracing::info!(%pod, "looks like our own agent pod, skipping");
         return Ok(result);
@@ -220,7 +220,7 @@ fn add(env: Env, inv: &Invocation, conf: &PluginConf) -> Result<Value, CniError>
         tracing::debug!("not a kubernetes pod");
         return Ok(result);
     }
-    if conf.exclude_namespaces.contains(&k8s.pod_namespace) {
+    if conf.entry.exclude_namespaces.contains(&k8s.pod_namespace) {
         tracing::info!(%pod, "pod namespace {} excluded", k8s.pod_namespace);
         return Ok(result);
     }
@@ -245,7 +245,7 @@ fn add(env: Env, inv: &Invocation, conf: &PluginConf) -> Result<Value, CniError>
         return Ok(result);
     }
     let redirect = redirect::Redirect::from_pod(&info)?;
-    let args = redirect.args(&inv.netns, conf.native_nftables);
+    let args = redirect.args(&inv.netns, conf.entry.native_nftables);
     tracing::debug!(%pod, ?args, "programming the pod's network namespace");
     let apply_env = |name: &str| {
         if APPLY_ENV.contains(&name) {
@@ -269,6 +269,6 @@ fn add(env: Env, inv: &Invocation, conf: &PluginConf) -> Result<Value, CniError>
             format!("programming the network namespace of {pod}: {e}"),
         )
     })?;
-    tracing::info!(%pod, backend = if conf.native_nftables { "nftables" } else { "iptables" }, "programmed");
+    tracing::info!(%pod, backend = if conf.entry.native_nftables { "nftables" } else { "iptables" }, "programmed");
     Ok(result)
 }
