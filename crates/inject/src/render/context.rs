@@ -7,12 +7,13 @@ use std::borrow::Cow;
 use askama::Template;
 use serde_json::{Map, Value};
 
+use super::error::RenderError;
 use super::init_args::{self, exclude_inbound, optional_setting, setting};
+use super::inputs::{sprint, Inputs};
 use super::shared::{
     self, container_image, env, env_static, named_objects, non_empty, pod_ports, proxy_image,
     resource_env, resources, Env, EnvSource, IstioVolumes, PodMeta, Readiness,
 };
-use super::{sprint, Inputs, RenderError};
 use crate::pod::{
     self, CAP_NET_BIND_SERVICE_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION,
     EXCLUDE_INTERFACES_ANNOTATION, EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,

@@ -7,11 +7,12 @@ use std::borrow::Cow;
 use askama::Template;
 use serde_json::{json, Value};
 
+use super::error::RenderError;
+use super::inputs::{proxy_config_interception_mode, Inputs};
 use super::shared::{
     self, env, non_empty, pod_ports, proxy_image, resource_env, values_int, Env, EnvSource,
     IstioVolumes, PodMeta, Readiness,
 };
-use super::{Inputs, RenderError};
 use crate::pod;
 use sidecar_core::goconv::template_truthy;
 
@@ -94,7 +95,7 @@ fn proxy_env<'a>(
     shared::push_cluster_env(inp, &mut out);
     out.push(env(
         "ISTIO_META_INTERCEPTION_MODE",
-        super::proxy_config_interception_mode(inp.proxy_config),
+        proxy_config_interception_mode(inp.proxy_config),
     ));
     shared::push_network_env(inp, &mut out);
     shared::push_workload_env(inp, non_empty(Some(inp.data.deploy_name)), &mut out);

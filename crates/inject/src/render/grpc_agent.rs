@@ -7,11 +7,12 @@ use std::borrow::Cow;
 use askama::Template;
 use serde_json::Value;
 
+use super::error::RenderError;
+use super::inputs::Inputs;
 use super::shared::{
     self, env, env_static, named_objects, non_empty, pod_ports, proxy_image, resources, Env,
     EnvSource, IstioVolumes, PodMeta, Readiness,
 };
-use super::{Inputs, RenderError};
 use crate::pod::{self, USER_VOLUME_ANNOTATION, USER_VOLUME_MOUNT_ANNOTATION};
 use sidecar_core::fields::Fields;
 

@@ -4,7 +4,7 @@
 use askama::Template;
 use serde_json::Value;
 
-use super::{sprint, Inputs};
+use super::inputs::{sprint, Inputs};
 use crate::pod;
 use sidecar_core::fields::Fields;
 

@@ -12,7 +12,8 @@
 
 use std::borrow::Cow;
 
-use super::{Inputs, RenderError};
+use super::error::RenderError;
+use super::inputs::{sprint, Inputs, Source};
 use crate::pod::{
     EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
     EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
@@ -49,24 +50,6 @@ impl Shape {
             Shape::LogLevel => {
                 c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ',' | ':')
             }
-        }
-    }
-}
-
-/// Where a setting came from, for error messages.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Source {
-    Annotation(&'static str),
-    Values(&'static str),
-    Mesh(&'static str),
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Source::Annotation(k) => write!(f, "annotation '{k}'"),
-            Source::Values(k) => write!(f, "values key '{k}'"),
-            Source::Mesh(k) => write!(f, "mesh config key '{k}'"),
         }
     }
 }
@@ -110,7 +93,7 @@ pub(crate) fn setting<'a>(
     match inp.ann(annotation) {
         Some(v) => (Cow::Borrowed(v), Source::Annotation(annotation)),
         None => (
-            super::sprint(inp.values_at(values_path)),
+            sprint(inp.values_at(values_path)),
             Source::Values(values_path),
         ),
     }
@@ -144,7 +127,7 @@ pub(crate) fn optional_setting<'a>(
     match inp.values_at(values_path) {
         None | Some(serde_json::Value::Null) => None,
         Some(v) => {
-            let s = super::sprint(Some(v));
+            let s = sprint(Some(v));
             (!s.is_empty()).then_some((s, Source::Values(values_path)))
         }
     }

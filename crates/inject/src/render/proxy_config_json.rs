@@ -319,6 +319,15 @@ pub(crate) fn format_duration((secs, nanos): (i64, u32)) -> String {
     crate::config_types::format_duration_nanos(i128::from(secs) * 1_000_000_000 + i128::from(nanos))
 }
 
+/// The `PROXY_CONFIG` env value of the proxy container for a ProxyConfig: its compact JSON with defaults
+/// cleared, and a trailing newline as Istio prints it. Depends on the ProxyConfig only, so the engine
+/// computes it once per configuration instead of once per pod.
+pub fn proxy_config_env(proxy_config: &Value) -> Result<String, ProxyConfigError> {
+    let mut text = proto_to_json(proxy_config)?;
+    text.push('\n');
+    Ok(text)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

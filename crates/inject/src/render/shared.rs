@@ -7,7 +7,10 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
-use super::{image, sprint, Inputs, RenderError};
+use super::error::RenderError;
+use super::image;
+use super::inputs::{sprint, Inputs};
+use super::proxy_config_json::proxy_config_env;
 use crate::pod::{
     BOOTSTRAP_OVERRIDE_ANNOTATION, COMPONENT_LOG_LEVEL_ANNOTATION, LOG_LEVEL_ANNOTATION,
     PROXY_CONTAINER, PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_ANNOTATION,
@@ -513,7 +516,7 @@ pub(crate) fn push_control_plane_env<'a>(inp: &Inputs<'a>, out: &mut Vec<Env<'a>
 pub(crate) fn proxy_config_value<'a>(inp: &Inputs<'a>) -> Result<Cow<'a, str>, RenderError> {
     Ok(match inp.data.proxy_config_env {
         Some(text) => Cow::Borrowed(text),
-        None => Cow::Owned(super::proxy_config_env(inp.proxy_config)?),
+        None => Cow::Owned(proxy_config_env(inp.proxy_config)?),
     })
 }
 
