@@ -21,14 +21,15 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
 
 use crate::cluster::kube_client::KubeArgs;
-use crate::cluster::kube_read::{self, ClusterError, SelectArgs};
+use crate::cluster::kube_read::{self, SelectArgs};
 use crate::shared::output::{self, Output};
 use crate::shared::tls;
-use crate::shared::webhook_entry::{self, Entry, ReadError};
+use crate::shared::webhook_entry::{self, Entry};
 
 mod certificates;
 mod chain;
 mod cluster;
+mod error;
 mod lockout;
 mod probe;
 mod report;
@@ -36,13 +37,14 @@ mod url;
 mod validation;
 
 pub use certificates::parse_ca_bundle;
+pub use error::DoctorError;
 pub use lockout::check_lockout;
 pub use probe::sample_review;
 pub use report::{Finding, Level, Report};
 pub use url::{parse_url, Url};
 pub use validation::{check_client_config, check_failure_policy, check_timeout};
 
-use certificates::{check_ca_bundle, check_chain, now_unix, tls_name, Target};
+use certificates::{check_ca_bundle, check_chain, now_unix, parse_chain, tls_name, Target};
 use probe::{call, check_live, Live};
 use url::UrlArg;
 use validation::path_problem;
@@ -86,43 +88,6 @@ pub struct Args {
     /// Output format: text, or one JSON object for tools.
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub output: Output,
-}
-
-/// The input could not be read; findings about the webhook are never errors of this type.
-#[derive(Debug, thiserror::Error)]
-pub enum DoctorError {
-    /// A file could not be read.
-    #[error("{flag} {}: {source}", path.display())]
-    Read {
-        flag: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// `--webhook-config` cannot be read, is not a stream of MutatingWebhookConfigurations, or holds no
-    /// webhook entry.
-    #[error(transparent)]
-    WebhookConfig(#[from] ReadError),
-    /// `--tls-cert` holds no PEM certificate, or a broken one.
-    #[error("--tls-cert {}: {detail}", path.display())]
-    Cert { path: PathBuf, detail: String },
-    /// `--url` is not an `https://` URL.
-    #[error("--url {value:?}: {reason}")]
-    Url { value: String, reason: &'static str },
-    /// `--server-name` is neither a DNS name nor an IP address.
-    #[error("--server-name {value:?}: not a DNS name or IP address")]
-    ServerName { value: String },
-    /// The async runtime for the live checks could not start.
-    #[error("starting the runtime: {0}")]
-    Runtime(std::io::Error),
-    /// `--kubeconfig` / `--in-cluster` gave nothing to check (the object that could not be read named).
-    #[error(transparent)]
-    Cluster(#[from] ClusterError),
-    /// `--tls-secret` cannot be resolved.
-    #[error("--tls-secret {value:?}: {reason}")]
-    TlsSecret { value: String, reason: &'static str },
-    /// The serving Secret holds no usable `tls.crt`.
-    #[error("{secret}: tls.crt: {detail}")]
-    SecretCert { secret: String, detail: String },
 }
 
 /// The entries that share a caBundle, TLS name, path and timeout are checked together.
@@ -268,17 +233,6 @@ pub fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, DoctorErr
         path: path.to_path_buf(),
         detail,
     })
-}
-
-/// The certificates of a PEM chain (a file's or a Secret's `tls.crt`); at least one.
-fn parse_chain(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
-    let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut &pem[..])
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    if chain.is_empty() {
-        return Err("no PEM CERTIFICATE block".to_string());
-    }
-    Ok(chain)
 }
 
 /// Runs `injector doctor`: prints the report; `Ok(false)` when it holds an error.

@@ -441,3 +441,13 @@ pub(super) fn check_chain(
     });
     out
 }
+/// The certificates of a PEM chain (a file's or a Secret's `tls.crt`); at least one.
+pub(super) fn parse_chain(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut &pem[..])
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    if chain.is_empty() {
+        return Err("no PEM CERTIFICATE block".to_string());
+    }
+    Ok(chain)
+}

@@ -13,10 +13,10 @@ use kube::api::{Api, ListParams, PostParams};
 use rustls::pki_types::CertificateDer;
 use serde_json::{json, Map, Value};
 
-use super::certificates::now_unix;
+use super::certificates::{now_unix, parse_chain};
+use super::error::DoctorError;
 use super::report::{Finding, Level};
 use super::url::{parse_url, Url};
-use super::{parse_chain, DoctorError};
 use crate::cluster::kube_client::KubeArgs;
 use crate::cluster::kube_read::{self, ClusterError, KubeReadError, SelectArgs};
 use crate::shared::webhook_entry::routing::Router;

@@ -1,7 +1,7 @@
 //! `--url` and `clientConfig.url`: an `https://HOST[:PORT][/PATH]` URL, refused when it holds what would
 //! end or split the HTTP request line.
 
-use super::DoctorError;
+use super::error::DoctorError;
 
 /// An `https://HOST[:PORT][/PATH]` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]

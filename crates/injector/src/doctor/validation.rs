@@ -6,9 +6,9 @@ use serde_json::{json, Value};
 use crate::shared::webhook_entry::{Entry, DEFAULT_TIMEOUT_SECONDS};
 use sidecar_core::fields::Fields;
 
+use super::error::DoctorError;
 use super::report::{finding, patch_fix, Finding, Level};
 use super::url::{forbidden_char, parse_url};
-use super::DoctorError;
 
 /// The timeoutSeconds check of one entry.
 pub fn check_timeout(h: &Entry) -> Finding {
