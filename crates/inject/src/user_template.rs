@@ -23,6 +23,8 @@ use sidecar_core::fields::{self, Fields};
 
 mod pod_type;
 
+use pod_type::shown;
+
 /// The template names Istio's chart renders into `config.templates` (its `files/` folder): pod templates
 /// and the gateway controller's. A name among them that the user did not list carries the chart's text.
 pub const CHART_TEMPLATES: [&str; 8] = [
@@ -143,20 +145,6 @@ thread_local! {
 pub struct Sources<'a> {
     pub config: Option<(&'a str, &'a Value)>,
     pub values: Option<(&'a str, &'a Value)>,
-}
-
-/// A JSON value shown in an error: compact, cut after 200 bytes.
-fn shown(v: &Value) -> String {
-    let mut s = v.to_string();
-    if s.len() > 200 {
-        let cut = (0..=200)
-            .rev()
-            .find(|&i| s.is_char_boundary(i))
-            .unwrap_or(0);
-        s.truncate(cut);
-        s.push('…');
-    }
-    s
 }
 
 fn texts<'a>(

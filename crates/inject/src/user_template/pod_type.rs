@@ -26,8 +26,6 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::shown;
-
 /// Where a refused value is and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TypeError {
@@ -434,6 +432,20 @@ impl<'p, 'v> MapAccess<'v> for Map<'p, 'v> {
         seed.deserialize(De { v, path: &path })
             .map_err(|e: Error| e.at(&path))
     }
+}
+
+/// A JSON value shown in an error: compact, cut after 200 bytes.
+pub(super) fn shown(v: &Value) -> String {
+    let mut s = v.to_string();
+    if s.len() > 200 {
+        let cut = (0..=200)
+            .rev()
+            .find(|&i| s.is_char_boundary(i))
+            .unwrap_or(0);
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
 }
 
 #[cfg(test)]
