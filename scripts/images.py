@@ -567,27 +567,30 @@ def read_env(path):
 
 
 def load(cluster_dir, names):
-    """Imports the archives into every node's containerd (namespace k8s.io, where the kubelet looks)."""
+    """Imports the archives into every node's containerd (namespace k8s.io, where the kubelet looks). The
+    nodes are those `scripts/cluster.sh up DIR --nodes N` writes into DIR/env: NODES=N, and per node i
+    NODE<i>_NAME and NODE<i>_CONTAINERD_SOCK (the node's containerd socket, a host path)."""
     env = read_env(os.path.join(cluster_dir, "env"))
-    nodes = env.get("NODES", "").split()
-    if not nodes:
-        raise Fail(f"{cluster_dir}/env names no NODES (a cluster started with --nodes N lists them)")
+    count = env.get("NODES", "")
+    if not count.isdigit() or int(count) == 0:
+        raise Fail(f"{cluster_dir}/env: NODES={count!r}: no nodes to load into "
+                   "(start the cluster with scripts/cluster.sh up DIR --nodes N)")
     manifest = os.path.join(OUT, "images.env")
     if not os.path.exists(manifest):
         raise Fail(f"{manifest}: no images built yet (scripts/images.sh build)")
     built = dict(line.split("=", 1) for line in open(manifest).read().split())
     names = names or [k for k in built if k in ALL]
-    for node in nodes:
-        var = re.sub(r"[^A-Za-z0-9]", "_", node).upper()
-        sock = env.get(f"NODE_{var}_CONTAINERD_SOCK")
+    for i in range(1, int(count) + 1):
+        node = env.get(f"NODE{i}_NAME", f"node{i}")
+        sock = env.get(f"NODE{i}_CONTAINERD_SOCK")
         if not sock:
-            raise Fail(f"{cluster_dir}/env: NODE_{var}_CONTAINERD_SOCK is not set for node {node}")
-        ctr = shlex.split(env.get(f"NODE_{var}_CTR", "")) or ["ctr", "-a", sock]
+            raise Fail(f"{cluster_dir}/env: NODE{i}_CONTAINERD_SOCK is not set for node {node}")
         for name in names:
             archive = built.get(f"{name}_ARCHIVE")
             if not archive:
                 raise Fail(f"{name}: not built (scripts/images.sh build {name})")
-            r = subprocess.run(ctr + ["-n", "k8s.io", "images", "import", archive], capture_output=True, text=True)
+            r = subprocess.run(["ctr", "-a", sock, "-n", "k8s.io", "images", "import", archive],
+                               capture_output=True, text=True)
             if r.returncode != 0:
                 raise Fail(f"node {node}: importing {archive}: {r.stderr.strip() or r.stdout.strip()}")
             log(f"node {node}: {built[name]}")

@@ -5,10 +5,9 @@
 #
 #   scripts/images.sh build [NAME...]   build what changed (all by default); prints HUB=, TAG=, then for each
 #                                       image NAME=REF and NAME_ARCHIVE=PATH (also kept in target/images/images.env)
-#   scripts/images.sh load DIR [NAME...] import the built archives into every node of the cluster in DIR:
-#                                       DIR/env lists NODES="node1 node2" and, per node (name upper-cased,
-#                                       other characters as _), NODE_<NAME>_CONTAINERD_SOCK=... and optionally
-#                                       NODE_<NAME>_CTR="ctr -a SOCK" (the command to run ctr with)
+#   scripts/images.sh load DIR [NAME...] import the built archives into every node of the cluster in DIR
+#                                       (`scripts/cluster.sh up DIR --nodes N`): DIR/env's NODES=N and, per
+#                                       node i, NODE<i>_CONTAINERD_SOCK (ctr -a SOCK -n k8s.io images import)
 #   scripts/images.sh refs              print HUB=, TAG= and NAME=REF without building
 #
 # Images: injector (Dockerfile), iptables-init and iptables-init-native-nftables (Dockerfile.init, default and

@@ -32,8 +32,10 @@ command -v containerd >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
 command -v gcc >/dev/null || need+=(gcc)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)
-# scripts/images.sh: the Debian base of the iptables-init image (made once per machine, then cached).
+# scripts/images.sh (the images the node scenarios run): the Debian base of the iptables-init and
+# istio-pilot-agent images with debootstrap, and the script itself in Python.
 command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v python3 >/dev/null || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   apt-get update -qq
@@ -96,13 +98,13 @@ build_cni_tools() {
 # The container images (issue 28), from the repository's Dockerfiles with no container engine or registry:
 # the builder stages' cargo commands run here, the Debian base is debootstrapped on a machine's first run
 # (cached under ~/.cache/sidecar-inject), and an archive is rewritten only when its inputs changed. The e2e
-# tests images:: check them against the Dockerfiles.
+# tests images:: check them against the Dockerfiles, and the node scenarios (e2e node::) run them.
 build_images() {
   local start
   start=$(date +%s)
   bash scripts/images.sh build > target/images.txt 2> target/images.log || {
     tail -40 target/images.log >&2
-    echo "scripts/test.sh: building the images failed" >&2
+    echo "scripts/test.sh: building the images failed; the node scenarios cannot run" >&2
     return 1
   }
   echo "images ($(( $(date +%s) - start )) s): $(grep -v _ARCHIVE= target/images.txt | tr '\n' ' ')"

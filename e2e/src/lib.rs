@@ -64,4 +64,5 @@ pub mod load;
 pub mod netns;
 pub mod nettool;
 pub mod peers;
+pub mod product;
 pub mod rules_differential;

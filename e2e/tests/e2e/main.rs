@@ -27,6 +27,7 @@ mod kube_apiserver_tables;
 mod kube_cli;
 mod modules;
 mod nftables;
+mod node;
 mod readme;
 mod rules_differential;
 mod test_command;
