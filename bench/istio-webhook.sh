@@ -2,7 +2,7 @@
 # Benchmark against the peer, same run (issue 21, item 6): Istio's own injection webhook handler against
 # `injector serve`, both on loopback HTTPS with the same certificate, the same configuration (Istio's
 # test configuration testdata/istio/inject/base-* plus the chart's pod templates, native sidecars off)
-# and the same load generator (tests/src/bin/webhook-load.rs, as bench/webhook-load.sh) sending the same
+# and the same load generator (e2e/src/bin/webhook-load.rs, as bench/webhook-load.sh) sending the same
 # AdmissionReview (the hello pod):
 #   1. closed loop at max rate, ROUNDS rounds alternating the two servers (the order alternates):
 #      injections/s and the p50/p99 latency at that rate; medians over the rounds;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The latency a pod CREATE gains from the webhook through a real kube-apiserver (issue 20 item 6):
-# tests/src/bin/pod-create-bench.rs starts etcd + kube-apiserver (scripts/cluster.sh), `injector serve`
+# e2e/src/bin/pod-create-bench.rs starts etcd + kube-apiserver (scripts/cluster.sh), `injector serve`
 # registered with the generated configurations (url mode), then, over one keep-alive HTTPS connection
 # to the apiserver, alternates CREATEs in a namespace the webhook is called for (it injects) and one it
 # is not (same configuration registered, namespaceSelector unmatched): p50/p99 of each and the

@@ -3,7 +3,7 @@
 # bare pod, an injected pod in init-container mode (our iptables-init), one in CNI mode (istio-cni), and one
 # whose init container is Istio's own `pilot-agent istio-iptables` (an image built from the Go-built peer of
 # scripts/istio-peers.sh), all four in the same run on one cluster, interleaved one pod per arm per round
-# in a rotating order: medians and p99 (tests/src/bin/pod-startup-bench.rs says how each is timed).
+# in a rotating order: medians and p99 (e2e/src/bin/pod-startup-bench.rs says how each is timed).
 # The cluster (scripts/cluster.sh up --nodes 1), the images (scripts/images.sh) and both charts (helm
 # install) are the e2e node scenarios' (e2e::product); istio-proxy is testproxy, the stand-in for Envoy.
 #

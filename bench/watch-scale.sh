@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How the cluster watches of `injector serve --kubeconfig` scale (issue 27, finding 1), against a baseline
-# build in the same run: tests/src/bin/watch-scale-bench.rs starts etcd + kube-apiserver
+# build in the same run: e2e/src/bin/watch-scale-bench.rs starts etcd + kube-apiserver
 # (scripts/cluster.sh) per build, creates 10,000 Namespaces (OpenShift's annotations) and 5,000 Nodes (a
 # kubelet's status), starts the injector with `--platform openshift` and native sidecars `auto` (all three
 # kinds watched) and the chart's allocator settings, then creates ProxyConfigs up to 1,000, 5,000 and

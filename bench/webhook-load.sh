@@ -7,7 +7,7 @@
 #      in the same stretch);
 #   2. open loop at a fixed 1,000 req/s: p50/p99 of the injection path (latency from each request's due time);
 #   3. the server's RSS (current and peak) after the runs.
-# The generator (tests/src/bin/webhook-load.rs) runs on the same machine: on 2 cores it takes a share of the
+# The generator (e2e/src/bin/webhook-load.rs) runs on the same machine: on 2 cores it takes a share of the
 # CPU, which the figures include. Figures go in closing notes, never in tests.
 #
 # Usage: bench/webhook-load.sh [duration-seconds per max-rate run (default 2)] [connections (default 8)]

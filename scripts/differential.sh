@@ -6,11 +6,11 @@
 #                           [--jobs J] [--apply-every K (rules)] [--istioctl-every K] [--keep DIR (inject, template)]
 #
 # rules (the default): generated istio-iptables configurations through `pilot-agent istio-iptables` and
-#   `iptables-init istio-iptables` (tests/rules-differential-allow.tsv); defaults: seed 1, 1000 cases, every
+#   `iptables-init istio-iptables` (e2e/rules-differential-allow.tsv); defaults: seed 1, 1000 cases, every
 #   20th iptables case also applied for real, 2 jobs. Needs root (network namespaces).
 # inject, template: generated workloads and configurations (inject), or user templates (template), through
 #   Istio's kube-inject code (tools/istio/cmd/inject-batch, every 50th case also through the real istioctl)
-#   and `injector kube-inject` (tests/inject-differential-allow.tsv); the files of a differing case are kept
+#   and `injector kube-inject` (e2e/inject-differential-allow.tsv); the files of a differing case are kept
 #   under --keep (default $TMPDIR/inject-differential).
 # CI runs a fixed seed's few hundred cases of each kind in the e2e tests `rules_differential` and
 # `inject_differential`.
