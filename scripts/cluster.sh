@@ -580,7 +580,7 @@ prepare_node() {
 }
 EOF
 
-  # containerd with the CRI settings this machine needs (../shared/notes/real-node.md): runc may not lower
+  # containerd with the CRI settings a VM without CAP_SYS_RESOURCE needs: runc may not lower
   # oom_score_adj (no CAP_SYS_RESOURCE), no AppArmor, cgroupfs; root and state at their defaults, which
   # are the node's own /var/lib/containerd and /run/containerd.
   cat >"$nd/containerd.toml" <<EOF
