@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark against the peer, same run (issue 22): the CNI ADD of an injected pod by our `istio-cni` and
+# Benchmark against the peer, same run: the CNI ADD of an injected pod by our `istio-cni` and
 # by Istio's own (`cni/cmd/istio-cni`, built by scripts/istio-peers.sh from the pinned istio.io/istio
 # module), with the iptables backend and with `native_nftables`. Each ADD is the plugin run as the
 # runtime runs it: the network configuration with a bridge `prevResult` on stdin, `CNI_*` in the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark against the peer, same run (issue 21, item 6): Istio's own injection webhook handler against
+# Benchmark against the peer, same run: Istio's own injection webhook handler against
 # `injector serve`, both on loopback HTTPS with the same certificate, the same configuration (Istio's
 # test configuration testdata/istio/inject/base-* plus the chart's pod templates, native sidecars off)
 # and the same load generator (e2e/src/bin/webhook-load.rs, as bench/webhook-load.sh) sending the same

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark against the peer, same run (issue 21, item 6): `istioctl kube-inject` (built by
+# Benchmark against the peer, same run: `istioctl kube-inject` (built by
 # scripts/istio-peers.sh from the pinned istio.io/istio module) against `injector kube-inject`, with the
 # same three files (Istio's test configuration: testdata/istio/inject/base-*), per pod:
 #   1. one pod per process (hello.yaml), as a CI step or a user runs it: start-up included;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark against the peer, same run (issue 21, item 6): a real apply of the default injected
+# Benchmark against the peer, same run: a real apply of the default injected
 # arguments by Istio's own `pilot-agent istio-iptables` (built by scripts/istio-peers.sh from the pinned
 # istio.io/istio module) and by `iptables-init istio-iptables`, with the iptables backend and with
 # `--native-nftables`, each run in a fresh network namespace that has an IPv4 address (Istio's IPv6

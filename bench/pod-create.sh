@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The latency a pod CREATE gains from the webhook through a real kube-apiserver (issue 20 item 6):
+# The latency a pod CREATE gains from the webhook through a real kube-apiserver:
 # e2e/src/bin/pod-create-bench.rs starts etcd + kube-apiserver (scripts/cluster.sh), `injector serve`
 # registered with the generated configurations (url mode), then, over one keep-alive HTTPS connection
 # to the apiserver, alternates CREATEs in a namespace the webhook is called for (it injects) and one it

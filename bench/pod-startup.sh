@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pod start-up on a real node (issue 28 item 6): the time from a pod's CREATE to its Ready condition for a
+# Pod start-up on a real node: the time from a pod's CREATE to its Ready condition for a
 # bare pod, an injected pod in init-container mode (our iptables-init), one in CNI mode (istio-cni), and one
 # whose init container is Istio's own `pilot-agent istio-iptables` (an image built from the Go-built peer of
 # scripts/istio-peers.sh), all four in the same run on one cluster, interleaved one pod per arm per round

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How the cluster watches of `injector serve --kubeconfig` scale (issue 27, finding 1), against a baseline
+# How the cluster watches of `injector serve --kubeconfig` scale, against a baseline
 # build in the same run: e2e/src/bin/watch-scale-bench.rs starts etcd + kube-apiserver
 # (scripts/cluster.sh) per build, creates 10,000 Namespaces (OpenShift's annotations) and 5,000 Nodes (a
 # kubelet's status), starts the injector with `--platform openshift` and native sidecars `auto` (all three
@@ -11,7 +11,7 @@
 #
 # Usage: bench/watch-scale.sh [watch-scale-bench flags: --levels 1000,5000,20000 --namespaces 10000
 #        --nodes 5000 --connections 8 --deadline 300 --rss-cap 3072]
-# Env: BASE=<commit> (the baseline, default 9154c7e, the commit issue 27 measured; built release in a
+# Env: BASE=<commit> (the baseline, default 9154c7e, the commit before the watches kept only what injection reads; built release in a
 #      temporary git worktree with its own target dir, target/watch-scale-base, which is kept as a cache),
 #      OLD_INJECTOR=path (a baseline binary already built: skips that build),
 #      BENCH_NO_BUILD=1 (use what is built).

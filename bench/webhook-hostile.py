@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hostile-load benchmark of `injector serve` (issue 18's acceptance figures), for one or more builds in
+"""Hostile-load benchmark of `injector serve` (the figures the webhook's bounds were accepted on), for one or more builds in
 the same run, each against the same scenarios on loopback HTTPS (certificate verified):
 
   costly   two 2,000-container `grpc-agent` reviews kept in flight (each resent as soon as answered)

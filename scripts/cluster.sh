@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real Kubernetes cluster on this machine for the tests and by hand (issues 20 and 28), built from tools/k8s
+# A real Kubernetes cluster on this machine for the tests and by hand, built from tools/k8s
 # (the Go module pinning the release): etcd and kube-apiserver alone, or a whole cluster with nodes.
 #
 #   scripts/cluster.sh build                 build what is missing; print the folder of etcd, kube-apiserver
@@ -396,7 +396,7 @@ start_servers() {
   server="https://$api_address:$api_port"
   # --enable-aggregator-routing: the webhook (and aggregated API) service resolver then picks an address
   # from the Service's EndpointSlices instead of dialling its cluster IP, which the host does not route
-  # (cmd/kube-apiserver/app/server.go buildServiceResolver; see the README's cluster.sh section).
+  # (cmd/kube-apiserver/app/server.go buildServiceResolver; see docs/test-cluster.md, "Webhooks in service mode").
   spawn "$dir/kube-apiserver.log" "$dir/kube-apiserver.pid" "$bin/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$etcd_port" \
     --bind-address="$api_address" --advertise-address="$api_address" --secure-port="$api_port" \

@@ -11,7 +11,7 @@
 #
 # All five land in one folder, which can serve as CNI_PATH. The binaries are cached outside the clone,
 # keyed by a hash of tools/cni/go.mod and go.sum, so only a machine's first run pays for the build (see
-# README "Istio peers"). CNI_TOOLS_CACHE overrides the folder.
+# docs/peers.md). CNI_TOOLS_CACHE overrides the folder.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 mod="$root/tools/cni"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The differential tests against Istio's own binaries, by hand (issue 21). Every difference not in the
+# The differential tests against Istio's own binaries, by hand. Every difference not in the
 # kind's allow-list is printed with the two command lines that reproduce it.
 #
 #   scripts/differential.sh [--kind rules|inject|template] [--seed N] [--cases N] [--minutes M] [--start N]

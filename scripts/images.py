@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The project's container images, built from its own Dockerfiles with no container engine, no daemon and
-no registry (issue 28). `scripts/images.sh` runs this; see its header for the commands.
+no registry. `scripts/images.sh` runs this; see its header for the commands.
 
 How a Dockerfile becomes an image here:
 - The stages a final stage copies from (`COPY --from=build`) are not pulled (`rust:1-bookworm`): their

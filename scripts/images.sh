@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's container images, built with no container engine, no daemon and no registry (issue 28),
+# The project's container images, built with no container engine, no daemon and no registry,
 # from the repository's own Dockerfiles (scripts/images.py says how), written as docker-archive tars by
 # scripts/image-archive.py.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Istio's own binaries, built from the istio.io/istio Go module pinned in tools/istio (go.mod + go.sum), as
-# the peers of the differential tests and benchmarks (issue 21). No Istio code is in the repository: the Go
+# the peers of the differential tests and benchmarks. No Istio code is in the repository: the Go
 # command fetches the module from the Go module proxy and builds it. `istio-cni` is Istio's CNI plugin, the
 # peer of our own (run through the CNI project's tools, scripts/cni-tools.sh); no package of ours imports it,
 # so tools/istio/go.mod names it in its tool block, which keeps go.sum covering its build.
@@ -9,7 +9,7 @@
 #   scripts/istio-peers.sh path    print NAME=PATH without building (fails if one is missing)
 #
 # The binaries are cached outside the clone, keyed by a hash of tools/istio/go.mod and go.sum, so only a
-# machine's first run pays for the build (see README "Istio peers"). ISTIO_PEERS_CACHE overrides the folder.
+# machine's first run pays for the build (see docs/peers.md). ISTIO_PEERS_CACHE overrides the folder.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 mod="$root/tools/istio"

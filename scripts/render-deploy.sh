@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/ from the Helm charts (issue 20): one source for both ways to install. Renders each chart with
+# deploy/ from the Helm charts: one source for both ways to install. Renders each chart with
 # its values file (`helm template`) and writes one file per chart template, each with a header saying so:
 #
 #   charts/sidecar-injector + deploy/values.yaml            -> DIR/base       (release sidecar-injector,

@@ -1,5 +1,5 @@
 # Sourced by scripts/test.sh: every step and every `cargo test` run is recorded, none of them stops the
-# ones after it, and the log closes with one line that tells the whole truth (issue 27: one flaky test
+# ones after it, and the log closes with one line that tells the whole truth (before it did, one flaky test
 # binary used to stop `cargo test --workspace` and hide 547 tests behind "227 passed, 1 failed").
 #
 #   step CMD...        runs a step that is not a test run (fmt, a build, clippy); a failure is shown as it

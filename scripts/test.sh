@@ -68,7 +68,7 @@ build_cluster() {
   rm -f "$log"
 }
 
-# Istio's own binaries, the peers of the differential tests (issue 21): built from tools/istio's pinned
+# Istio's own binaries, the peers of the differential tests: built from tools/istio's pinned
 # istio.io/istio module on a machine's first run (many minutes), then taken from the cache.
 build_istio_peers() {
   local start
@@ -95,7 +95,7 @@ build_cni_tools() {
   echo "cni tools ($(( $(date +%s) - start )) s): $(tr '\n' ' ' < target/cni-tools.txt)"
 }
 
-# The container images (issue 28), from the repository's Dockerfiles with no container engine or registry:
+# The container images, from the repository's Dockerfiles with no container engine or registry:
 # the builder stages' cargo commands run here, the Debian base is debootstrapped on a machine's first run
 # (cached under ~/.cache/sidecar-inject), and an archive is rewritten only when its inputs changed. The e2e
 # tests images:: check them against the Dockerfiles, and the node scenarios (e2e node::) run them.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Try the whole product on this machine in one command (issue 28 item 7): a local cluster with one node
+# Try the whole product on this machine in one command: a local cluster with one node
 # (scripts/cluster.sh), the project's images built and imported into it (scripts/images.sh), both charts
 # installed with helm as a user installs them, examples/hello.yaml deployed into a namespace labelled for
 # injection, requests sent from one hello pod to the hello Service until the other pod answers, and what

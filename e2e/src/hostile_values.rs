@@ -1,4 +1,4 @@
-//! Hostile chart values (issue 27): every value a chart's templates read, set to text that adds a key to
+//! Hostile chart values: every value a chart's templates read, set to text that adds a key to
 //! the rendered YAML wherever a template writes it unquoted, rendered with `helm template` with Helm's
 //! schema check and without it (`--skip-schema-validation`). A chart holds when each rendering either
 //! fails with a message naming the value, or parses into objects where the text is only ever a scalar:

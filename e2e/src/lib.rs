@@ -44,7 +44,7 @@ pub fn bin(name: &str) -> PathBuf {
 /// a watch to see a change, an agent to install, a process to exit): the waits poll their condition and
 /// return as soon as it holds, so the bound costs nothing when things work and only ends a test that would
 /// otherwise hang. It is generous because the suite shares its machine with other builds and jobs, where
-/// work of a few milliseconds can take seconds (issue 27: a 5 s deadline failed under a busy disk).
+/// work of a few milliseconds can take seconds (a 5 s deadline once failed under a busy disk).
 pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
 
 pub mod apiserver;

@@ -1,4 +1,4 @@
-//! Istio's own binaries as peers: the paths `scripts/istio-peers.sh` built them at (issue 21), and the CNI
+//! Istio's own binaries as peers: the paths `scripts/istio-peers.sh` built them at, and the CNI
 //! project's tools (`cnitool` and reference plugins) that run a CNI plugin the way a container runtime
 //! does, at the paths `scripts/cni-tools.sh` built them at.
 //!

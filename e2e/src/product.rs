@@ -1,4 +1,4 @@
-//! The whole product on a real cluster (issue 28): the project's images (`scripts/images.sh build`)
+//! The whole product on a real cluster: the project's images (`scripts/images.sh build`)
 //! imported into every node of a `scripts/cluster.sh up DIR --nodes N` cluster, both charts installed with
 //! `helm install` as a user installs them (values pointing at the local images), and the scenarios'
 //! workloads: the echo app (`testproxy echo`) behind a Service and a client pod (`testproxy get`), with

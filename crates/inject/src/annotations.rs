@@ -94,6 +94,12 @@ const VALIDATORS: &[(&str, Validator)] = &[
     (AGENT_LOG_LEVEL_ANNOTATION, validate_log_level),
 ];
 
+/// The annotations [`validate`] checks, in its order: docs/reference/annotations.md lists them
+/// (`cargo run -p xtask -- docs`).
+pub fn validated() -> impl Iterator<Item = &'static str> {
+    VALIDATORS.iter().map(|(name, _)| *name)
+}
+
 /// Validates every present annotation that has a rule; all failures are reported together.
 pub fn validate(annotations: Option<&Map<String, Value>>) -> Result<(), ValidationError> {
     let Some(annotations) = annotations else {

@@ -56,3 +56,5 @@ pub use config::{ConfigArgs, NativeSidecars, Settings};
 pub use decision::{Decision, Step};
 pub use engine::{Engine, EngineError, InjectRequest, Mode};
 pub use workload::{deploy_meta_from_pod, Workload};
+// docs/reference/annotations.md is generated from it (xtask).
+pub use annotations::validated as validated_annotations;

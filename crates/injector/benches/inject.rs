@@ -78,7 +78,7 @@ fn large_pod() -> Value {
     })
 }
 
-/// A `grpc-agent` pod of 2,000 containers (issue 18: the template patches every one, and the cost must
+/// A `grpc-agent` pod of 2,000 containers (the template patches every one, and the cost must
 /// grow linearly with them), its `app` label set to `label` so that every review is new to the cache.
 fn grpc_agent_pod(label: usize) -> Value {
     let containers: Vec<Value> = (0..2000)

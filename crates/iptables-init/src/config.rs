@@ -18,8 +18,8 @@ use sidecar_core::flags::{self, parse_go_bool, parse_go_duration, Flag};
 pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// What one backend's apply accepts, measured against the kernel and the tools in a fresh network
-/// namespace (README "Validation"); `resolve` refuses what the selected backend would, before anything
-/// is applied, so `--dry-run` never prints what the apply would then refuse.
+/// namespace (docs/iptables-init.md, "Validation"); `resolve` refuses what the selected backend would,
+/// before anything is applied, so `--dry-run` never prints what the apply would then refuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// The backend, as errors name it.
@@ -456,7 +456,7 @@ pub fn split_list(s: &str) -> impl Iterator<Item = &str> {
 }
 
 /// A TCP/UDP port: decimal, 1 to 65535, without leading zeros (`iptables-restore` refuses `--dport 080`,
-/// so Istio's run with `-d 080` fails when it applies; found by the rules differential, issue 21).
+/// so Istio's run with `-d 080` fails when it applies; found by the rules differential).
 fn parse_port(origin: &str, s: &str) -> Result<u16, ConfigError> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(invalid(origin, s, "not a port number (1-65535)"));
@@ -520,7 +520,7 @@ fn parse_u32(origin: &str, s: &str, what: &str) -> Result<u32, ConfigError> {
 /// it with C's `strtoul` base 0, and into `ip rule ... fwmark` through `tproxy.ConfigureRoutes`, which
 /// reads it with Go's `strconv.Atoi`: `0x10` makes Istio's real run fail after its rules are in, and `010`
 /// marks packets 8 but routes mark 10. Only plain decimal means one mark to both (found by the rules
-/// differential, issue 21).
+/// differential).
 fn parse_mark(origin: &str, s: &str) -> Result<u32, ConfigError> {
     if s.len() > 1 && s.starts_with('0') && s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(invalid(
@@ -998,8 +998,8 @@ mod tests {
         assert_eq!(c.probe_timeout, Duration::from_secs(5));
     }
 
-    /// The defaults the flag table documents (in `--help` and README.md) are the ones resolution uses:
-    /// giving a flag its documented default changes nothing.
+    /// The defaults the flag table documents (in `--help` and docs/reference/iptables-init-flags.md) are
+    /// the ones resolution uses: giving a flag its documented default changes nothing.
     #[test]
     fn the_flag_table_defaults_are_what_resolve_uses() {
         use sidecar_core::flags::{Fallback, Group, FLAGS};

@@ -61,6 +61,28 @@ pub const EXIT_VALIDATION_FAILED: u8 = 126;
 /// Exit status for a command-line parse or logging-config error (Istio's `os.Exit(-1)`, 255).
 pub const EXIT_USAGE: u8 = 255;
 
+/// Every exit status of a run and its cause: docs/reference/exit-codes.md is generated from here
+/// (`cargo run -p xtask -- docs`); `None` is any other status, which only the exec path gives.
+pub const EXIT_STATUSES: &[(Option<u8>, &str)] = &[
+    (Some(0), "Success (rules printed, applied or already in place)."),
+    (
+        Some(EXIT_ERROR),
+        "Invalid configuration, environment or detection (nothing touched), or an apply/route error.",
+    ),
+    (
+        None,
+        "Exec path only: iptables-nft-restore refused the input with its own status (e.g. 4); nothing was applied.",
+    ),
+    (
+        Some(EXIT_VALIDATION_FAILED),
+        "`--run-validation` failed: interception could not be proven.",
+    ),
+    (
+        Some(EXIT_USAGE),
+        "Command-line parse error (unknown flag, bad boolean/number/duration) or invalid log flag.",
+    ),
+];
+
 /// The options `apply::apply` needs from a configuration.
 pub(crate) fn apply_options(cfg: &config::Config) -> apply::ApplyOptions {
     apply::ApplyOptions {
@@ -225,7 +247,7 @@ pub fn run_with(
 
     if cfg.skip_rule_apply {
         // Istio's ProgramIptables and ProgramNftables skip everything, the dry run's recording stub
-        // included: no record, no rules printed (found by the rules differential, issue 21).
+        // included: no record, no rules printed (found by the rules differential).
         tracing::info!("--skip-rule-apply: not applying rules");
     } else if cfg.dry_run {
         if let Some(path) = &cfg.dry_run_file {

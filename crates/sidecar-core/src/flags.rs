@@ -3,9 +3,10 @@
 //!
 //! [`FLAGS`] drives everything a flag is used for: `cli` parses the command line with it (its
 //! fast path and clap's command are both built from it), `--help` is generated from it,
-//! `config::resolve` reads each flag's environment variables from it, and a test checks README.md's flag
-//! tables against it. The names and variables are istio-iptables' (Istio's `tools/istio-iptables/pkg/cmd/root.go`
-//! binds them); the flags that replace what Istio reads from its surroundings, and the log flags of Istio's
+//! `config::resolve` reads each flag's environment variables from it, and
+//! docs/reference/iptables-init-flags.md is generated from it (`cargo run -p xtask -- docs`). The names
+//! and variables are istio-iptables' (Istio's `tools/istio-iptables/pkg/cmd/root.go` binds them); the
+//! flags that replace what Istio reads from its surroundings, and the log flags of Istio's
 //! `pkg/log/options.go`, are here too.
 
 use std::time::Duration;
@@ -36,7 +37,7 @@ pub enum Fallback {
     Off,
     /// This value (`--help` shows it as `[default: …]`).
     Value(&'static str),
-    /// Worked out at run time: `readme` says how, in README.md's words, and `help`, when given, is
+    /// Worked out at run time: `readme` says how, in the reference docs' words, and `help`, when given, is
     /// the `[default: …]` that `--help` shows.
     Derived {
         readme: &'static str,
@@ -44,7 +45,7 @@ pub enum Fallback {
     },
 }
 
-/// Which of README.md's flag tables lists a flag.
+/// Which of the reference docs' flag tables lists a flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Group {
     /// istio-iptables' own flags.
@@ -185,7 +186,7 @@ pub fn parse_go_bool(s: &str) -> Result<bool, String> {
 
 /// Parses a port as pflag's `uint16` flag does (`strconv.ParseUint(s, 0, 16)`): decimal, or with Go's
 /// base prefixes `0x`, `0o`, `0b`, or a leading `0` for octal (so `010` is 8 and `080` is an error, as
-/// for `--iptables-probe-port` in Istio; found by the rules differential, issue 21); `_` may separate
+/// for `--iptables-probe-port` in Istio; found by the rules differential); `_` may separate
 /// digits only after a base prefix.
 pub fn parse_go_port(s: &str) -> Result<u16, String> {
     let err = || format!("invalid port {s:?} (0 to 65535, Go integer syntax)");
@@ -220,7 +221,7 @@ pub fn parse_go_port(s: &str) -> Result<u16, String> {
 
 /// Parses a Go `time.ParseDuration` duration (`5s`, `1m30s`, `250ms`, `1.5h`, `0`). A negative one,
 /// which Go accepts, is a timeout that has already expired: zero (Istio takes `--probe-timeout -1s`;
-/// found by the rules differential, issue 21).
+/// found by the rules differential).
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     let err = || format!("invalid duration {s:?} (Go syntax, e.g. 5s, 1m30s, 250ms)");
     if let Some(negative) = s.strip_prefix('-') {
@@ -752,19 +753,6 @@ pub static OUTPUT: Flag = Flag {
 /// The flags `iptables-init explain` takes besides those of [`FLAGS`].
 pub static EXPLAIN_FLAGS: [&Flag; 2] = [&CONNECTION, &OUTPUT];
 
-impl Fallback {
-    /// The default as README.md's flag tables write it.
-    #[cfg(test)]
-    pub fn readme(&self) -> String {
-        match self {
-            Fallback::Empty => "empty".to_string(),
-            Fallback::Off => "false".to_string(),
-            Fallback::Value(v) => format!("`{v}`"),
-            Fallback::Derived { readme, .. } => readme.to_string(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -791,120 +779,26 @@ mod tests {
         );
     }
 
-    /// One row of README.md's flag tables: the table's position among them, then the cells.
-    struct Row {
-        table: usize,
-        long: String,
-        short: String,
-        default: String,
-        env: String,
-    }
-
-    /// The rows of the first `tables` flag tables in README.md's section `heading` (up to its first
-    /// subheading). Cells are split on `|` not preceded by `\` (a `\|` stays inside its cell).
-    fn readme_rows(heading: &str, tables: usize) -> Vec<Row> {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
-        let text = std::fs::read_to_string(path).expect("README.md");
-        let start = text
-            .find(&format!("\n{heading}\n"))
-            .unwrap_or_else(|| panic!("a {heading} section"));
-        let section = &text[start + 1..];
-        let end = section[4..].find("\n#").map_or(section.len(), |e| e + 4);
-        let mut rows = Vec::new();
-        let mut table = 0;
-        let mut in_table = false;
-        for line in section[..end].lines() {
-            if !line.starts_with('|') {
-                in_table = false;
-                continue;
-            }
-            if !in_table {
-                in_table = true;
-                table += 1;
-                if table > tables {
-                    break;
-                }
-                assert_eq!(
-                    line, "| Long | Short | Default | Environment | Meaning |",
-                    "the header of flag table {table}"
-                );
-                continue;
-            }
-            if line.starts_with("| ---") {
-                continue;
-            }
-            let mut cells = Vec::new();
-            let mut cell = String::new();
-            let mut chars = line[1..].chars().peekable();
-            while let Some(c) = chars.next() {
-                match c {
-                    '\\' if chars.peek() == Some(&'|') => {
-                        cell.push('|');
-                        chars.next();
-                    }
-                    '|' => cells.push(std::mem::take(&mut cell).trim().to_string()),
-                    _ => cell.push(c),
-                }
-            }
-            assert_eq!(cells.len(), 5, "{line}");
-            let unquote = |s: &str| s.trim_matches('`').to_string();
-            rows.push(Row {
-                table,
-                long: unquote(&cells[0]),
-                short: unquote(&cells[1]),
-                default: cells[2].clone(),
-                env: cells[3].clone(),
-            });
-        }
-        rows
-    }
-
+    /// The explain flags are a table of their own: docs/reference/iptables-init-flags.md lists them
+    /// apart, and a run does not take them.
     #[test]
-    fn the_readme_flag_tables_are_the_flag_definitions() {
-        let rows = readme_rows("### Flags", 3);
-        assert_eq!(rows.len(), FLAGS.len(), "one README row per flag");
-        for flag in FLAGS {
-            let long = format!("--{}", flag.long);
-            let matching: Vec<&Row> = rows.iter().filter(|r| r.long == long).collect();
-            let [row] = matching[..] else {
-                panic!("{long}: {} README rows", matching.len())
-            };
-            let table = match flag.group {
-                Group::Istio => 1,
-                Group::Surroundings => 2,
-                Group::Log => 3,
-                Group::Explain => panic!("--{}: an explain flag in FLAGS", flag.long),
-            };
-            assert_eq!(row.table, table, "{long}: the table it is in");
-            let short = flag.short.map(|s| format!("-{s}")).unwrap_or_default();
-            assert_eq!(row.short, short, "{long}: short name");
-            assert_eq!(row.default, flag.default.readme(), "{long}: default");
-            let env = if flag.env.is_empty() {
-                "(none)".to_string()
-            } else {
-                let names: Vec<String> = flag.env.iter().map(|e| format!("`{e}`")).collect();
-                names.join(", then ")
-            };
-            assert_eq!(row.env, env, "{long}: environment");
-        }
-    }
-
-    #[test]
-    fn the_readme_explain_flag_table_is_the_explain_flag_definitions() {
-        let rows = readme_rows("### `iptables-init explain`", 1);
-        let longs: Vec<&str> = rows.iter().map(|r| r.long.as_str()).collect();
-        assert_eq!(longs, ["--connection", "--output"]);
-        for (flag, row) in EXPLAIN_FLAGS.iter().zip(&rows) {
-            assert_eq!(row.table, 1);
-            assert_eq!(row.long, format!("--{}", flag.long));
-            let short = flag.short.map(|s| format!("-{s}")).unwrap_or_default();
-            assert_eq!(row.short, short, "--{}", flag.long);
-            assert_eq!(row.default, flag.default.readme(), "--{}", flag.long);
-            assert_eq!((row.env.as_str(), flag.env), ("(none)", &[][..]));
-            assert_eq!(flag.group, Group::Explain);
+    fn explain_flags_are_not_a_runs_flags() {
+        let longs: Vec<&str> = EXPLAIN_FLAGS.iter().map(|f| f.long).collect();
+        assert_eq!(longs, ["connection", "output"]);
+        for flag in EXPLAIN_FLAGS {
+            assert_eq!(flag.group, Group::Explain, "--{}", flag.long);
+            assert!(flag.env.is_empty(), "--{}", flag.long);
             assert!(
                 by_long(flag.long).is_none(),
                 "--{} is not a run's flag",
+                flag.long
+            );
+        }
+        for flag in FLAGS {
+            assert_ne!(
+                flag.group,
+                Group::Explain,
+                "--{}: an explain flag in FLAGS",
                 flag.long
             );
         }

@@ -1,4 +1,4 @@
-//! Pod start-up, measured on a real node (issue 28 item 6): the time from a pod's CREATE to its Ready
+//! Pod start-up, measured on a real node: the time from a pod's CREATE to its Ready
 //! condition for four arms in the same run, on a cluster with one node (`e2e::product`: scripts/cluster.sh,
 //! the images of scripts/images.sh, both charts installed with helm):
 //!

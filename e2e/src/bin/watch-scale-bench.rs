@@ -1,4 +1,4 @@
-//! How the cluster watches of `injector serve --kubeconfig` scale (issue 27, finding 1): for each build
+//! How the cluster watches of `injector serve --kubeconfig` scale: for each build
 //! given, a real kube-apiserver (e2e::cluster) with `--namespaces` Namespaces (OpenShift's annotations,
 //! labels, a last-applied annotation) and `--nodes` Nodes (a kubelet's status: images, conditions,
 //! capacity), the injector started with `--platform openshift` and native sidecars `auto` (all three

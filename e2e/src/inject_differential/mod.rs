@@ -1,4 +1,4 @@
-//! The injection and template differentials (issue 21, items 2 and 3): generated workloads,
+//! The injection and template differentials: generated workloads,
 //! configurations and user templates run through Istio's own kube-inject code and through
 //! `injector kube-inject` with the same three files, the results compared.
 //!

@@ -1,4 +1,4 @@
-//! The rules differential (issue 21, item 4): generated istio-iptables configurations run through Istio's
+//! The rules differential: generated istio-iptables configurations run through Istio's
 //! own `pilot-agent istio-iptables` and through `iptables-init istio-iptables`, the results compared.
 //!
 //! - [`generate`] draws the cases from a seed.

@@ -259,7 +259,7 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// Issue 27, finding 2: a rolling update that changes the CA. Replica A serves with CA a; replica B
+/// A rolling update that changes the CA. Replica A serves with CA a; replica B
 /// starts with CA b on the same configuration; the API server is routed to B once B is ready, away
 /// from A, and A gets SIGTERM. The configuration has two entries, `a.` and `b.` before Istio's
 /// webhook name, so that every pod CREATE (failurePolicy Fail, created one after another throughout)

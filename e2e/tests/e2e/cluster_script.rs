@@ -266,7 +266,7 @@ fn check_cluster(c: &Cluster) {
     }
 }
 
-/// Issue 28's acceptance: two clusters with nodes (2 and 1) started at once work side by side, and after
+/// Two clusters with nodes (2 and 1) started at once work side by side, and after
 /// `down` the host's processes, mounts, links, network namespaces, cgroups, netfilter state and sysctls
 /// are as a snapshot from before `up` shows them. While they run, the host's netfilter state and sysctls
 /// are untouched and none of the nodes' mounts is visible on the host.

@@ -143,7 +143,7 @@ fn proxy_config(namespace: &str, name: &str, watched: &str) -> Value {
     })
 }
 
-/// The acceptance bound of issue 20: a change is in the next injected pod within a second.
+/// The promised bound of the cluster reads: a change is in the next injected pod within a second.
 const WITHIN: Duration = Duration::from_secs(1);
 
 #[test]
@@ -516,8 +516,8 @@ fn openshift_ids_follow_the_namespace(c: &Cluster, certs: &CertFiles, cfg: &Conf
 }
 
 /// What a flood of ProxyConfigs may cost at its peak, the engine included: the chart's limit is sized for the
-/// request bounds' worst case plus a watched cluster's state (README, "what fits in the Deployment's
-/// 160 Mi"), so the state of a flood must stay a small part of it, whatever the limit is set to.
+/// request bounds' worst case plus a watched cluster's state (docs/operations.md, "Memory"), so the state
+/// of a flood must stay a small part of it, whatever the limit is set to.
 const FLOOD_MEMORY_BOUND: u64 = 80 << 20;
 
 /// The memory limit of the injector's Deployment in the chart (`resources.limits.memory`), in bytes.
@@ -535,13 +535,13 @@ fn chart_memory_limit() -> u64 {
     n.parse::<u64>().unwrap() * unit
 }
 
-/// The acceptance bound of issue 27: a review, even during a flood, is answered within a second.
+/// The promised bound at scale: a review, even during a flood, is answered within a second.
 const REVIEW_BOUND: Duration = Duration::from_secs(1);
-/// Issue 27: a change reaches reviews within a second at scale; twice that on a busy machine (the
+/// At scale a change reaches reviews within a second; twice that on a busy machine (the
 /// watch event, one settle window of the hand-over, and the review).
 const SETTLE_BOUND: Duration = Duration::from_secs(2);
 
-/// Issue 27, finding 1: thousands of ProxyConfigs created in one namespace as fast as the apiserver takes
+/// Thousands of ProxyConfigs created in one namespace as fast as the apiserver takes
 /// them (anyone allowed to create ProxyConfigs there can), while reviews keep coming, each for a
 /// different pod (no patch-cache hit). Every review is answered within [`REVIEW_BOUND`], the injector's
 /// peak resident set stays under the chart's memory limit, and a ProxyConfig created after the flood is

@@ -2,7 +2,7 @@
 //! kubeconfig, our entry last in a bridge + host-local conflist), repaired when the conflist or the
 //! binary is changed behind its back, the Node's not-ready taint removed, everything taken off again
 //! on SIGTERM — stale `istio-cni` entries included, at once even while it copies a large binary or
-//! while its conflist is a FIFO (issue 27).
+//! while its conflist is a FIFO.
 //!
 //! Waits are tied to the work: each polls its condition and returns as soon as it holds, under one
 //! generous deadline ([`WORK`]) that only a broken agent reaches, so a busy disk (the debug binary is
@@ -207,7 +207,7 @@ fn installs_repairs_untaints_and_cleans_up() {
     // The binary removed: copied again.
     std::fs::remove_file(&installed).unwrap();
     let t = Instant::now();
-    // Issue 27, finding 7: a fixed 5 s here failed while the disk was busy. The copy is atomic (a
+    // A fixed 5 s here once failed while the disk was busy. The copy is atomic (a
     // temporary file renamed into place), so the binary is there whole or not at all.
     wait_for("the binary restored", WORK, || {
         std::fs::metadata(&installed)
@@ -305,7 +305,7 @@ fn ready(agent: &Agent) -> anyhow::Result<()> {
     })
 }
 
-/// Issue 27, finding 3: a conflist already holding `istio-cni` twice kept the second entry after
+/// Before the fix, a conflist already holding `istio-cni` twice kept the second entry after
 /// install, and after SIGTERM still held one pointing at the removed binary and kubeconfig: every new
 /// sandbox then failed. Install leaves exactly our entry; cleanup leaves none, in any file.
 #[test]
@@ -346,7 +346,7 @@ fn every_istio_cni_entry_is_replaced_on_install_and_removed_on_sigterm() {
     assert_eq!(types(&read_json(&other).unwrap()), ["ptp"]);
 }
 
-/// Issue 27, finding 4: with `CNI_CONF_NAME` set, a conflist replaced by a FIFO blocked the agent in
+/// Before the fix, with `CNI_CONF_NAME` set, a conflist replaced by a FIFO blocked the agent in
 /// open(2), and SIGTERM was no longer handled. The FIFO is refused, and SIGTERM cleans up and exits.
 #[test]
 fn sigterm_is_handled_with_a_fifo_in_place_of_the_conflist() {
@@ -398,7 +398,7 @@ fn sigterm_is_handled_with_a_fifo_in_place_of_the_conflist() {
     );
 }
 
-/// Issue 27, finding 4: copying a 3 GB `--plugin-binary` held SIGTERM for 12 s. The copy is stopped
+/// Before the fix, copying a 3 GB `--plugin-binary` held SIGTERM for 12 s. The copy is stopped
 /// at its next chunk, and nothing of it stays.
 #[test]
 fn sigterm_stops_the_copy_of_a_large_binary() {

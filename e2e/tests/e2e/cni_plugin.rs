@@ -1,4 +1,4 @@
-//! istio-cni, the chained CNI plugin (issue 22), run as a container runtime runs it: the CNI project's
+//! istio-cni, the chained CNI plugin, run as a container runtime runs it: the CNI project's
 //! `cnitool` with a conflist of the reference `bridge` + `host-local` plugins and `istio-cni`, into
 //! network namespaces of the test, the pods read from a real kube-apiserver. Istio's own `istio-cni`,
 //! built from its module, is the reference for the kernel state.
@@ -690,7 +690,7 @@ fn invoke_bounded(cmd: &mut Command, conf: &Value) -> (std::process::Output, Dur
     (child.wait_with_output().unwrap(), start.elapsed())
 }
 
-/// Issue 27, finding 5: the plugin trusted what the runtime passed. The node's own namespace, a FIFO
+/// Before the fix, the plugin trusted what the runtime passed. The node's own namespace, a FIFO
 /// or another namespace type as `CNI_NETNS`, and names Kubernetes would not accept (which went into the
 /// request path unescaped) are refused at once with code 4 naming the value; an annotation iptables-init
 /// would refuse is refused up front with code 100, not by the apply (101). None leaves a rule.

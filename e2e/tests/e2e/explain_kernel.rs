@@ -1,4 +1,4 @@
-//! The connection walk agrees with the kernel (issue 14).
+//! The connection walk agrees with the kernel.
 //!
 //! A seeded generator makes configurations of istio-iptables flags (ports, uid/gid and owner-group
 //! exclusions, REDIRECT and TPROXY, include/exclude CIDRs, inbound ports and excludes, outbound port

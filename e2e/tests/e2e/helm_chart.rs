@@ -395,7 +395,7 @@ pub(crate) fn typed(doc: &Value) {
     }
 }
 
-/// Hostile values (issue 27): every value the chart's templates read (values.yaml's, and the paths the
+/// Hostile values: every value the chart's templates read (values.yaml's, and the paths the
 /// templates name that it leaves out), set to text that would add the key `zzinjected` to the rendered
 /// YAML if a template wrote it unquoted, adds no key. `helm template` refuses it naming the value
 /// (values.schema.json, or the templates' own checks), or renders it as a scalar; and without the schema
@@ -434,7 +434,7 @@ fn hostile_values_add_no_key() {
     }
 }
 
-/// Counts and budgets are validated (issue 27: `replicaCount=-1` rendered silently): replicas and the
+/// Counts and budgets are validated (`replicaCount=-1` once rendered silently): replicas and the
 /// HPA's bounds are integers in the API server's ranges, the PodDisruptionBudget's values an integer or a
 /// percentage, the rollout not stuck at 0/0, the webhook's timeout 1–30 s; each refusal names the
 /// value. What is valid still renders, as the API server would take it.
@@ -537,8 +537,8 @@ fn template_pod(workload: &Value, name: &str) -> Value {
     })
 }
 
-/// The Pod Security levels the README and the charts' NOTES give, held against the API server's own
-/// PodSecurity admission (issue 27): the pod of the injector's Deployment is admitted (a server-side dry
+/// The Pod Security levels docs/helm.md and the charts' NOTES give, held against the API server's own
+/// PodSecurity admission: the pod of the injector's Deployment is admitted (a server-side dry
 /// run) into a namespace enforcing `restricted`, so its namespace can enforce it; the pod of the istio-cni
 /// DaemonSet is refused by `baseline` (its hostPath mounts) and by `restricted` (root, among others), and
 /// admitted only where `privileged` is allowed, as its job requires.

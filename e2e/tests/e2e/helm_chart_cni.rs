@@ -281,7 +281,7 @@ fn cni_chart_lints_and_renders_the_daemonset() {
     }
 }
 
-/// Hostile values (issue 27), as for the injector's chart (helm_chart.rs): every value the templates read
+/// Hostile values, as for the injector's chart (helm_chart.rs): every value the templates read
 /// adds no key to the rendered objects, with Helm's schema check or without it. The values found
 /// unquoted on 9154c7e (`cni.tag`, `cni.hub` through the image, `cni.cniConfDir` and `cni.cniBinDir` as
 /// hostPaths, `global.imagePullSecrets` in the ServiceAccount, the container's `env` names) are refused

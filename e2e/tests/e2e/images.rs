@@ -1,4 +1,4 @@
-//! The images the tests run are the images a user gets from `docker build` (issue 28 item 2).
+//! The images the tests run are the images a user gets from `docker build`.
 //!
 //! No container engine exists here, so the check reads the Dockerfiles' instructions itself and compares
 //! them with the archives `scripts/images.sh build` writes: the image config (Entrypoint, Cmd, User, Env,

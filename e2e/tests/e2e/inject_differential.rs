@@ -1,4 +1,4 @@
-//! The injection and template differentials in CI (issue 21, items 2 and 3): a fixed seed's cases
+//! The injection and template differentials in CI: a fixed seed's cases
 //! through Istio's own kube-inject code (`inject-batch`, with a sample through the real `istioctl`) and
 //! `injector kube-inject` (see `e2e::inject_differential`), with no unexplained difference.
 //! `scripts/differential.sh --kind inject|template` runs more by hand.

@@ -18,7 +18,7 @@ use test_support::corpus::{load_run_cases, RunCase};
 use test_support::groups::ensure_groups;
 use test_support::istio_init::{self, injected_args_with};
 
-/// Istio's golden as restore inputs (v4, v6), converted as the README says.
+/// Istio's golden as restore inputs (v4, v6), converted as docs/iptables-init.md says.
 fn golden_parts(golden: &str) -> (String, String) {
     let mut v4 = String::new();
     let mut v6 = String::new();

@@ -1,4 +1,4 @@
-//! The whole product on real nodes (issue 28 items 3 and 5): a cluster with two nodes
+//! The whole product on real nodes: a cluster with two nodes
 //! (`scripts/cluster.sh up --nodes 2`), the project's images imported into both (`scripts/images.sh`),
 //! `charts/sidecar-injector` installed with helm as a Deployment of two replicas behind its Service, and
 //! `charts/istio-cni` as a DaemonSet; kubelets run the injected pods, `istio-init` runs our image, and

@@ -1,12 +1,15 @@
-//! The README shows real output: every code block of the README whose commands run `injector explain` or
-//! `iptables-init explain` is run again with the built binaries (in a scratch directory that sees the
-//! repository's `examples/`), and its printed output must be what the block shows, byte for byte. Those
-//! commands read nothing but their arguments, so their output cannot drift from the code unnoticed.
+//! The documentation shows real output: every code block of README.md and of the pages under docs/ whose
+//! commands run an offline command ([`REPLAYED`]: `injector explain`, `iptables-init explain`,
+//! `injector kube-inject` of the repository's examples, istio-cni's `VERSION`) is run again with the built
+//! binaries (in a scratch directory that sees the repository's `examples/`), and its printed output must
+//! be what the block shows, byte for byte. Those commands read nothing but their arguments and the
+//! examples, so their output cannot drift from the code unnoticed, wherever the block lives.
 //!
-//! The blocks a newcomer runs first — the README's opening block and "Run it locally" — are replayed as
-//! scripts, as written, from a scratch directory laid out like the repository's root (`examples/`, and
-//! the built binaries where `target/debug/` and `target/release/` would hold them); only their `cargo`
-//! build lines and the full test run are left out, which is what this test runs inside.
+//! The blocks a newcomer runs first — the README's opening block and "Run it locally" (found on whichever
+//! page holds that heading) — are replayed as scripts, as written, from a scratch directory laid out like
+//! the repository's root (`examples/`, and the built binaries where `target/debug/` and `target/release/`
+//! would hold them); only their `cargo` build lines and the full test run are left out, which is what this
+//! test runs inside.
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
@@ -24,14 +27,45 @@ struct Step {
     output: String,
 }
 
-/// A code block of the README: the line it starts on and its steps.
+/// A code block of a page: the line it starts on and its steps.
 #[derive(Debug)]
 struct Block {
     line: usize,
     steps: Vec<Step>,
 }
 
-/// The README's code blocks that show commands (`$ ` lines), in order.
+/// The repository's root.
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The pages whose blocks are checked: README.md and every Markdown file under docs/, each with its path
+/// relative to the repository's root and its text.
+fn pages() -> Vec<(String, String)> {
+    let root = repo();
+    let mut paths = vec![root.join("README.md")];
+    let mut dirs = vec![root.join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|x| x == "md") {
+                paths.push(path);
+            }
+        }
+    }
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let name = p.strip_prefix(&root).unwrap().display().to_string();
+            (name, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect()
+}
+
+/// A page's code blocks that show commands (`$ ` lines), in order.
 fn console_blocks(readme: &str) -> Vec<Block> {
     let mut blocks = Vec::new();
     let mut lines = readme.lines().enumerate();
@@ -71,12 +105,20 @@ fn console_blocks(readme: &str) -> Vec<Block> {
     blocks
 }
 
-/// Whether a block is one of the explain walk-throughs this test replays.
-fn is_explain(block: &Block) -> bool {
-    block.steps.iter().any(|s| {
-        s.command.starts_with("injector explain ")
-            || s.command.starts_with("iptables-init explain ")
-    })
+/// The commands whose blocks are replayed: offline, reading only their arguments and `examples/`.
+const REPLAYED: &[&str] = &[
+    "injector explain ",
+    "iptables-init explain ",
+    "injector kube-inject -f examples/",
+    "echo '{}' | CNI_COMMAND=VERSION istio-cni",
+];
+
+/// Whether a block runs one of the [`REPLAYED`] commands (then all its steps are replayed).
+fn is_replayed(block: &Block) -> bool {
+    block
+        .steps
+        .iter()
+        .any(|s| REPLAYED.iter().any(|p| s.command.starts_with(p)))
 }
 
 fn dir_of(path: &Path) -> PathBuf {
@@ -117,28 +159,35 @@ fn shows(shown: &str, got: &str) -> bool {
 }
 
 #[test]
-fn readme_explain_blocks_are_the_real_output() {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
-    let blocks: Vec<Block> = console_blocks(&readme)
+fn shown_commands_print_what_the_docs_show() {
+    let repo = repo();
+    let blocks: Vec<(String, Block)> = pages()
         .into_iter()
-        .filter(is_explain)
+        .flat_map(|(page, text)| {
+            console_blocks(&text)
+                .into_iter()
+                .filter(is_replayed)
+                .map(move |b| (page.clone(), b))
+        })
         .collect();
-    // The iptables-init explain section has four blocks, the injector walk-through three.
+    // docs/iptables-init.md's explain section has four blocks, docs/explain.md's walk-through three, and
+    // the README's tour four.
+    let count = |page: &str| blocks.iter().filter(|(p, _)| p == page).count();
     assert!(
-        blocks.len() >= 7,
-        "expected the README's explain blocks, found {}",
-        blocks.len()
+        count("docs/iptables-init.md") >= 4 && count("docs/explain.md") >= 3 && count("README.md") >= 4,
+        "expected the replayed blocks of docs/iptables-init.md, docs/explain.md and README.md, found {:?}",
+        blocks.iter().map(|(p, b)| format!("{p}:{}", b.line)).collect::<Vec<_>>()
     );
 
     let path = format!(
-        "{}:{}:{}",
+        "{}:{}:{}:{}",
         dir_of(&e2e::bin("injector")).display(),
         dir_of(&e2e::bin("iptables-init")).display(),
+        dir_of(&e2e::bin("istio-cni")).display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let mut failures = Vec::new();
-    for block in &blocks {
+    for (page, block) in &blocks {
         // Each block starts from a scratch directory: files one step writes (values.json, mwc.yaml) are
         // seen by the next step of the same block only.
         let scratch = TempDir::new("readme-explain");
@@ -155,7 +204,7 @@ fn readme_explain_blocks_are_the_real_output() {
             let got = String::from_utf8_lossy(&out.stdout);
             if !shows(&step.output, &got) {
                 failures.push(format!(
-                    "README.md block at line {}: `{}` (exit {:?}, stderr {:?})\n--- README shows\n{}--- the command prints\n{}",
+                    "{page} block at line {}: `{}` (exit {:?}, stderr {:?})\n--- the page shows\n{}--- the command prints\n{}",
                     block.line,
                     step.command,
                     out.status.code(),
@@ -169,7 +218,7 @@ fn readme_explain_blocks_are_the_real_output() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The code block that follows the heading line `heading` (the README's first block for `None`): the
+/// The code block that follows the heading line `heading` (the page's first block for `None`): the
 /// line its text starts on and the text.
 fn block_after(readme: &str, heading: Option<&str>) -> (usize, String) {
     let mut lines = readme.lines().enumerate();
@@ -177,12 +226,12 @@ fn block_after(readme: &str, heading: Option<&str>) -> (usize, String) {
         lines
             .by_ref()
             .find(|(_, l)| *l == h)
-            .unwrap_or_else(|| panic!("README.md has no heading {h:?}"));
+            .unwrap_or_else(|| panic!("no heading {h:?}"));
     }
     let (n, _) = lines
         .by_ref()
         .find(|(_, l)| l.starts_with("```"))
-        .unwrap_or_else(|| panic!("README.md has no code block after {heading:?}"));
+        .unwrap_or_else(|| panic!("no code block after {heading:?}"));
     let text: Vec<&str> = lines
         .take_while(|(_, l)| !l.starts_with("```"))
         .map(|(_, l)| l)
@@ -197,15 +246,16 @@ struct Replay {
     stderr: String,
 }
 
-/// Runs a README `sh` block as one bash script (`-e -o pipefail`: the first failing line ends it) in a
+/// Runs a page's `sh` block as one bash script (`-e -o pipefail`: the first failing line ends it) in a
 /// scratch repository root, with `replace` applied to its text, and cleans up whatever it left running.
-fn replay(line: usize, text: &str, replace: &[(&str, String)]) -> Replay {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+fn replay(at: &str, text: &str, replace: &[(&str, String)]) -> Replay {
+    let repo = repo();
     let scratch = TempDir::new("readme-replay");
     std::os::unix::fs::symlink(repo.join("examples"), scratch.path().join("examples")).unwrap();
     for (profile, name) in [
         ("debug", "injector"),
         ("debug", "iptables-init"),
+        ("debug", "istio-cni"),
         ("release", "injector"),
     ] {
         let dir = scratch.path().join("target").join(profile);
@@ -219,10 +269,7 @@ fn replay(line: usize, text: &str, replace: &[(&str, String)]) -> Replay {
         .map(|l| format!("{l}\n"))
         .collect();
     for (from, to) in replace {
-        assert!(
-            script.contains(from),
-            "README.md:{line}: no {from:?} to replace"
-        );
+        assert!(script.contains(from), "{at}: no {from:?} to replace");
         script = script.replace(from, to);
     }
     let (out, err) = (scratch.path().join("stdout"), scratch.path().join("stderr"));
@@ -265,36 +312,41 @@ fn free_port() -> String {
 
 #[test]
 fn readme_first_block_runs_as_written() {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     let (line, text) = block_after(&readme, None);
+    let at = format!("README.md:{line}");
     assert!(
         text.lines()
             .next()
             .is_some_and(|l| l.contains("several minutes")),
-        "README.md:{line}: the first line should say that the first build takes minutes:\n{text}"
+        "{at}: the first line should say that the first build takes minutes:\n{text}"
     );
-    let r = replay(line, &text, &[]);
-    assert!(r.ok, "README.md:{line} failed: {}\n{}", r.stderr, r.stdout);
+    let r = replay(&at, &text, &[]);
+    assert!(r.ok, "{at} failed: {}\n{}", r.stderr, r.stdout);
     // kube-inject's Deployment with the sidecar, then the dry run's rules.
     let injected = r.stdout.find("name: istio-proxy");
     let rules = r.stdout.find("-A ISTIO_OUTPUT");
     assert!(
         injected.is_some() && rules.is_some() && injected < rules,
-        "README.md:{line}: {}",
+        "{at}: {}",
         r.stdout
     );
 }
 
 #[test]
 fn readme_run_it_locally_runs_as_written() {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
-    let (line, text) = block_after(&readme, Some("### Run it locally"));
+    // The page that holds the heading: the README's tour today, wherever it moves.
+    let heading = "### Run it locally";
+    let (page, readme) = pages()
+        .into_iter()
+        .find(|(_, text)| text.lines().any(|l| l == heading))
+        .unwrap_or_else(|| panic!("no page has the heading {heading:?}"));
+    let (line, text) = block_after(&readme, Some(heading));
+    let at = format!("{page}:{line}");
     let scratch = TempDir::new("readme-local");
     // Fresh ports and certificate directory: other tests (or another checkout's) may run at the same time.
     let r = replay(
-        line,
+        &at,
         &text,
         &[
             ("/tmp/inj", scratch.path().join("inj").display().to_string()),
@@ -302,9 +354,9 @@ fn readme_run_it_locally_runs_as_written() {
             ("15014", free_port()),
         ],
     );
-    assert!(r.ok, "README.md:{line} failed: {}\n{}", r.stderr, r.stdout);
+    assert!(r.ok, "{at} failed: {}\n{}", r.stderr, r.stdout);
     // /healthz, then the patch of examples/review.json as JSON, then the metrics.
-    assert!(r.stdout.starts_with("ok"), "README.md:{line}: {}", r.stdout);
+    assert!(r.stdout.starts_with("ok"), "{at}: {}", r.stdout);
     let patch_start = r.stdout.find("\n[").expect("a JSON patch") + 1;
     let patch_end = r.stdout[patch_start..]
         .find("\n]")
@@ -318,22 +370,22 @@ fn readme_run_it_locally_runs_as_written() {
         .unwrap()
         .iter()
         .find(|op| op["op"] == "add" && op["path"] == "/spec/initContainers")
-        .unwrap_or_else(|| panic!("README.md:{line}: no initContainers in {patch}"));
+        .unwrap_or_else(|| panic!("{at}: no initContainers in {patch}"));
     let names: Vec<&str> = init["value"]
         .as_array()
         .unwrap()
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(names, ["istio-init", "istio-proxy"], "README.md:{line}");
+    assert_eq!(names, ["istio-init", "istio-proxy"], "{at}");
     // The sample configuration was read: its proxy image tag is in the patch.
     assert!(
         r.stdout[patch_start..patch_end].contains("docker.io/istio/proxyv2:1.28.0"),
-        "README.md:{line}: examples/values.json not applied"
+        "{at}: examples/values.json not applied"
     );
     assert!(
         r.stdout[patch_end..].contains("sidecar_injection_requests_total"),
-        "README.md:{line}: no metrics: {}",
+        "{at}: no metrics: {}",
         &r.stdout[patch_end..]
     );
     // serve's log went to a file: no colour codes in it.

@@ -1,4 +1,4 @@
-//! The rules differential in CI (issue 21): a fixed seed's cases through Istio's own
+//! The rules differential in CI: a fixed seed's cases through Istio's own
 //! `pilot-agent istio-iptables` and `iptables-init istio-iptables` (see `e2e::rules_differential`), with
 //! no unexplained difference. `scripts/differential.sh` runs more by hand.
 

@@ -1,4 +1,4 @@
-//! The test command tells the whole truth (issue 27): scripts/test.sh's `step` and `run_tests`
+//! The test command tells the whole truth: scripts/test.sh's `step` and `run_tests`
 //! (scripts/test-counts.sh) run with the real `cargo test` on scratch crates whose test binaries pass,
 //! fail, abort, are filtered, do not compile, or never start because cargo itself was killed. Every
 //! binary runs after a failure, the closing line counts every test that ran and names every failed test,

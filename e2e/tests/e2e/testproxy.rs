@@ -1,5 +1,5 @@
 //! `testproxy` as the proxy of a pod whose interception rules iptables-init installed, with real traffic
-//! (issue 28 item 4).
+//!.
 //!
 //! Each test builds the pod/peer pair (`e2e::netns::Pair`), applies Istio's injected istio-init arguments
 //! with the built `iptables-init`, and starts `testproxy proxy sidecar …` in the pod as uid 1337 (as the

@@ -620,7 +620,7 @@ fn image_type_and_user_volumes() {
     assert!(err.contains("sidecar.istio.io/userVolume"), "{err}");
 }
 
-/// Found by the injection differential (issue 21): Istio's template ranges over `fromJSON` of the
+/// Found by the injection differential: Istio's template ranges over `fromJSON` of the
 /// annotation, so a JSON list works too (entries named by index), and an entry's own `name` wins over the
 /// key (written after it; the last of duplicate YAML keys is kept), as the pinned istioctl outputs.
 #[test]

@@ -161,8 +161,8 @@ pub struct Args {
     pub blocking_pool: bool,
 }
 
-/// The default of `--max-body-bytes-in-flight`: five bodies at Istio's 6 MiB limit (see README, "what
-/// fits in 128 Mi").
+/// The default of `--max-body-bytes-in-flight`: five bodies at Istio's 6 MiB limit (see docs/operations.md,
+/// "Memory").
 pub const DEFAULT_BODY_BUDGET: u64 = 32 * 1024 * 1024;
 
 /// State shared by all connections.

@@ -357,3 +357,47 @@ fn unix_now() -> f64 {
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
 }
+
+/// Every metric `injector serve` exports, as a fresh registry encodes them, with one sample of each
+/// labelled family (the encoder leaves an empty family out): docs/reference/metrics.md is generated from
+/// it (`cargo run -p xtask -- docs`).
+pub fn exposition() -> String {
+    let metrics = Metrics::new();
+    metrics.failure(FailureType::Inject);
+    metrics.config_reload(ReloadResult::Success);
+    metrics.cert_reload(ReloadResult::Success);
+    metrics.cluster_watch_error("proxyconfigs");
+    metrics.cluster_watch_objects("proxyconfigs", 0);
+    metrics.encode()
+}
+
+#[cfg(test)]
+mod tests {
+    /// `exposition` lists every metric this file registers (a labelled family left without its sample
+    /// would be missing from the docs).
+    #[test]
+    fn the_exposition_lists_every_registered_metric() {
+        let source = include_str!("metrics.rs");
+        let production = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
+        let mut registered: Vec<&str> = production
+            .split('"')
+            .skip(1)
+            .step_by(2)
+            .filter(|s| {
+                ["sidecar_injection_", "injector_", "webhook_patch_"]
+                    .iter()
+                    .any(|p| s.starts_with(p))
+                    && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+            })
+            .collect();
+        registered.sort_unstable();
+        let text = super::exposition();
+        let mut listed: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# HELP "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        listed.sort_unstable();
+        assert_eq!(listed, registered);
+    }
+}

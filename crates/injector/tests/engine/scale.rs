@@ -1,4 +1,4 @@
-//! The engine's cost grows linearly with the pod (issue 18: a pod must not select its own cost). Each
+//! The engine's cost grows linearly with the pod (a pod must not select its own cost). Each
 //! case injects the same kind of pod at `n` and `4n` and compares the engine's time: linear work takes
 //! about 4 times as long, a quadratic step 16 times, the cubic path the gRPC templates had 64 times.
 //! The bound is the quadratic ratio, so timing noise cannot fail a linear engine; each time is the

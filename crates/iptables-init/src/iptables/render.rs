@@ -196,13 +196,16 @@ mod tests {
         assert!(out.starts_with("* nat\n") && out.ends_with("COMMIT\n"));
     }
 
-    /// The README's example dry run is the real output (guards the docs against drift).
+    /// The example dry run of docs/iptables-init.md is the real output (guards the docs against drift).
     #[test]
     fn documented_example_is_the_real_output() {
-        let doc = include_str!("../../../../README.md");
+        let doc = include_str!("../../../../docs/iptables-init.md");
         let cfg = Config::injected();
         let block = format!("```text\n{}```", dry_run(&model::build(&cfg)));
-        assert!(doc.contains(&block), "README.md lacks:\n{block}");
+        assert!(
+            doc.contains(&block),
+            "docs/iptables-init.md lacks:\n{block}"
+        );
     }
 
     #[test]

@@ -209,7 +209,7 @@ mod tests {
     }
 
     /// A stopped copy ends at its next chunk, leaves neither the file nor a temporary, and no write
-    /// renames anything once stopped (issue 27, finding 4: a 3 GB copy held SIGTERM for 12 s).
+    /// renames anything once stopped (before the fix, a 3 GB copy held SIGTERM for 12 s).
     #[test]
     fn a_stopped_copy_gives_up_and_no_write_lands_after_the_stop() {
         let dir = dir("stop");

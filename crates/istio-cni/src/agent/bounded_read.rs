@@ -119,7 +119,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// A FIFO without a writer blocked `open(2)` forever (issue 27, finding 4); it is refused at once,
+    /// A FIFO without a writer blocked `open(2)` forever before the fix; it is refused at once,
     /// followed through a symlink or not, and so is a directory.
     #[test]
     fn a_fifo_or_a_directory_is_refused_at_once_and_a_link_only_when_followed() {

@@ -301,7 +301,7 @@ mod tests {
         assert_eq!(plugins[2]["native_nftables"], json!(true));
     }
 
-    /// Issue 27, finding 3: a list already holding `istio-cni` twice kept the second after install and
+    /// Before the fix, a list already holding `istio-cni` twice kept the second after install and
     /// after cleanup.
     #[test]
     fn every_istio_cni_entry_is_replaced_on_insert_and_removed_on_cleanup() {

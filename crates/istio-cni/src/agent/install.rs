@@ -529,7 +529,7 @@ mod tests {
         }
     }
 
-    /// Issue 27, finding 3: a list holding `istio-cni` twice kept the second after install, and a
+    /// Before the fix, a list holding `istio-cni` twice kept the second after install, and a
     /// stale entry survived cleanup; so did one in a file the runtime would read next.
     #[test]
     fn install_leaves_one_entry_of_ours_and_cleanup_none_in_any_file() {
@@ -581,7 +581,7 @@ mod tests {
         node.installer.cleanup().unwrap();
     }
 
-    /// Issue 27, finding 4: with `CNI_CONF_NAME`, a conflist replaced by a FIFO blocked the agent in
+    /// Before the fix, with `CNI_CONF_NAME`, a conflist replaced by a FIFO blocked the agent in
     /// open(2) for good. Check, install and cleanup all refuse it at once.
     #[test]
     fn a_fifo_in_place_of_the_named_conflist_never_blocks() {
@@ -607,7 +607,7 @@ mod tests {
             .is_fifo());
     }
 
-    /// Issue 27, finding 4: a 3 GB copy held SIGTERM for 12 s. The cleanup stops the pass at its next
+    /// Before the fix, a 3 GB copy held SIGTERM for 12 s. The cleanup stops the pass at its next
     /// chunk, waits for it, and nothing of the copy stays.
     #[test]
     fn cleanup_stops_a_pass_in_the_middle_of_its_copy() {

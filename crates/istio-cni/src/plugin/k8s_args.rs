@@ -126,7 +126,7 @@ mod tests {
         assert!(parse("IgnoreUnknown=maybe").is_err());
     }
 
-    /// Issue 27, finding 5: the names went into the request path unescaped.
+    /// Before the fix, the names went into the request path unescaped.
     #[test]
     fn names_kubernetes_would_refuse_are_refused_naming_them() {
         for (args, key, value) in [

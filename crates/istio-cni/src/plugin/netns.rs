@@ -140,7 +140,7 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    /// Issue 27, finding 5: the node's own namespace was programmed, and a FIFO hung the plugin until
+    /// Before the fix, the node's own namespace was programmed, and a FIFO hung the plugin until
     /// the runtime killed it. Each is refused at once with code 4 naming the value.
     #[test]
     fn the_node_s_namespace_and_what_is_no_network_namespace_are_refused_at_once() {

@@ -234,7 +234,7 @@ mod tests {
         path
     }
 
-    /// Issue 27, finding 5: a server that accepts and never answers cost 5 s + 1 s per attempt, about
+    /// Before the fix, a server that accepts and never answers cost 5 s + 1 s per attempt, about
     /// 179 s for the default 30, past the kubelet's 2-minute timeout. The budget bounds it.
     #[test]
     fn a_silent_api_server_costs_the_budget_not_the_attempts() {

@@ -394,7 +394,7 @@ mod tests {
         );
     }
 
-    /// Issue 27, finding 5: `" 80 , 81 "` passed the plugin's check (Istio's, which trims) and was
+    /// Before the fix, `" 80 , 81 "` passed the plugin's check (Istio's, which trims) and was
     /// then refused by iptables-init's apply. For each value, what iptables-init refuses (its `explain`
     /// front end: the same resolution, read independently of the plugin's check) the plugin refuses
     /// up front, naming the annotation; what the plugin takes, iptables-init takes as the plugin passes

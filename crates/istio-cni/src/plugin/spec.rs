@@ -38,6 +38,55 @@ pub mod code {
     pub const API_REFUSED: u32 = 102;
 }
 
+/// Every code the plugin answers with, and when: docs/reference/exit-codes.md is generated from
+/// it (`cargo run -p xtask -- docs`).
+pub const CODES: &[(u32, &str)] = &[
+    (
+        code::INCOMPATIBLE_VERSION,
+        "a `cniVersion` outside 0.3.0–1.1.0; `CHECK` below 0.4.0, `STATUS`/`GC` below 1.1.0",
+    ),
+    (
+        code::UNSUPPORTED_FIELD,
+        "`ambient_enabled: true` (this plugin programs sidecar pods; an ambient pod left alone would bypass the mesh in silence)",
+    ),
+    (
+        code::INVALID_ENVIRONMENT,
+        "a required `CNI_*` variable missing, an unknown `CNI_COMMAND`, a bad `CNI_ARGS` pair; `CNI_NETNS` that is not a network namespace (a FIFO, a file, another namespace type) or is the node's own (the plugin's, pid 1's); a `K8S_POD_NAME` or `K8S_POD_NAMESPACE` Kubernetes would not accept (`p?watch=true`): each refused at once, before the API server is asked",
+    ),
+    (
+        code::IO_FAILURE,
+        "`CNI_NETNS` cannot be opened, the network configuration cannot be read, the API client cannot start",
+    ),
+    (
+        code::DECODING_FAILURE,
+        "the network configuration or `prevResult` does not decode, or one of its keys has the wrong type (`native_nftables: \"yes\"`); the API server's answer is not a pod",
+    ),
+    (
+        code::INVALID_NETWORK_CONFIG,
+        "a value of ours out of range (`pod_fetch_timeout_ms` over 60000), an unknown `plugin_log_level`, no `type`, a network configuration over 1 MiB",
+    ),
+    (
+        code::TRY_AGAIN_LATER,
+        "the node agent's kubeconfig is not there yet, or the API server did not answer within `pod_fetch_timeout_ms` (or `pod_fetch_attempts`)",
+    ),
+    (
+        code::NOT_AVAILABLE,
+        "`STATUS`: the plugin cannot serve `ADD` yet (no usable kubeconfig)",
+    ),
+    (
+        code::INVALID_ANNOTATION,
+        "a traffic annotation Istio's `NewRedirect` refuses (`sidecar.istio.io/interceptionMode: NONE`, a bad port or CIDR) or iptables-init would refuse (`\" 80 , 81 \"`), refused before anything is applied",
+    ),
+    (
+        code::APPLY_FAILED,
+        "the rules could not be applied in the pod's network namespace (the apply is atomic)",
+    ),
+    (
+        code::API_REFUSED,
+        "the API server refused the pod's read (a 4xx other than 408 and 429: RBAC, a pod that is gone): not retried",
+    ),
+];
+
 /// An error the plugin reports to the runtime: printed as the spec's error JSON on standard output, with
 /// a non-zero exit status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -162,6 +211,13 @@ pub fn pass_through(prev: Option<&Value>, cni_version: &str) -> Result<Value, Cn
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_code_table_lists_each_code_once_in_order() {
+        let codes: Vec<u32> = CODES.iter().map(|(c, _)| *c).collect();
+        assert!(codes.windows(2).all(|w| w[0] < w[1]), "{codes:?}");
+        assert!(CODES.iter().all(|(_, when)| !when.is_empty()));
+    }
 
     #[test]
     fn versions_outside_the_list_are_refused_with_code_1() {

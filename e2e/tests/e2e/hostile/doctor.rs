@@ -1,4 +1,4 @@
-//! `injector doctor` against hostile URLs, paths, servers and chains (issue 18, point 7), each against
+//! `injector doctor` against hostile URLs, paths, servers and chains, each against
 //! a real TLS server on 127.0.0.1: a CR/LF in `--url` is a usage error and in `clientConfig.service.path`
 //! an error finding, and neither reaches the server; a server that answers completely but keeps the
 //! connection open is OK; a chain of 20 intermediates the API server (Go) accepts is OK while a broken

@@ -369,7 +369,7 @@ fn cleanup_of_nothing_is_success_on_every_backend() {
     }
 }
 
-/// Issue 19: the `--cleanup-only` run the other-backend warning suggests works in a namespace without
+/// The `--cleanup-only` run the other-backend warning suggests works in a namespace without
 /// addresses (it exited 1, "no valid local IP address", detecting IPv6 it does not need): it removes
 /// both families' rules and routes of ours.
 #[test]

@@ -1,6 +1,6 @@
 //! `injector serve` under hostile clients: slow bodies, idle connections, costly pods; its work, memory and connections stay bounded.
 //!
-//! Each test reproduces one outage of issue 18 against the built binary over real TLS: costly reviews
+//! Each test reproduces one outage the webhook's bounds prevent, against the built binary over real TLS: costly reviews
 //! starving the I/O threads (probes and other reviews waited tens of seconds), unfinished 6 MiB bodies
 //! growing the process past the Deployment's 128 Mi, and silent TCP connections filling the connection cap
 //! so that the API server's connections waited in the backlog. The liveness bounds below are generous
