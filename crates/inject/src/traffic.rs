@@ -89,6 +89,7 @@ pub(crate) static TRAFFIC: &[Traffic] = &[
     Traffic {
         annotation: &annotations::INTERCEPTION_MODE,
         validate: validate_interception_mode,
+        // Not read: the inputs accept only REDIRECT, TPROXY and NONE.
         shape: Shape::Cidrs,
         from: From::Mode,
     },
