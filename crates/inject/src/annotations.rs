@@ -6,21 +6,14 @@
 use serde_json::{Map, Value};
 
 use crate::pod::{
-    AGENT_LOG_LEVEL_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
-    EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
-    INCLUDE_INBOUND_PORTS_ANNOTATION, INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
-    INCLUDE_OUTBOUND_PORTS_ANNOTATION, INTERCEPTION_MODE_ANNOTATION,
-    KUBEVIRT_INTERFACES_ANNOTATION, MERGE_METRICS_ANNOTATION, PROXY_CONFIG_ANNOTATION,
+    AGENT_LOG_LEVEL_ANNOTATION, MERGE_METRICS_ANNOTATION, PROXY_CONFIG_ANNOTATION,
     PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_MEMORY_ANNOTATION,
     PROXY_MEMORY_LIMIT_ANNOTATION, READINESS_FAILURE_THRESHOLD_ANNOTATION,
-    READINESS_INITIAL_DELAY_ANNOTATION, READINESS_PERIOD_ANNOTATION,
-    REROUTE_VIRTUAL_INTERFACES_ANNOTATION, STATUS_PORT_ANNOTATION,
+    READINESS_INITIAL_DELAY_ANNOTATION, READINESS_PERIOD_ANNOTATION, STATUS_PORT_ANNOTATION,
 };
+use crate::traffic::{Validator, TRAFFIC};
 use sidecar_core::fields::Fields;
-use sidecar_core::validate::{
-    parse_port, validate_exclude_ip_ranges, validate_include_ip_ranges, validate_interception_mode,
-    validate_interfaces, validate_log_level, validate_port_list, validate_quantity,
-};
+use sidecar_core::validate::{parse_port, validate_log_level, validate_quantity};
 
 /// One invalid annotation value, Istio's wording: `invalid value 'V' for annotation 'K': reason`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,44 +41,14 @@ fn format_all(errs: &[InvalidAnnotation]) -> String {
     s
 }
 
-type Validator = fn(&str) -> Result<(), String>;
-
-/// The validated annotations and their rules (Istio's `AnnotationValidation`, plus the two init-argument
-/// values Istio does not check).
+/// The validated annotations and their rules (Istio's `AnnotationValidation`, plus the init-argument
+/// value Istio does not check); the traffic annotations' are their rows in `traffic`.
 const VALIDATORS: &[(&str, Validator)] = &[
     (PROXY_CONFIG_ANNOTATION, validate_proxy_config),
-    (INTERCEPTION_MODE_ANNOTATION, validate_interception_mode),
     (STATUS_PORT_ANNOTATION, validate_status_port),
     (READINESS_INITIAL_DELAY_ANNOTATION, validate_u32),
     (READINESS_PERIOD_ANNOTATION, validate_u32),
     (READINESS_FAILURE_THRESHOLD_ANNOTATION, validate_u32),
-    (
-        INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
-        validate_include_ip_ranges,
-    ),
-    (
-        EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
-        validate_exclude_ip_ranges,
-    ),
-    (
-        INCLUDE_INBOUND_PORTS_ANNOTATION,
-        validate_include_inbound_ports,
-    ),
-    (
-        EXCLUDE_INBOUND_PORTS_ANNOTATION,
-        validate_exclude_inbound_ports,
-    ),
-    (
-        INCLUDE_OUTBOUND_PORTS_ANNOTATION,
-        validate_include_outbound_ports,
-    ),
-    (
-        EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
-        validate_exclude_outbound_ports,
-    ),
-    (EXCLUDE_INTERFACES_ANNOTATION, validate_interfaces),
-    (KUBEVIRT_INTERFACES_ANNOTATION, validate_interfaces),
-    (REROUTE_VIRTUAL_INTERFACES_ANNOTATION, validate_interfaces),
     (PROXY_CPU_ANNOTATION, validate_quantity),
     (PROXY_MEMORY_ANNOTATION, validate_quantity),
     (PROXY_CPU_LIMIT_ANNOTATION, validate_quantity),
@@ -94,10 +57,18 @@ const VALIDATORS: &[(&str, Validator)] = &[
     (AGENT_LOG_LEVEL_ANNOTATION, validate_log_level),
 ];
 
+/// Every rule: the table above, then the traffic rows'.
+fn validators() -> impl Iterator<Item = (&'static str, Validator)> {
+    VALIDATORS
+        .iter()
+        .copied()
+        .chain(TRAFFIC.iter().map(|t| (t.annotation.name, t.validate)))
+}
+
 /// The annotations [`validate`] checks, in its order: docs/reference/annotations.md lists them
 /// (`cargo run -p xtask -- docs`).
 pub fn validated() -> impl Iterator<Item = &'static str> {
-    VALIDATORS.iter().map(|(name, _)| *name)
+    validators().map(|(name, _)| name)
 }
 
 /// Validates every present annotation that has a rule; all failures are reported together.
@@ -106,7 +77,7 @@ pub fn validate(annotations: Option<&Map<String, Value>>) -> Result<(), Validati
         return Ok(());
     };
     let mut errs = Vec::new();
-    for (name, check) in VALIDATORS {
+    for (name, check) in validators() {
         let Some(v) = annotations.field(name) else {
             continue;
         };
@@ -164,29 +135,22 @@ fn validate_bool(v: &str) -> Result<(), String> {
         .ok_or_else(|| format!("strconv.ParseBool: parsing {v:?}: invalid syntax"))
 }
 
-fn validate_include_inbound_ports(v: &str) -> Result<(), String> {
-    if v == "*" {
-        return Ok(());
-    }
-    validate_port_list(v).map_err(|e| format!("includeInboundPorts invalid: {e}"))
-}
-
-fn validate_exclude_inbound_ports(v: &str) -> Result<(), String> {
-    validate_port_list(v).map_err(|e| format!("excludeInboundPorts invalid: {e}"))
-}
-
-fn validate_include_outbound_ports(v: &str) -> Result<(), String> {
-    validate_port_list(v).map_err(|e| format!("includeOutboundPorts invalid: {e}"))
-}
-
-fn validate_exclude_outbound_ports(v: &str) -> Result<(), String> {
-    validate_port_list(v).map_err(|e| format!("excludeOutboundPorts invalid: {e}"))
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::pod::INTERCEPTION_MODE_ANNOTATION;
+    use sidecar_core::annotations as shared;
+
+    const INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str = shared::INCLUDE_OUTBOUND_IP_RANGES.name;
+    const EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str = shared::EXCLUDE_OUTBOUND_IP_RANGES.name;
+    const INCLUDE_INBOUND_PORTS_ANNOTATION: &str = shared::INCLUDE_INBOUND_PORTS.name;
+    const EXCLUDE_INBOUND_PORTS_ANNOTATION: &str = shared::EXCLUDE_INBOUND_PORTS.name;
+    const INCLUDE_OUTBOUND_PORTS_ANNOTATION: &str = shared::INCLUDE_OUTBOUND_PORTS.name;
+    const EXCLUDE_OUTBOUND_PORTS_ANNOTATION: &str = shared::EXCLUDE_OUTBOUND_PORTS.name;
+    const EXCLUDE_INTERFACES_ANNOTATION: &str = shared::EXCLUDE_INTERFACES.name;
+    const KUBEVIRT_INTERFACES_ANNOTATION: &str = shared::KUBEVIRT_INTERFACES.name;
+    const REROUTE_VIRTUAL_INTERFACES_ANNOTATION: &str = shared::REROUTE_VIRTUAL_INTERFACES.name;
     use serde_json::json;
 
     fn check(name: &str, good: &[&str], bad: &[&str]) {

@@ -9,7 +9,8 @@
 //! (askama templates from `templates/`, user templates through `user_template` and the `gotemplate`
 //! crate) → `merge` (strategic merge, user overrides) → `postprocess` (Prometheus, `probes`, status
 //! annotation, ordering) → `patch` (RFC 6902 diff of the original request JSON). The steps share a
-//! vocabulary that depends on none of them: `pod` (names and accessors), `status`, `overrides`,
+//! vocabulary that depends on none of them: `pod` (names and accessors), `traffic` (the traffic
+//! annotations, one row each), `status`, `overrides`,
 //! `workload`, `defaults`, and `sidecar-core`'s `fields`, `goconv`, `gotypes` and `validate`.
 //!
 //! The configuration is `config` (Istio's ConfigMap documents into [`Settings`], their types in
@@ -49,6 +50,7 @@ pub(crate) mod postprocess;
 pub(crate) mod probes;
 pub(crate) mod render;
 pub(crate) mod status;
+pub(crate) mod traffic;
 pub(crate) mod user_template;
 
 pub use cluster_state::{ClusterState, PlatformArgs, ProxyConfigArgs};

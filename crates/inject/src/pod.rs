@@ -1,6 +1,7 @@
 //! The names Istio gives to the parts of a pod it reads and writes (annotations, labels, containers) and
 //! the accessors for them on the pod JSON, so every step spells a name and looks it up the same way. The
-//! annotations the CNI plugin reads too are `sidecar_core::annotations`' rows, named here by their key.
+//! traffic annotations the CNI plugin reads too are `sidecar_core::annotations`' rows, read through
+//! `traffic`'s table and not named here.
 
 use serde_json::{Map, Value};
 
@@ -26,18 +27,6 @@ pub const READINESS_INITIAL_DELAY_ANNOTATION: &str =
 pub const READINESS_PERIOD_ANNOTATION: &str = "readiness.status.sidecar.istio.io/periodSeconds";
 pub const READINESS_FAILURE_THRESHOLD_ANNOTATION: &str =
     "readiness.status.sidecar.istio.io/failureThreshold";
-pub const INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str =
-    annotations::INCLUDE_OUTBOUND_IP_RANGES.name;
-pub const EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str =
-    annotations::EXCLUDE_OUTBOUND_IP_RANGES.name;
-pub const INCLUDE_INBOUND_PORTS_ANNOTATION: &str = annotations::INCLUDE_INBOUND_PORTS.name;
-pub const EXCLUDE_INBOUND_PORTS_ANNOTATION: &str = annotations::EXCLUDE_INBOUND_PORTS.name;
-pub const INCLUDE_OUTBOUND_PORTS_ANNOTATION: &str = annotations::INCLUDE_OUTBOUND_PORTS.name;
-pub const EXCLUDE_OUTBOUND_PORTS_ANNOTATION: &str = annotations::EXCLUDE_OUTBOUND_PORTS.name;
-pub const EXCLUDE_INTERFACES_ANNOTATION: &str = annotations::EXCLUDE_INTERFACES.name;
-pub const KUBEVIRT_INTERFACES_ANNOTATION: &str = annotations::KUBEVIRT_INTERFACES.name;
-pub const REROUTE_VIRTUAL_INTERFACES_ANNOTATION: &str =
-    annotations::REROUTE_VIRTUAL_INTERFACES.name;
 pub const PROXY_CPU_ANNOTATION: &str = "sidecar.istio.io/proxyCPU";
 pub const PROXY_MEMORY_ANNOTATION: &str = "sidecar.istio.io/proxyMemory";
 pub const PROXY_CPU_LIMIT_ANNOTATION: &str = "sidecar.istio.io/proxyCPULimit";

@@ -273,6 +273,25 @@ fn string_map(v: &Value, field: &str) -> Result<BTreeMap<String, String>, FieldE
 }
 
 fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
+    let (name, namespace, created) = metadata(obj)?;
+    let empty = Map::new();
+    let spec = spec_of(obj)?.unwrap_or(&empty);
+    let selector = selector(spec)?;
+    let mut overlay = Map::new();
+    concurrency(spec, &mut overlay)?;
+    environment_variables(spec, &mut overlay)?;
+    image(spec, &mut overlay)?;
+    Ok(ProxyConfigResource {
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        created,
+        selector,
+        overlay,
+    })
+}
+
+/// The object's type and its name, namespace and creation time (seconds, 0 when unset).
+fn metadata(obj: &Value) -> Result<(&str, &str, i64), FieldError> {
     let s = |p: &[&str]| fields::path(obj, p).and_then(Value::as_str);
     // The ProxyConfig CRD serves one version (istio/api `networking/v1beta1/proxy_config.proto`).
     if s(&["apiVersion"]) != Some(API_VERSION) {
@@ -314,9 +333,13 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
             ))
         }
     };
-    let empty = Map::new();
+    Ok((name, namespace, created))
+}
+
+/// The object's `spec` (`None` when absent), holding only a ProxyConfig's fields.
+fn spec_of(obj: &Value) -> Result<Option<&Map<String, Value>>, FieldError> {
     let spec = match obj.field("spec") {
-        None | Some(Value::Null) => &empty,
+        None | Some(Value::Null) => return Ok(None),
         Some(Value::Object(m)) => m,
         Some(other) => return Err(invalid("spec", format!("must be a mapping, got {other}"))),
     };
@@ -329,7 +352,12 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
             ),
         ));
     }
-    let selector = match spec.field("selector") {
+    Ok(Some(spec))
+}
+
+/// `spec.selector`: the workload labels it matches (`None`: the whole namespace).
+fn selector(spec: &Map<String, Value>) -> Result<Option<BTreeMap<String, String>>, FieldError> {
+    Ok(match spec.field("selector") {
         None | Some(Value::Null) => None,
         Some(Value::Object(sel)) => {
             if let Some(k) = sel.keys().find(|k| *k != "matchLabels") {
@@ -349,8 +377,14 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
                 format!("must be a mapping, got {other}"),
             ))
         }
-    };
-    let mut overlay = Map::new();
+    })
+}
+
+/// `spec.concurrency`, into the overlay.
+fn concurrency(
+    spec: &Map<String, Value>,
+    overlay: &mut Map<String, Value>,
+) -> Result<(), FieldError> {
     match spec.field("concurrency") {
         None | Some(Value::Null) => {}
         Some(v) => match v.as_i64() {
@@ -365,6 +399,14 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
             }
         },
     }
+    Ok(())
+}
+
+/// `spec.environmentVariables`, into the overlay's `proxyMetadata`.
+fn environment_variables(
+    spec: &Map<String, Value>,
+    overlay: &mut Map<String, Value>,
+) -> Result<(), FieldError> {
     if let Some(env) = spec.field("environmentVariables").filter(|v| !v.is_null()) {
         let env = string_map(env, "spec.environmentVariables")?;
         if let Some(k) = env
@@ -395,6 +437,11 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
             .collect();
         overlay.insert("proxyMetadata".to_string(), Value::Object(env));
     }
+    Ok(())
+}
+
+/// `spec.image`, into the overlay.
+fn image(spec: &Map<String, Value>, overlay: &mut Map<String, Value>) -> Result<(), FieldError> {
     match spec.field("image") {
         None | Some(Value::Null) => {}
         Some(Value::Object(img)) => {
@@ -428,13 +475,7 @@ fn resource(obj: &Value) -> Result<ProxyConfigResource, FieldError> {
             ))
         }
     }
-    Ok(ProxyConfigResource {
-        name: name.to_string(),
-        namespace: namespace.to_string(),
-        created,
-        selector,
-        overlay,
-    })
+    Ok(())
 }
 
 #[cfg(test)]

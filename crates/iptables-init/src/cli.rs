@@ -38,6 +38,18 @@ pub enum FlagValue {
     Choice(&'static str),
 }
 
+/// A value [`Args::set_text`] refuses, as the command line would.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid value {value:?} for --{flag}: {reason}")]
+pub struct FlagValueError {
+    /// The flag's long name.
+    pub flag: &'static str,
+    /// The value as given.
+    pub value: String,
+    /// Why it does not parse.
+    pub reason: String,
+}
+
 /// The flags given on the command line, by their position in [`FLAGS`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Args {
@@ -63,6 +75,45 @@ impl Args {
         if let Some(slot) = self.values.get_mut(flag.index()) {
             *slot = Some(value);
         }
+    }
+
+    /// Sets `flag` from its text, checked as the command line checks it (a boolean as Go's
+    /// `strconv.ParseBool`, a port, a duration, a choice's word; strings as written): the typed entry
+    /// for a caller that fills istio-iptables' settings itself, as Istio's CNI plugin fills
+    /// `config.Config` (`cni/pkg/plugin/sidecar_iptables_linux.go` `Program`). Everything else is
+    /// checked once, by `config::resolve`.
+    pub fn set_text(
+        &mut self,
+        flag: &'static Flag,
+        text: &str,
+    ) -> Result<&mut Args, FlagValueError> {
+        let refused = |reason: String| FlagValueError {
+            flag: flag.long,
+            value: text.to_string(),
+            reason,
+        };
+        let value = match flag.kind {
+            Kind::Value | Kind::List => FlagValue::Str(text.to_string()),
+            Kind::Bool => FlagValue::Bool(parse_go_bool(text).map_err(refused)?),
+            Kind::Port => FlagValue::Port(parse_go_port(text).map_err(refused)?),
+            Kind::Duration => FlagValue::Duration(parse_go_duration(text).map_err(refused)?),
+            Kind::Choice(words) => FlagValue::Choice(
+                words
+                    .iter()
+                    .find(|(w, _)| *w == text)
+                    .ok_or_else(|| refused("not one of its choices".to_string()))?
+                    .0,
+            ),
+        };
+        self.set(flag, value);
+        Ok(self)
+    }
+
+    /// Turns a boolean flag on (`--flag`).
+    pub fn switch(&mut self, flag: &'static Flag) -> &mut Args {
+        debug_assert_eq!(flag.kind, Kind::Bool, "--{} is not a switch", flag.long);
+        self.set(flag, FlagValue::Bool(true));
+        self
     }
 
     /// A string or list flag's value.
@@ -390,6 +441,51 @@ mod tests {
         assert_eq!(parse(&["--ipv6", "auto"]).choice(&IPV6), Some("auto"));
         assert_eq!(parse(&["--ipv6=true"]).choice(&IPV6), Some("true"));
         parse_err(&["--ipv6", "maybe"]);
+    }
+
+    /// The typed entry (the CNI plugin's) takes and refuses what the command line takes and refuses,
+    /// and gives the same value, for every flag and a spread of texts.
+    #[test]
+    fn set_text_agrees_with_the_command_line() {
+        let texts = [
+            "",
+            "15001",
+            "70000",
+            "-1",
+            "true",
+            "False",
+            "yes",
+            "1m30s",
+            "5",
+            "auto",
+            "maybe",
+            "10.0.0.0/8,fd00::/8",
+            "eth0",
+            "*",
+        ];
+        for flag in FLAGS {
+            for text in texts {
+                let mut typed = Args::default();
+                let typed = typed.set_text(flag, text).map(|a| a.clone());
+                let line = Args::parse_args([
+                    "iptables-init".to_string(),
+                    format!("--{}={text}", flag.long),
+                ]);
+                match (&typed, &line) {
+                    (Ok(t), Ok(l)) => assert_eq!(t, l, "--{}={text:?}", flag.long),
+                    (Err(e), Err(_)) => {
+                        assert!(e.to_string().contains(flag.long), "{e}")
+                    }
+                    _ => panic!(
+                        "--{}={text:?}: typed {typed:?}, command line {line:?}",
+                        flag.long
+                    ),
+                }
+            }
+        }
+        let mut a = Args::default();
+        a.switch(&CNI_MODE);
+        assert_eq!(a, parse(&["--cni-mode"]));
     }
 
     /// What clap makes of `argv` (after `argv[0]`), bypassing the fast path.

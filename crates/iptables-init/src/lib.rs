@@ -39,6 +39,7 @@ mod stdio;
 pub(crate) mod validation;
 pub(crate) mod walk;
 
+pub use cli::{Args, FlagValue, FlagValueError};
 pub use config::Cidr;
 pub use connection::{Connection, ConnectionError, Direction, Protocol};
 pub use explain::{
@@ -136,8 +137,8 @@ pub(crate) fn parse_failure(e: &clap::Error) -> u8 {
 /// Why [`apply_in_process`] applied nothing.
 #[derive(Debug, thiserror::Error)]
 pub enum InProcessError {
-    /// The arguments are not istio-iptables' command line (clap's message).
-    #[error("istio-iptables arguments: {0}")]
+    /// The settings ask for what an in-process caller does not do (a dry run, `--run-validation`).
+    #[error("istio-iptables settings: {0}")]
     Usage(String),
     /// The configuration was refused before any rule was built.
     #[error(transparent)]
@@ -147,14 +148,15 @@ pub enum InProcessError {
     Apply(String),
 }
 
-/// Applies the rules that istio-iptables' `args` (without the program name) describe to the current
-/// network namespace, inside this process and without ever `exec`ing: what the CNI plugin does once it
-/// has entered a pod's namespace (Istio's `cni/pkg/plugin` `Program`, which calls `ProgramIptables` or
-/// `ProgramNftables`). The same resolution, rule model and apply as `run`; `env` is read for the
-/// environment-only settings, as Istio's `FillConfigFromEnvironment`. Dry runs and `--run-validation`
-/// are not for this caller and are refused.
+/// Applies the rules that istio-iptables' settings `args` describe to the current network namespace,
+/// inside this process and without ever `exec`ing: what the CNI plugin does once it has entered a pod's
+/// namespace (Istio's `cni/pkg/plugin` `Program`, which fills istio-iptables' `config.Config` and calls
+/// `ProgramIptables` or `ProgramNftables`). The caller fills [`Args`] by flag, as a command line would;
+/// the same resolution, rule model and apply as `run` follow. `env` is read for the environment-only
+/// settings, as Istio's `FillConfigFromEnvironment`. Dry runs and `--run-validation` are not for this
+/// caller and are refused.
 pub fn apply_in_process(
-    args: impl IntoIterator<Item = OsString>,
+    args: &Args,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), InProcessError> {
     let cfg = resolve_in_process(args, env, &detect::HostSystem)?;
@@ -174,28 +176,25 @@ pub fn apply_in_process(
 }
 
 /// What [`apply_in_process`] would refuse before touching anything, without touching anything: the
-/// same command-line parse and `config::resolve` (each value checked as for `iptables-init` itself),
+/// same `config::resolve` (each value checked as for `iptables-init` itself),
 /// with no surroundings read (the interface addresses, `/etc/resolv.conf` and `/etc/passwd` are those
 /// of [`OFFLINE_ASSUMPTIONS`], since the pod's are known only inside its namespace). The CNI plugin
 /// runs it on the argument each pod annotation becomes, before it enters the pod's namespace, so a
 /// value passes its check exactly when the apply would take it.
 pub fn check_in_process(
-    args: impl IntoIterator<Item = OsString>,
+    args: &Args,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), InProcessError> {
     resolve_in_process(args, env, &explain::Offline { ipv6: false }).map(drop)
 }
 
-/// The in-process callers' parse and resolution (one function, so the check and the apply refuse the
-/// same).
+/// The in-process callers' resolution (one function, so the check and the apply refuse the same).
 fn resolve_in_process(
-    args: impl IntoIterator<Item = OsString>,
+    args: &Args,
     env: config::Env,
     sys: &dyn detect::System,
 ) -> Result<config::Config, InProcessError> {
-    let argv = std::iter::once(OsString::from("istio-iptables")).chain(args);
-    let args = cli::Args::parse_args(argv).map_err(|e| InProcessError::Usage(e.to_string()))?;
-    let cfg = config::resolve(&args, env, sys)?;
+    let cfg = config::resolve(args, env, sys)?;
     if cfg.dry_run || cfg.run_validation {
         return Err(InProcessError::Usage(
             "--dry-run and --run-validation are not applied in-process".to_string(),

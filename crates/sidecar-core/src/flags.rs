@@ -120,10 +120,10 @@ impl Flag {
     }
 }
 
-/// An istio-iptables command line built from the definitions here, so that its callers name each flag
-/// by its static and never spell it: the injector's `istio-init` arguments (Istio's injection template
-/// writes the short names, the value as the next argument) and the CNI plugin's (`--long=value`, the
-/// fields Istio's `Program` fills in istio-iptables' `Config`).
+/// An istio-iptables command line built from the definitions here, so that its caller names each flag
+/// by its static and never spells it: the injector's `istio-init` arguments (Istio's injection template
+/// writes the short names, the value as the next argument). The CNI plugin writes no command line: it
+/// fills iptables-init's typed `Args` by flag, as Istio's `Program` fills istio-iptables' `Config`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Argv(Vec<String>);
 

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use e2e::apiserver::{injector_certs, serve_args, Injector, TempDir};
+use e2e::apiserver::{injector_certs, serve_args, CertFiles, Injector, TempDir};
 use e2e::cluster::{Cluster, Connection};
 use serde_json::{json, Value};
 use test_support::corpus::Config;
@@ -143,8 +143,31 @@ async fn main() -> anyhow::Result<()> {
         &BTreeMap::from([("istio-injection".to_string(), "enabled".to_string())]),
     )?;
     cluster.namespace("plain", &BTreeMap::new())?;
+    register_webhooks(&cluster, &injector, &certs)?;
 
-    // The generated configurations, each entry's clientConfig turned into a url to this injector.
+    let mut conn = cluster.connect().await?;
+    wait_and_warm_up(&mut conn, &injector, &a).await?;
+    // The injector's own time per injection (its histogram), over the latency run.
+    let sum0 = injector
+        .metric("sidecar_injection_time_seconds_sum")
+        .await?;
+    let count0 = injector
+        .metric("sidecar_injection_time_seconds_count")
+        .await?;
+    let (_, stored) = create_body(&mut conn, "injected", &pod("app")).await?;
+    let big = as_new(&stored);
+    latency(&mut conn, &injector, &a, &big, (sum0, count0)).await?;
+    saturation(&cluster, &a, &big).await?;
+    drop(injector);
+    Ok(())
+}
+
+/// Registers the generated configurations, each entry's clientConfig turned into a url to `injector`.
+fn register_webhooks(
+    cluster: &Cluster,
+    injector: &Injector,
+    certs: &CertFiles,
+) -> anyhow::Result<()> {
     let out = Command::new(e2e::bin("injector"))
         .arg("webhook-config")
         .arg("--ca-bundle")
@@ -169,14 +192,21 @@ async fn main() -> anyhow::Result<()> {
         }
         cluster.apply(&mwc)?;
     }
+    Ok(())
+}
 
-    let mut conn = cluster.connect().await?;
+/// Waits for the first injection, then warms up.
+async fn wait_and_warm_up(
+    conn: &mut Connection,
+    injector: &Injector,
+    a: &Args,
+) -> anyhow::Result<()> {
     // The apiserver picks a new configuration up through an informer: wait for the first injection.
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut n = 0;
     loop {
         n += 1;
-        if create(&mut conn, "injected", &format!("warm{n}")).await?.1 {
+        if create(conn, "injected", &format!("warm{n}")).await?.1 {
             break;
         }
         if Instant::now() > deadline {
@@ -189,19 +219,22 @@ async fn main() -> anyhow::Result<()> {
     }
     // Warm-up: connections, caches, the injector's patch cache (replicas of one pod, as here, hit it).
     for i in 0..50 {
-        create(&mut conn, "injected", &a.prefix(i)).await?;
-        create(&mut conn, "plain", &a.prefix(i)).await?;
+        create(conn, "injected", &a.prefix(i)).await?;
+        create(conn, "plain", &a.prefix(i)).await?;
     }
+    Ok(())
+}
 
-    // The injector's own time per injection (its histogram), over the latency run.
-    let sum0 = injector
-        .metric("sidecar_injection_time_seconds_sum")
-        .await?;
-    let count0 = injector
-        .metric("sidecar_injection_time_seconds_count")
-        .await?;
-    let (_, stored) = create_body(&mut conn, "injected", &pod("app")).await?;
-    let big = as_new(&stored);
+/// The latency run: the three arms in turn on one connection; prints its Markdown row. `before` is the
+/// injector's histogram (sum, count) before the run, for its own time per injection.
+async fn latency(
+    conn: &mut Connection,
+    injector: &Injector,
+    a: &Args,
+    big: &Value,
+    before: (f64, f64),
+) -> anyhow::Result<()> {
+    let (sum0, count0) = before;
     // Latency: the three arms in turn, one connection; the order rotates every round.
     let (mut with, mut without, mut big_without) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..a.creates {
@@ -209,20 +242,20 @@ async fn main() -> anyhow::Result<()> {
         for k in 0..3 {
             match (i + k) % 3 {
                 0 => {
-                    let (took, inj) = create(&mut conn, "injected", &name).await?;
+                    let (took, inj) = create(conn, "injected", &name).await?;
                     if !inj {
                         bail!("injected/{name}: not injected");
                     }
                     with.push(took);
                 }
                 1 => {
-                    let (took, inj) = create(&mut conn, "plain", &name).await?;
+                    let (took, inj) = create(conn, "plain", &name).await?;
                     if inj {
                         bail!("plain/{name}: injected");
                     }
                     without.push(took);
                 }
-                _ => big_without.push(create_body(&mut conn, "plain", &big).await?.0),
+                _ => big_without.push(create_body(conn, "plain", big).await?.0),
             }
         }
     }
@@ -265,6 +298,11 @@ async fn main() -> anyhow::Result<()> {
         })),
     );
 
+    Ok(())
+}
+
+/// The saturation run; prints its Markdown row.
+async fn saturation(cluster: &Cluster, a: &Args, big: &Value) -> anyhow::Result<()> {
     // Saturation: `clients` connections creating for `seconds`, rounds cycling through the three arms.
     const ARMS: [&str; 3] = ["with", "without", "injected pod, no webhook"];
     let mut rates: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
@@ -324,6 +362,5 @@ async fn main() -> anyhow::Result<()> {
         w / o,
         w / b
     );
-    drop(injector);
     Ok(())
 }

@@ -15,14 +15,10 @@ use super::shared::{
     resource_env, resources, Env, EnvSource, IstioVolumes, PodMeta, Readiness,
 };
 use crate::pod::{
-    self, CAP_NET_BIND_SERVICE_ANNOTATION, EXCLUDE_INBOUND_PORTS_ANNOTATION,
-    EXCLUDE_INTERFACES_ANNOTATION, EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
-    EXCLUDE_OUTBOUND_PORTS_ANNOTATION, INCLUDE_INBOUND_PORTS_ANNOTATION,
-    INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, INCLUDE_OUTBOUND_PORTS_ANNOTATION, INIT_CONTAINER,
-    INTERCEPTION_MODE_ANNOTATION, KUBEVIRT_INTERFACES_ANNOTATION, PROXY_IMAGE_TYPE_ANNOTATION,
-    REROUTE_VIRTUAL_INTERFACES_ANNOTATION, USER_VOLUME_ANNOTATION, USER_VOLUME_MOUNT_ANNOTATION,
-    VALIDATION_CONTAINER,
+    self, CAP_NET_BIND_SERVICE_ANNOTATION, INIT_CONTAINER, PROXY_IMAGE_TYPE_ANNOTATION,
+    USER_VOLUME_ANNOTATION, USER_VOLUME_MOUNT_ANNOTATION, VALIDATION_CONTAINER,
 };
+use crate::traffic::{From, TRAFFIC};
 use sidecar_core::fields::Fields;
 use sidecar_core::goconv::{self, template_truthy};
 
@@ -163,54 +159,21 @@ fn cni_annotations<'a>(inp: &Inputs<'a>) -> Result<Vec<(&'static str, Cow<'a, st
             append_multus_network(existing, "istio-cni", "default"),
         ));
     }
-    out.push((
-        INTERCEPTION_MODE_ANNOTATION,
-        Cow::Borrowed(inp.interception_mode),
-    ));
-    for (key, values_path) in [
-        (
-            INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
-            "global.proxy.includeIPRanges",
-        ),
-        (
-            EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
-            "global.proxy.excludeIPRanges",
-        ),
-    ] {
-        let (v, _) = setting(inp, key, values_path);
-        if !v.is_empty() {
-            out.push((key, v));
-        }
-    }
-    let (v, _) = setting(
-        inp,
-        INCLUDE_INBOUND_PORTS_ANNOTATION,
-        "global.proxy.includeInboundPorts",
-    );
-    out.push((INCLUDE_INBOUND_PORTS_ANNOTATION, v));
-    let (e, _) = exclude_inbound(inp);
-    out.push((EXCLUDE_INBOUND_PORTS_ANNOTATION, e));
-    for (key, values_path) in [
-        (
-            INCLUDE_OUTBOUND_PORTS_ANNOTATION,
-            "global.proxy.includeOutboundPorts",
-        ),
-        (
-            EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
-            "global.proxy.excludeOutboundPorts",
-        ),
-    ] {
-        if let Some((v, _)) = optional_setting(inp, key, values_path) {
-            out.push((key, v));
-        }
-    }
-    for key in [
-        KUBEVIRT_INTERFACES_ANNOTATION,
-        REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
-        EXCLUDE_INTERFACES_ANNOTATION,
-    ] {
-        if let Some(v) = non_empty(inp.ann(key)) {
-            out.push((key, Cow::Borrowed(v)));
+    for t in TRAFFIC {
+        let name = t.annotation.name;
+        let value = match t.from {
+            From::Mode => Some(Cow::Borrowed(inp.interception_mode)),
+            From::Setting { values, echo_empty } => {
+                Some(setting(inp, name, values).0).filter(|v| echo_empty || !v.is_empty())
+            }
+            From::ExcludeInbound { values } => Some(exclude_inbound(inp, name, values).0),
+            From::Optional { values } => optional_setting(inp, name, values).map(|(v, _)| v),
+            From::Annotation | From::Preferred { .. } | From::FallbackOnly => {
+                non_empty(inp.ann(name)).map(Cow::Borrowed)
+            }
+        };
+        if let Some(v) = value {
+            out.push((name, v));
         }
     }
     Ok(out)

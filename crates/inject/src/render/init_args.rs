@@ -14,45 +14,10 @@ use std::borrow::Cow;
 
 use super::error::RenderError;
 use super::inputs::{sprint, Inputs, Source};
-use crate::pod::{
-    EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
-    EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
-    INCLUDE_INBOUND_PORTS_ANNOTATION, INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
-    INCLUDE_OUTBOUND_PORTS_ANNOTATION, KUBEVIRT_INTERFACES_ANNOTATION,
-    REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
-};
+use crate::traffic::{From, Shape, Traffic, TRAFFIC};
+use sidecar_core::annotations::Annotation;
 use sidecar_core::fields::Fields;
 use sidecar_core::flags::{self, Argv};
-
-/// Which shape an argument value must have.
-#[derive(Clone, Copy, Debug)]
-enum Shape {
-    /// CIDRs / addresses, comma separated, or `*`.
-    Cidrs,
-    /// Ports, comma separated (spaces allowed around entries), or `*`.
-    Ports,
-    /// Interface names, comma separated.
-    Interfaces,
-    /// `scope:level,scope:level` or `level`.
-    LogLevel,
-}
-
-impl Shape {
-    fn allows(self, c: char) -> bool {
-        match self {
-            // Spaces around list entries are accepted by Istio's validation (entries are trimmed) and are
-            // harmless inside one argument.
-            Shape::Cidrs => c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '/' | ',' | '*' | ' '),
-            Shape::Ports => c.is_ascii_digit() || matches!(c, ',' | ' ' | '*'),
-            Shape::Interfaces => {
-                c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ',' | ' ')
-            }
-            Shape::LogLevel => {
-                c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ',' | ':')
-            }
-        }
-    }
-}
 
 fn check(value: &str, shape: Shape, source: Source) -> Result<(), RenderError> {
     let flag_like = value
@@ -100,13 +65,13 @@ pub(crate) fn setting<'a>(
 }
 
 /// The effective exclusion list for inbound ports with the status port appended (the template's
-/// `excludeInboundPorts` with the status port).
-pub(crate) fn exclude_inbound<'a>(inp: &Inputs<'a>) -> (Cow<'a, str>, Source) {
-    let (list, src) = setting(
-        inp,
-        EXCLUDE_INBOUND_PORTS_ANNOTATION,
-        "global.proxy.excludeInboundPorts",
-    );
+/// `excludeInboundPorts` with the status port); `values` is the row's values entry.
+pub(crate) fn exclude_inbound<'a>(
+    inp: &Inputs<'a>,
+    annotation: &'static str,
+    values: &'static str,
+) -> (Cow<'a, str>, Source) {
+    let (list, src) = setting(inp, annotation, values);
     let port = inp.status_port();
     match list {
         Cow::Borrowed(l) => (exclude_inbound_port(port, l), src),
@@ -133,13 +98,50 @@ pub(crate) fn optional_setting<'a>(
     }
 }
 
-/// `-k`: `istio.io/reroute-virtual-interfaces` wins over the deprecated `kubevirtInterfaces`.
-pub(crate) fn reroute_interfaces<'a>(inp: &Inputs<'a>) -> Option<(&'a str, Source)> {
-    const REROUTE: &str = REROUTE_VIRTUAL_INTERFACES_ANNOTATION;
-    const KUBEVIRT: &str = KUBEVIRT_INTERFACES_ANNOTATION;
-    inp.ann(REROUTE)
-        .map(|v| (v, Source::Annotation(REROUTE)))
-        .or_else(|| inp.ann(KUBEVIRT).map(|v| (v, Source::Annotation(KUBEVIRT))))
+/// A present annotation's value.
+fn present<'a>(inp: &Inputs<'a>, annotation: &'static Annotation) -> Option<(&'a str, Source)> {
+    inp.ann(annotation.name)
+        .map(|v| (v, Source::Annotation(annotation.name)))
+}
+
+/// The argument value of one traffic row, if the template writes one.
+fn traffic_arg<'a>(inp: &Inputs<'a>, t: &Traffic) -> Option<(Cow<'a, str>, Source)> {
+    let name = t.annotation.name;
+    match t.from {
+        From::Mode => Some((
+            Cow::Borrowed(inp.interception_mode),
+            Source::Annotation(name),
+        )),
+        From::Setting { values, .. } => Some(setting(inp, name, values)),
+        From::ExcludeInbound { values } => Some(exclude_inbound(inp, name, values)),
+        From::Optional { values } => optional_setting(inp, name, values),
+        From::Annotation => present(inp, t.annotation).map(|(v, s)| (Cow::Borrowed(v), s)),
+        // `istio.io/reroute-virtual-interfaces` wins over the deprecated `kubevirtInterfaces`.
+        From::Preferred { fallback } => present(inp, t.annotation)
+            .or_else(|| present(inp, fallback))
+            .map(|(v, s)| (Cow::Borrowed(v), s)),
+        From::FallbackOnly => None,
+    }
+}
+
+/// The traffic rows' arguments, in the template's order.
+fn traffic_args(inp: &Inputs<'_>, args: &mut Argv) -> Result<(), RenderError> {
+    for t in TRAFFIC {
+        let (Some(flag), Some((v, src))) = (t.annotation.flag, traffic_arg(inp, t)) else {
+            continue;
+        };
+        match t.from {
+            // The interception mode was validated (REDIRECT/TPROXY/NONE) when the context was built.
+            From::Mode => {}
+            _ => check(&v, t.shape, src)?,
+        }
+        match t.from {
+            From::ExcludeInbound { .. } if v.is_empty() => args.short(flag, "15090,15021"),
+            From::ExcludeInbound { .. } => args.short(flag, &format!("15090,15021,{v}")),
+            _ => args.short(flag, &v),
+        };
+    }
+    Ok(())
 }
 
 /// A mesh listener port, or its default when unset/0.
@@ -175,66 +177,7 @@ pub(crate) fn init_args(inp: &Inputs<'_>) -> Result<Vec<String>, RenderError> {
         inp.proxy_uid
     };
     args.short(&flags::PROXY_UID, &uid.to_string());
-    // The interception mode was validated (REDIRECT/TPROXY/NONE) when the context was built.
-    args.short(&flags::INBOUND_INTERCEPTION_MODE, inp.interception_mode);
-
-    let (v, src) = setting(
-        inp,
-        INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
-        "global.proxy.includeIPRanges",
-    );
-    check(&v, Shape::Cidrs, src)?;
-    args.short(&flags::SERVICE_CIDR, &v);
-
-    let (v, src) = setting(
-        inp,
-        EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
-        "global.proxy.excludeIPRanges",
-    );
-    check(&v, Shape::Cidrs, src)?;
-    args.short(&flags::SERVICE_EXCLUDE_CIDR, &v);
-
-    let (v, src) = setting(
-        inp,
-        INCLUDE_INBOUND_PORTS_ANNOTATION,
-        "global.proxy.includeInboundPorts",
-    );
-    check(&v, Shape::Ports, src)?;
-    args.short(&flags::INBOUND_PORTS, &v);
-
-    let (e, src) = exclude_inbound(inp);
-    check(&e, Shape::Ports, src)?;
-    if e.is_empty() {
-        args.short(&flags::LOCAL_EXCLUDE_PORTS, "15090,15021");
-    } else {
-        args.short(&flags::LOCAL_EXCLUDE_PORTS, &format!("15090,15021,{e}"));
-    }
-
-    if let Some((v, src)) = optional_setting(
-        inp,
-        INCLUDE_OUTBOUND_PORTS_ANNOTATION,
-        "global.proxy.includeOutboundPorts",
-    ) {
-        check(&v, Shape::Ports, src)?;
-        args.short(&flags::OUTBOUND_PORTS, &v);
-    }
-    if let Some((v, src)) = optional_setting(
-        inp,
-        EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
-        "global.proxy.excludeOutboundPorts",
-    ) {
-        check(&v, Shape::Ports, src)?;
-        args.short(&flags::LOCAL_OUTBOUND_PORTS_EXCLUDE, &v);
-    }
-    if let Some((v, src)) = reroute_interfaces(inp) {
-        check(v, Shape::Interfaces, src)?;
-        args.short(&flags::KUBE_VIRT_INTERFACES, v);
-    }
-    const EXCLUDE_IFACES: &str = EXCLUDE_INTERFACES_ANNOTATION;
-    if let Some(v) = inp.ann(EXCLUDE_IFACES) {
-        check(v, Shape::Interfaces, Source::Annotation(EXCLUDE_IFACES))?;
-        args.short(&flags::EXCLUDE_INTERFACES, v);
-    }
+    traffic_args(inp, &mut args)?;
 
     let (level, src) = inp.agent_log_level();
     check(&level, Shape::LogLevel, src)?;

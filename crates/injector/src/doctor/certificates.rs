@@ -246,10 +246,7 @@ pub(super) fn check_chain(
     t: &Target<'_>,
 ) -> Vec<Finding> {
     let Target {
-        roots,
-        name,
-        hooks,
-        provider,
+        roots, name, hooks, ..
     } = *t;
     let mut out = Vec::new();
     let fix = reissue_fix(hooks[0]);
@@ -286,114 +283,150 @@ pub(super) fn check_chain(
     };
     let now = now_unix();
     if let Some(roots) = roots {
-        // Verify the chain at a moment inside the leaf's validity, so an expired leaf is reported by the
-        // expiry check and this one answers only "is it signed by the caBundle".
-        let at = now.clamp(
-            info.not_before + 1,
-            (info.not_after - 1).max(info.not_before + 1),
-        );
-        match chain::verify(
-            chain,
-            roots,
-            at,
-            &provider.signature_verification_algorithms,
-        ) {
-            Ok(()) => out.push(finding(
-                Level::Ok,
-                "certificate-authority",
-                hooks,
-                format!(
-                    "the caBundle verifies the serving certificate {source} (issuer {})",
-                    info.issuer
-                ),
-                WHY_CA,
-                None,
-            )),
-            Err(e) => {
-                let unknown = format!(
-                    "the caBundle does not verify the serving certificate {source}: x509: certificate \
-                     signed by unknown authority"
-                );
-                let found = match e {
-                    chain::ChainError::UnknownAuthority {
-                        depth: 0,
-                        wrong_key: None,
-                        ..
-                    } => format!(
-                        "{unknown} (the certificate's issuer is {}, not a CA of the caBundle)",
-                        info.issuer
-                    ),
-                    // Go's x509 says the same when a CA of the issuer's name but another key is found.
-                    chain::ChainError::UnknownAuthority {
-                        depth: 0,
-                        wrong_key: Some(place),
-                        ..
-                    } => format!(
-                        "{unknown} (a CA named {} is in the {place}, but it did not sign this \
-                         certificate: another key)",
-                        info.issuer
-                    ),
-                    chain::ChainError::UnknownAuthority {
-                        depth,
-                        subject,
-                        issuer,
-                        wrong_key: None,
-                    } => format!(
-                        "{unknown} (certificate {depth} of the chain, {subject}, is issued by {issuer}, \
-                         not by a CA of the caBundle or the chain)"
-                    ),
-                    chain::ChainError::UnknownAuthority {
-                        depth,
-                        subject,
-                        issuer,
-                        wrong_key: Some(place),
-                    } => format!(
-                        "{unknown} (certificate {depth} of the chain, {subject}, is issued by {issuer}: a \
-                         CA of that name is in the {place}, but it did not sign it: another key)"
-                    ),
-                    other => format!(
-                        "the caBundle does not verify the serving certificate {source}: {other}"
-                    ),
-                };
-                out.push(finding(
-                    Level::Error,
-                    "certificate-authority",
-                    hooks,
-                    found,
-                    WHY_CA,
-                    Some(ca_bundle_fix(hooks)),
-                ));
-            }
-        }
+        out.push(authority_finding(source, chain, roots, &info, now, t));
     }
     if let Some(name) = name {
-        let result = ServerName::try_from(name.to_string())
-            .map_err(|e| rustls::Error::General(e.to_string()))
-            .and_then(|sn| rustls::client::verify_server_name(&parsed, &sn));
-        out.push(match result {
-            Ok(()) => finding(
-                Level::Ok,
-                "certificate-name",
-                hooks,
-                format!("the serving certificate {source} is valid for {name}"),
-                WHY_NAME,
-                None,
-            ),
-            Err(_) => finding(
-                Level::Error,
-                "certificate-name",
-                hooks,
-                format!(
-                    "the serving certificate {source} is valid for [{}], not for {name}",
-                    info.names.join(", ")
-                ),
-                WHY_NAME,
-                Some(fix.clone()),
-            ),
-        });
+        out.push(name_finding(source, name, &parsed, &info, t));
     }
+    out.push(expiry_finding(source, &info, now, t));
+    out
+}
+
+/// Whether the caBundle's `roots` verify the chain.
+fn authority_finding(
+    source: &str,
+    chain: &[CertificateDer<'static>],
+    roots: &[CertificateDer<'static>],
+    info: &CertInfo,
+    now: i64,
+    t: &Target<'_>,
+) -> Finding {
+    let Target {
+        hooks, provider, ..
+    } = *t;
+    // Verify the chain at a moment inside the leaf's validity, so an expired leaf is reported by the
+    // expiry check and this one answers only "is it signed by the caBundle".
+    let at = now.clamp(
+        info.not_before + 1,
+        (info.not_after - 1).max(info.not_before + 1),
+    );
+    match chain::verify(
+        chain,
+        roots,
+        at,
+        &provider.signature_verification_algorithms,
+    ) {
+        Ok(()) => finding(
+            Level::Ok,
+            "certificate-authority",
+            hooks,
+            format!(
+                "the caBundle verifies the serving certificate {source} (issuer {})",
+                info.issuer
+            ),
+            WHY_CA,
+            None,
+        ),
+        Err(e) => {
+            let unknown = format!(
+                "the caBundle does not verify the serving certificate {source}: x509: certificate \
+                 signed by unknown authority"
+            );
+            let found = match e {
+                chain::ChainError::UnknownAuthority {
+                    depth: 0,
+                    wrong_key: None,
+                    ..
+                } => format!(
+                    "{unknown} (the certificate's issuer is {}, not a CA of the caBundle)",
+                    info.issuer
+                ),
+                // Go's x509 says the same when a CA of the issuer's name but another key is found.
+                chain::ChainError::UnknownAuthority {
+                    depth: 0,
+                    wrong_key: Some(place),
+                    ..
+                } => format!(
+                    "{unknown} (a CA named {} is in the {place}, but it did not sign this \
+                     certificate: another key)",
+                    info.issuer
+                ),
+                chain::ChainError::UnknownAuthority {
+                    depth,
+                    subject,
+                    issuer,
+                    wrong_key: None,
+                } => format!(
+                    "{unknown} (certificate {depth} of the chain, {subject}, is issued by {issuer}, \
+                     not by a CA of the caBundle or the chain)"
+                ),
+                chain::ChainError::UnknownAuthority {
+                    depth,
+                    subject,
+                    issuer,
+                    wrong_key: Some(place),
+                } => format!(
+                    "{unknown} (certificate {depth} of the chain, {subject}, is issued by {issuer}: a \
+                     CA of that name is in the {place}, but it did not sign it: another key)"
+                ),
+                other => format!(
+                    "the caBundle does not verify the serving certificate {source}: {other}"
+                ),
+            };
+            finding(
+                Level::Error,
+                "certificate-authority",
+                hooks,
+                found,
+                WHY_CA,
+                Some(ca_bundle_fix(hooks)),
+            )
+        }
+    }
+}
+
+/// Whether the leaf is valid for the TLS `name`.
+fn name_finding(
+    source: &str,
+    name: &str,
+    parsed: &ParsedCertificate<'_>,
+    info: &CertInfo,
+    t: &Target<'_>,
+) -> Finding {
+    let hooks = t.hooks;
+    let fix = reissue_fix(hooks[0]);
+    let result = ServerName::try_from(name.to_string())
+        .map_err(|e| rustls::Error::General(e.to_string()))
+        .and_then(|sn| rustls::client::verify_server_name(parsed, &sn));
+    match result {
+        Ok(()) => finding(
+            Level::Ok,
+            "certificate-name",
+            hooks,
+            format!("the serving certificate {source} is valid for {name}"),
+            WHY_NAME,
+            None,
+        ),
+        Err(_) => finding(
+            Level::Error,
+            "certificate-name",
+            hooks,
+            format!(
+                "the serving certificate {source} is valid for [{}], not for {name}",
+                info.names.join(", ")
+            ),
+            WHY_NAME,
+            Some(fix),
+        ),
+    }
+}
+
+/// Whether the leaf is valid now, and for how long.
+fn expiry_finding(source: &str, info: &CertInfo, now: i64, t: &Target<'_>) -> Finding {
+    let hooks = t.hooks;
+    let fix = reissue_fix(hooks[0]);
     let days_left = (info.not_after - now).div_euclid(86_400);
-    out.push(if info.not_after < now {
+    if info.not_after < now {
         finding(
             Level::Error,
             "certificate-expiry",
@@ -438,9 +471,9 @@ pub(super) fn check_chain(
             WHY_EXPIRY,
             None,
         )
-    });
-    out
+    }
 }
+
 /// The certificates of a PEM chain (a file's or a Secret's `tls.crt`); at least one.
 pub(super) fn parse_chain(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
     let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut &pem[..])

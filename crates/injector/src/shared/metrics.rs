@@ -110,191 +110,190 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::default();
-        let requests = Counter::default();
-        let success = Counter::default();
-        let failure = Family::<Labels, Counter>::default();
-        let skip = Counter::default();
-        // Istio's buckets (.1 … 60 s) say nothing about a webhook that answers in well under a millisecond,
-        // so finer buckets come first; Istio's bounds are all kept.
-        let time = Histogram::new([
-            0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0, 3.0, 5.0,
-            10.0, 20.0, 30.0, 60.0,
-        ]);
-        let config_reloads = Family::<Labels, Counter>::default();
-        let config_last_success = Gauge::<f64, AtomicU64>::default();
-        let cert_reloads = Family::<Labels, Counter>::default();
-        let cert_last_success = Gauge::<f64, AtomicU64>::default();
-        let cert_expiry_seconds = Gauge::<i64>::default();
-        let connections = Gauge::<i64>::default();
-        let connections_closed_idle = Counter::default();
-        let injections_in_flight = Gauge::<i64>::default();
-        let body_bytes_in_flight = Gauge::<i64>::default();
-        let cluster_watch_errors = Family::<Labels, Counter>::default();
-        let cluster_watch_objects = Family::<Labels, Gauge<i64>>::default();
-        let cluster_state_rebuilds = Counter::default();
-        let webhook_patch_attempts = Counter::default();
-        let webhook_patch_failures = Counter::default();
-        let webhook_patch_conflicts = Counter::default();
+        let mut m = Metrics {
+            registry: Registry::default(),
+            requests: Counter::default(),
+            success: Counter::default(),
+            failure: Family::<Labels, Counter>::default(),
+            skip: Counter::default(),
+            // Istio's buckets (.1 … 60 s) say nothing about a webhook that answers in well under a
+            // millisecond, so finer buckets come first; Istio's bounds are all kept.
+            time: Histogram::new([
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0, 3.0,
+                5.0, 10.0, 20.0, 30.0, 60.0,
+            ]),
+            config_reloads: Family::<Labels, Counter>::default(),
+            config_last_success: Gauge::<f64, AtomicU64>::default(),
+            cert_reloads: Family::<Labels, Counter>::default(),
+            cert_last_success: Gauge::<f64, AtomicU64>::default(),
+            cert_expiry_seconds: Gauge::<i64>::default(),
+            connections: Gauge::<i64>::default(),
+            connections_closed_idle: Counter::default(),
+            injections_in_flight: Gauge::<i64>::default(),
+            body_bytes_in_flight: Gauge::<i64>::default(),
+            patch_cache: CacheCounters::default(),
+            cluster_watch_errors: Family::<Labels, Counter>::default(),
+            cluster_watch_objects: Family::<Labels, Gauge<i64>>::default(),
+            cluster_state_rebuilds: Counter::default(),
+            webhook_patch_attempts: Counter::default(),
+            webhook_patch_failures: Counter::default(),
+            webhook_patch_conflicts: Counter::default(),
+        };
+        // Registered in this order, which is the order of the text served.
+        m.register_requests();
+        m.register_operations();
+        m.register_cluster();
+        m.register_patch_cache();
+        m
+    }
 
+    /// Istio's request metrics (`sidecar_injection_*`, Istio's `monitoring.go`).
+    fn register_requests(&mut self) {
         // prometheus-client appends `_total` to counters.
-        registry.register(
+        self.registry.register(
             "sidecar_injection_requests",
             "Total number of sidecar injection requests",
-            requests.clone(),
+            self.requests.clone(),
         );
-        registry.register(
+        self.registry.register(
             "sidecar_injection_success",
             "Total number of injection requests answered with a review (including allowed: false)",
-            success.clone(),
+            self.success.clone(),
         );
-        registry.register(
+        self.registry.register(
             "sidecar_injection_failure",
             "Total number of failed injection requests, by type",
-            failure.clone(),
+            self.failure.clone(),
         );
-        registry.register(
+        self.registry.register(
             "sidecar_injection_skip",
             "Total number of skipped injection requests",
-            skip.clone(),
+            self.skip.clone(),
         );
-        registry.register(
+        self.registry.register(
             "sidecar_injection_time_seconds",
             "Time taken to handle an injection request",
-            time.clone(),
+            self.time.clone(),
         );
-        registry.register(
+    }
+
+    /// Reloads, certificate expiry, connections and what is in flight.
+    fn register_operations(&mut self) {
+        self.registry.register(
             "injector_config_reloads",
             "Configuration reload attempts, by result",
-            config_reloads.clone(),
+            self.config_reloads.clone(),
         );
-        registry.register(
+        self.registry.register(
             "injector_config_last_reload_success_timestamp_seconds",
             "Unix time of the last successful configuration load",
-            config_last_success.clone(),
+            self.config_last_success.clone(),
         );
-        registry.register(
+        self.registry.register(
             "injector_cert_reloads",
             "Serving certificate reload attempts, by result",
-            cert_reloads.clone(),
+            self.cert_reloads.clone(),
         );
-        registry.register(
+        self.registry.register(
             "injector_cert_last_reload_success_timestamp_seconds",
             "Unix time of the last successful serving certificate load",
-            cert_last_success.clone(),
+            self.cert_last_success.clone(),
         );
-        registry.register(
+        self.registry.register(
             "injector_cert_expiry_seconds",
             "Seconds until the serving certificate's notAfter (negative once expired)",
-            cert_expiry_seconds.clone(),
+            self.cert_expiry_seconds.clone(),
         );
-        registry.register(
+        self.registry.register(
             "injector_open_connections",
             "Open HTTPS connections",
-            connections.clone(),
+            self.connections.clone(),
         );
-        registry.register(
+        self.registry.register(
             "injector_connections_closed_idle",
             "Idle HTTPS connections closed to make room for a new one at the connection cap",
-            connections_closed_idle.clone(),
+            self.connections_closed_idle.clone(),
         );
-        registry.register(
+        self.registry.register(
             "injector_injections_in_flight",
             "Injections running, including those already answered past their deadline",
-            injections_in_flight.clone(),
+            self.injections_in_flight.clone(),
         );
-        registry.register(
+        self.registry.register(
             "injector_body_bytes_in_flight",
             "Bytes of request bodies held across all connections",
-            body_bytes_in_flight.clone(),
+            self.body_bytes_in_flight.clone(),
         );
-        registry.register(
+    }
+
+    /// The cluster watches and the caBundle patches.
+    fn register_cluster(&mut self) {
+        self.registry.register(
             "injector_cluster_watch_errors",
             "Failed list or watch calls to the API server, by resource (the last state is kept)",
-            cluster_watch_errors.clone(),
+            self.cluster_watch_errors.clone(),
         );
-        registry.register(
+        self.registry.register(
             "injector_cluster_watch_objects",
             "Objects the cluster watches hold, by resource (ProxyConfigs the webhook can use, Namespaces, Nodes)",
-            cluster_watch_objects.clone(),
+            self.cluster_watch_objects.clone(),
         );
-        registry.register(
+        self.registry.register(
             "injector_cluster_state_rebuilds",
             "Cluster states handed to the engine by the watches (one engine rebuild each)",
-            cluster_state_rebuilds.clone(),
+            self.cluster_state_rebuilds.clone(),
         );
         // Istio's names (`pkg/webhooks/monitoring.go`).
-        registry.register(
+        self.registry.register(
             "webhook_patch_attempts",
             "caBundle patches sent to the revision's webhook configurations",
-            webhook_patch_attempts.clone(),
+            self.webhook_patch_attempts.clone(),
         );
-        registry.register(
+        self.registry.register(
             "webhook_patch_failures",
             "caBundle patches that failed (retried)",
-            webhook_patch_failures.clone(),
+            self.webhook_patch_failures.clone(),
         );
-        registry.register(
+        self.registry.register(
             "webhook_patch_conflicts",
             "caBundle patches refused with 409 Conflict, another writer having changed the configuration (retried with backoff)",
-            webhook_patch_conflicts.clone(),
+            self.webhook_patch_conflicts.clone(),
         );
+    }
+
+    /// The cache of finished patches.
+    fn register_patch_cache(&mut self) {
         // The family keeps its historical name (`render_memo`, from when the cache held rendered
         // templates) so that dashboards and alerts on it go on working.
-        let patch_cache = CacheCounters::default();
         for (name, help, counter) in [
             (
                 "sidecar_injection_render_memo_hits",
                 "Injections answered from the cache of finished patches (replicas of a workload)",
-                &patch_cache.hits,
+                &self.patch_cache.hits,
             ),
             (
                 "sidecar_injection_render_memo_misses",
                 "Injections not in the cache of finished patches",
-                &patch_cache.misses,
+                &self.patch_cache.misses,
             ),
             (
                 "sidecar_injection_render_memo_stored",
                 "Patches stored in the cache (a pod's second sighting)",
-                &patch_cache.stored,
+                &self.patch_cache.stored,
             ),
             (
                 "sidecar_injection_render_memo_evicted",
                 "Patch cache entries dropped to make room",
-                &patch_cache.evicted,
+                &self.patch_cache.evicted,
             ),
         ] {
-            registry.register(name, help, counter.clone());
+            self.registry.register(name, help, counter.clone());
         }
-        registry.register(
+        self.registry.register(
             "sidecar_injection_render_memo_entries",
             "Entries in the cache of finished patches",
-            patch_cache.entries.clone(),
+            self.patch_cache.entries.clone(),
         );
-        Metrics {
-            registry,
-            requests,
-            success,
-            failure,
-            skip,
-            time,
-            config_reloads,
-            config_last_success,
-            cert_reloads,
-            cert_last_success,
-            cert_expiry_seconds,
-            connections,
-            connections_closed_idle,
-            injections_in_flight,
-            body_bytes_in_flight,
-            patch_cache,
-            cluster_watch_errors,
-            cluster_watch_objects,
-            cluster_state_rebuilds,
-            webhook_patch_attempts,
-            webhook_patch_failures,
-            webhook_patch_conflicts,
-        }
     }
 
     /// Counts one failed list or watch of `resource` (its plural name).

@@ -18,7 +18,10 @@
 //! IPv4 apply into a namespace without chains of ours, this process becomes the restore ([`exec`]).
 
 mod backend;
+mod capabilities;
+mod error;
 mod exec;
+mod options;
 mod routes;
 mod state;
 
@@ -33,112 +36,13 @@ use crate::routes::RouteAction;
 
 use crate::netlink::Probe;
 pub(crate) use backend::Backend;
+use capabilities::check_capabilities;
+pub use error::{family_name, ApplyError};
 pub(crate) use exec::exec_restore;
-use state::{assemble, is_our_chain, split_restore_input, Dump, Ours, SCRATCH_PREFIX};
-
-/// How the plan is to be applied; built by `main` from the command line.
-#[derive(Debug, Clone, Default)]
-pub struct ApplyOptions {
-    /// Replace existing rules of ours that differ from the plan.
-    pub reconcile: bool,
-    /// Remove everything of ours and apply nothing.
-    pub cleanup_only: bool,
-    /// Apply even when the current state already matches (replaces ours, like `reconcile`).
-    pub force_apply: bool,
-    /// `FORCE_IPTABLES_BINARY`: `Some("legacy")` or `Some("nft")`.
-    pub force_binary: Option<String>,
-}
-
-/// Human name of a family, for messages.
-pub fn family_name(family: &Family) -> &'static str {
-    match family {
-        Family::V4 => "IPv4",
-        Family::V6 => "IPv6",
-    }
-}
-
-fn line_note(line: &Option<usize>, input: &Option<String>) -> String {
-    match (line, input) {
-        (Some(n), Some(text)) => format!(" at input line {n} `{text}`"),
-        (Some(n), None) => format!(" at input line {n}"),
-        _ => String::new(),
-    }
-}
-
-/// Why applying failed. Every variant is reported after any partial change was rolled back, except
-/// [`ApplyError::RollbackFailed`].
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    /// The effective capability set lacks what netfilter needs; nothing was touched.
-    #[error(
-        "missing capability {} in the effective set (iptables-init needs CAP_NET_ADMIN and CAP_NET_RAW); nothing was changed",
-        .missing.join(" and ")
-    )]
-    MissingCapabilities { missing: Vec<String> },
-    /// The capability sets could not be read.
-    #[error("cannot read the process capabilities: {0}")]
-    Capabilities(String),
-    /// No iptables binary for the family works (or the forced one does not).
-    #[error("no usable {} iptables backend: {}", family_name(.family), .tried.join("; "))]
-    NoBackend { family: Family, tried: Vec<String> },
-    /// Reading the current rules failed.
-    #[error("{backend}: reading the current {} rules failed: {message}", family_name(.family))]
-    Save {
-        backend: String,
-        family: Family,
-        message: String,
-    },
-    /// `iptables-restore` refused the input: the backend, the failing line of the input and the message.
-    #[error(
-        "{backend} failed applying the {} rules{}: {message}",
-        family_name(.family),
-        line_note(.line, .input_line)
-    )]
-    Restore {
-        backend: String,
-        family: Family,
-        line: Option<usize>,
-        input_line: Option<String>,
-        message: String,
-    },
-    /// Rules of ours exist and differ from the configuration, and `--reconcile` was not given.
-    #[error(
-        "{backend}: {} rules of ours already exist in this network namespace and differ from the configuration ({detail}); nothing was changed; rerun with --reconcile to replace them",
-        family_name(.family)
-    )]
-    Diverged {
-        backend: String,
-        family: Family,
-        detail: String,
-    },
-    /// An `ip` command failed.
-    #[error("failed to configure routes: `{command}`: {message}")]
-    Route { command: String, message: String },
-    /// Something failed and undoing the partial change failed too.
-    #[error("{original}; rolling back failed too, rules of ours may remain: {rollback}")]
-    RollbackFailed {
-        original: Box<ApplyError>,
-        rollback: Box<ApplyError>,
-    },
-}
-
-/// Stops with the missing capability names unless both are in the effective set.
-fn check_capabilities() -> Result<(), ApplyError> {
-    use caps::{CapSet, Capability};
-    let mut missing = Vec::new();
-    for cap in [Capability::CAP_NET_ADMIN, Capability::CAP_NET_RAW] {
-        match caps::has_cap(None, CapSet::Effective, cap) {
-            Ok(true) => {}
-            Ok(false) => missing.push(cap.to_string()),
-            Err(e) => return Err(ApplyError::Capabilities(e.to_string())),
-        }
-    }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(ApplyError::MissingCapabilities { missing })
-    }
-}
+pub use options::ApplyOptions;
+use state::{
+    assemble, declares_nat_inbound, is_our_chain, split_restore_input, Dump, Ours, SCRATCH_PREFIX,
+};
 
 /// Finds the input line number in iptables-restore's stderr: `line N failed`, `Error occurred at line: N`,
 /// or nft's `line N: ... failed`.
@@ -647,21 +551,6 @@ fn log_final_state(backends: &[Backend]) {
             Err(e) => debug!("final state unavailable: {e}"),
         }
     }
-}
-
-/// Whether the plan's text declares nat `ISTIO_INBOUND`, which Istio's rules always do (step 4 of
-/// `model::build`) and which therefore exists wherever a run of ours left rules: the optimistic restore of
-/// such a text cannot succeed on top of rules of ours.
-fn declares_nat_inbound(text: &str) -> bool {
-    let mut in_nat = false;
-    for line in text.lines() {
-        if let Some(t) = line.strip_prefix('*') {
-            in_nat = t.trim() == "nat";
-        } else if in_nat && line == "-N ISTIO_INBOUND" {
-            return true;
-        }
-    }
-    false
 }
 
 /// What `--cleanup-only --dry-run` prints: what `--cleanup-only` runs in a namespace that holds exactly

@@ -22,7 +22,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, SockProtocol};
 
-use super::{
+use super::uapi::{
     NFNL_SUBSYS_NFTABLES, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6, NFTA_CHAIN_NAME,
     NFTA_CHAIN_TABLE, NFTA_TABLE_NAME, NFT_MSG_GETCHAIN, NFT_MSG_GETTABLE, NFT_MSG_NEWCHAIN,
     NFT_MSG_NEWTABLE, NLMSG_ERROR, NLM_F_ACK, NLM_F_REQUEST,

@@ -245,7 +245,14 @@ fn add(env: Env, inv: &Invocation, conf: &PluginConf) -> Result<Value, CniError>
         return Ok(result);
     }
     let redirect = redirect::Redirect::from_pod(&info)?;
-    let args = redirect.args(&inv.netns, conf.entry.native_nftables);
+    let args = redirect
+        .args(&inv.netns, conf.entry.native_nftables)
+        .map_err(|e| {
+            CniError::new(
+                code::APPLY_FAILED,
+                format!("the interception settings of {pod}: {e}"),
+            )
+        })?;
     tracing::debug!(%pod, ?args, "programming the pod's network namespace");
     let apply_env = |name: &str| {
         if APPLY_ENV.contains(&name) {
@@ -256,14 +263,14 @@ fn add(env: Env, inv: &Invocation, conf: &PluginConf) -> Result<Value, CniError>
     };
     // Each annotation was checked by iptables-init as it was read; the whole (the plugin's environment
     // too) is checked before the namespace is entered.
-    iptables_init::check_in_process(args.clone(), &apply_env).map_err(|e| {
+    iptables_init::check_in_process(&args, &apply_env).map_err(|e| {
         CniError::new(
             code::APPLY_FAILED,
             format!("the interception settings of {pod} are refused, nothing applied: {e}"),
         )
     })?;
     netns.enter()?;
-    iptables_init::apply_in_process(args, &apply_env).map_err(|e| {
+    iptables_init::apply_in_process(&args, &apply_env).map_err(|e| {
         CniError::new(
             code::APPLY_FAILED,
             format!("programming the network namespace of {pod}: {e}"),

@@ -1,12 +1,11 @@
 //! The pod's traffic annotations turned into istio-iptables settings, as Istio's
-//! `cni/pkg/plugin/sidecar_redirect.go` `NewRedirect` does, and those settings as the istio-iptables
-//! command line that iptables-init resolves (Istio's `sidecar_iptables_linux.go` `Program` fills the
-//! same fields of istio-iptables' `Config`).
+//! `cni/pkg/plugin/sidecar_redirect.go` `NewRedirect` does, and those settings filled by flag into
+//! iptables-init's typed [`iptables_init::Args`], which iptables-init resolves and checks (Istio's
+//! `sidecar_iptables_linux.go` `Program` fills the same fields of istio-iptables' `config.Config`).
 
-use std::ffi::OsString;
-
+use iptables_init::{Args, FlagValueError};
 use sidecar_core::annotations;
-use sidecar_core::flags::{self, Argv, Flag};
+use sidecar_core::flags::{self, Flag};
 
 use super::pod_info::PodInfo;
 use super::spec::{code, CniError};
@@ -200,8 +199,10 @@ fn invalid(a: &Annotation, value: &str, why: impl std::fmt::Display) -> CniError
 /// the check is iptables-init's own (`iptables_init::check_in_process`, the resolution its apply
 /// runs), so no value passes here that the apply would then refuse.
 fn iptables_init_takes(a: &Annotation, value: &str, arg: &str) -> Result<(), CniError> {
-    let args = [OsString::from(format!("--{}={arg}", a.flag.long))];
-    iptables_init::check_in_process(args, &|_| None)
+    let mut args = Args::default();
+    args.set_text(a.flag, arg)
+        .map_err(|e| invalid(a, value, format_args!("iptables-init refuses it: {e}")))?;
+    iptables_init::check_in_process(&args, &|_| None)
         .map_err(|e| invalid(a, value, format_args!("iptables-init refuses it: {e}")))
 }
 
@@ -272,13 +273,15 @@ impl Redirect {
         })
     }
 
-    /// The istio-iptables command line of these settings for the namespace `netns` (Istio's `Program`:
+    /// iptables-init's settings for the namespace `netns` (Istio's `Program`:
     /// `HostFilesystemPodNetwork` is `--cni-mode`, `NetworkNamespace` is `--network-namespace`).
-    pub fn args(&self, netns: &str, native_nftables: bool) -> Vec<OsString> {
-        let mut args = Argv::new();
-        args.long(&flags::ENVOY_PORT, &self.target_port)
-            .long(&flags::PROXY_UID, &self.uid)
-            .long(&flags::PROXY_GID, &self.gid);
+    /// Every value set here is a string flag's, which iptables-init's resolution checks; the error is
+    /// for a row naming a flag of another kind.
+    pub fn args(&self, netns: &str, native_nftables: bool) -> Result<Args, FlagValueError> {
+        let mut args = Args::default();
+        args.set_text(&flags::ENVOY_PORT, &self.target_port)?
+            .set_text(&flags::PROXY_UID, &self.uid)?
+            .set_text(&flags::PROXY_GID, &self.gid)?;
         for (a, value) in [
             (&MODE, &self.mode),
             (&INCLUDE_IPS, &self.include_ip_cidrs),
@@ -290,10 +293,10 @@ impl Redirect {
             (&EXCLUDE_INTERFACES, &self.exclude_interfaces),
             (&REROUTE, &self.reroute_virtual_interfaces),
         ] {
-            args.long(a.flag, value);
+            args.set_text(a.flag, value)?;
         }
         args.switch(&flags::CNI_MODE)
-            .long(&flags::NETWORK_NAMESPACE, netns);
+            .set_text(&flags::NETWORK_NAMESPACE, netns)?;
         if self.dns_redirect {
             args.switch(&flags::REDIRECT_DNS)
                 .switch(&flags::CAPTURE_ALL_DNS);
@@ -307,7 +310,7 @@ impl Redirect {
         if native_nftables {
             args.switch(&flags::NATIVE_NFTABLES);
         }
-        args.into_vec().into_iter().map(OsString::from).collect()
+        Ok(args)
     }
 }
 
@@ -487,12 +490,8 @@ mod tests {
                 }
             );
             if let Ok(r) = &plugin {
-                let args: Vec<String> = r
-                    .args("/var/run/netns/x", false)
-                    .iter()
-                    .map(|a| a.to_string_lossy().into_owned())
-                    .collect();
-                iptables_init::explain(&args, &[])
+                let args = r.args("/var/run/netns/x", false).unwrap();
+                iptables_init::check_in_process(&args, &|_| None)
                     .unwrap_or_else(|e| panic!("{}={value:?}: {args:?}: {e}", a.key));
             }
         }
@@ -513,14 +512,25 @@ mod tests {
         let r = Redirect::from_pod(&pi).unwrap();
         assert_eq!((r.uid.as_str(), r.gid.as_str()), ("1500", "1337"));
         assert!(r.dns_redirect && !r.invalid_drop);
-        let args = r.args("/var/run/netns/x", true);
+        let args = r.args("/var/run/netns/x", true).unwrap();
         for want in [
-            "--redirect-dns",
-            "--capture-all-dns",
-            "--native-nftables",
-            "--proxy-uid=1500",
+            &flags::REDIRECT_DNS,
+            &flags::CAPTURE_ALL_DNS,
+            &flags::NATIVE_NFTABLES,
+            &flags::CNI_MODE,
         ] {
-            assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
+            assert_eq!(
+                args.boolean(want),
+                Some(true),
+                "--{} in {args:?}",
+                want.long
+            );
         }
+        assert_eq!(args.boolean(&flags::DROP_INVALID), None);
+        assert_eq!(args.string(&flags::PROXY_UID), Some("1500"));
+        assert_eq!(
+            args.string(&flags::NETWORK_NAMESPACE),
+            Some("/var/run/netns/x")
+        );
     }
 }

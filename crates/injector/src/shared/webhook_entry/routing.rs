@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use inject::decision::{LabelSelector, Operator, Requirement};
 use sidecar_core::fields::Fields;
 
-use super::Entry;
+use super::entry::Entry;
 
 /// A webhook entry that cannot be evaluated; names the configuration, entry, field and value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

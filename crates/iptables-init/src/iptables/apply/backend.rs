@@ -22,7 +22,7 @@ use std::process::{Command, Output, Stdio};
 
 use crate::config::Family;
 
-use super::ApplyError;
+use super::error::ApplyError;
 
 /// The two iptables backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

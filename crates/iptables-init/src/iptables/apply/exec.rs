@@ -11,7 +11,7 @@
 //! e.g. a nat table whose base chains iptables-nft cannot use) — and its own message on stderr names the
 //! failing input line, instead of our `ApplyError::Restore` wording. Nothing needs rolling back: with one
 //! table, `iptables-nft-restore` commits one nf_tables transaction, so a refused input changes nothing.
-//! Everything else takes the usual path ([`super::apply`]), which stays as it was:
+//! Everything else takes the usual path ([`apply`](crate::iptables::apply::apply)), which stays as it was:
 //! * `--reconcile`, `--cleanup-only`, `--force-apply`: they need the state;
 //! * IPv6 (two families: a failure in the second must roll back the first), route actions (TPROXY), or
 //!   more than one table (committed table by table, so a failure may leave some behind);
@@ -32,7 +32,11 @@ use std::process::{Command, Stdio};
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use tracing::info;
 
-use super::{backend, check_capabilities, declares_nat_inbound, family_name, ApplyOptions};
+use super::backend;
+use super::capabilities::check_capabilities;
+use super::error::family_name;
+use super::options::ApplyOptions;
+use super::state::declares_nat_inbound;
 use crate::config::Family;
 use crate::iptables::model::Plan;
 use crate::iptables::render;
@@ -83,7 +87,7 @@ fn declared_chains(text: &str) -> Option<(&str, Vec<&str>)> {
 }
 
 /// Decides whether this run can end in an exec of the restore and prepares it, or returns `None`: then
-/// [`super::apply`] must run (nothing has been changed). The caller makes sure nothing follows the apply
+/// [`apply`](crate::iptables::apply::apply) must run (nothing has been changed). The caller makes sure nothing follows the apply
 /// (no `--run-validation`). `probe` is the run's nf_tables probe, if it has one open.
 pub fn exec_restore(plan: &Plan, opts: &ApplyOptions, probe: Option<Probe>) -> Option<ExecRestore> {
     // The usual path logs the restore input and the final state at debug level.

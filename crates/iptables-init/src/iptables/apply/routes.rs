@@ -6,7 +6,7 @@
 use crate::routes::RouteAction;
 
 use super::backend::run;
-use super::ApplyError;
+use super::error::ApplyError;
 
 /// Runs `ip args`; `Ok(true)` when it did something, `Ok(false)` when `tolerated` matched its error.
 fn ip(args: &[String], tolerated: &[&str]) -> Result<bool, ApplyError> {

@@ -283,6 +283,21 @@ pub fn split_restore_input(text: &str) -> BTreeMap<String, Vec<String>> {
     out
 }
 
+/// Whether the plan's text declares nat `ISTIO_INBOUND`, which Istio's rules always do (step 4 of
+/// `model::build`) and which therefore exists wherever a run of ours left rules: the optimistic restore of
+/// such a text cannot succeed on top of rules of ours.
+pub(super) fn declares_nat_inbound(text: &str) -> bool {
+    let mut in_nat = false;
+    for line in text.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            in_nat = t.trim() == "nat";
+        } else if in_nat && line == "-N ISTIO_INBOUND" {
+            return true;
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
