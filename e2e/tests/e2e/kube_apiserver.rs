@@ -14,6 +14,7 @@ use e2e::apiserver::{injector_certs, CertFiles, Injector, TempDir};
 use e2e::cluster::{comparable, Cluster};
 use e2e::netns::HostLink;
 use serde_json::{json, Value};
+use test_support::admission_review::{self, API_VERSIONS};
 use test_support::corpus::{self, Config, ConfigFiles};
 use test_support::process::run_ok;
 use test_support::{pods, semantic};
@@ -619,8 +620,7 @@ fn container_adder(certs: &CertFiles) -> (tokio::runtime::Runtime, u16) {
                             base64::engine::general_purpose::STANDARD.encode(patch.to_string())
                         );
                     }
-                    let answer = json!({"apiVersion": "admission.k8s.io/v1",
-                                        "kind": "AdmissionReview", "response": response});
+                    let answer = admission_review::answer(API_VERSIONS[0], response);
                     Ok::<_, hyper::Error>(
                         hyper::Response::builder()
                             .header("content-type", "application/json")
