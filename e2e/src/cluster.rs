@@ -254,6 +254,18 @@ impl Cluster {
         Ok(child.wait_with_output()?)
     }
 
+    /// `kubectl --kubeconfig <kubeconfig> <args>`: as another user than ours (a ServiceAccount's
+    /// token, a kubeconfig a binary wrote); the raw output.
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> anyhow::Result<Output> {
+        Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .context("running kubectl")
+    }
+
     /// `kubectl <args>` that must succeed; its stdout.
     pub fn kubectl(&self, args: &[&str], stdin: Option<&[u8]>) -> anyhow::Result<String> {
         stdout_of_success("kubectl", args, self.kubectl_output(args, stdin)?)

@@ -11,7 +11,6 @@
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use e2e::cluster::{wait_for, Cluster};
@@ -48,16 +47,7 @@ fn installs_repairs_untaints_and_cleans_up() {
     let conflist = dirs.conf.join("10-bridge.conflist");
     std::fs::write(&conflist, CONFLIST).unwrap();
     let original: Value = serde_json::from_str(CONFLIST).unwrap();
-    cluster
-        .apply(&json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "node-a"},
-            "spec": {"taints": [
-                {"key": "cni.istio.io/not-ready", "effect": "NoSchedule"},
-                {"key": "example.com/other", "value": "kept", "effect": "NoExecute"},
-            ]},
-        }))
-        .unwrap();
+    e2e::cni_agent::tainted_node(&cluster, "node-a").unwrap();
 
     let started = Instant::now();
     let mut agent = Agent::start(
@@ -98,28 +88,21 @@ fn installs_repairs_untaints_and_cleans_up() {
         text.contains("current-context: istio-cni-context\n"),
         "{text}"
     );
-    let out = Command::new(&cluster.kubectl)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["get", "pods", "-n", "default"])
-        .output()
+    let out = cluster
+        .kubectl_as(&kubeconfig, &["get", "pods", "-n", "default"])
         .unwrap();
     assert!(
         out.status.success(),
         "kubectl with the written kubeconfig: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = Command::new(&cluster.kubectl)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args([
-            "auth",
-            "whoami",
-            "-o",
-            "jsonpath={.status.userInfo.username}",
-        ])
-        .output()
-        .unwrap();
+    let whoami = [
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ];
+    let out = cluster.kubectl_as(&kubeconfig, &whoami).unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "system:serviceaccount:istio-system:istio-cni"
@@ -144,25 +127,11 @@ fn installs_repairs_untaints_and_cleans_up() {
 
     // The taint: ours gone, the others kept (the apiserver's TaintNodesByCondition admission added
     // node.kubernetes.io/not-ready to the new Node).
-    wait_for("the not-ready taint removed", WORK, || {
-        let node = cluster.kubectl_json(&["get", "node", "node-a"], None)?;
-        let taints = node["spec"]["taints"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let keys: Vec<&str> = taints.iter().filter_map(|t| t["key"].as_str()).collect();
-        if keys.contains(&"cni.istio.io/not-ready") {
-            return Err(anyhow::anyhow!("taints {taints:?}"));
-        }
-        assert!(
-            taints.contains(
-                &json!({"key": "example.com/other", "value": "kept", "effect": "NoExecute"})
-            ),
-            "{taints:?}"
-        );
-        assert!(keys.contains(&"node.kubernetes.io/not-ready"), "{taints:?}");
-        Ok(())
+    let taints = wait_for("the not-ready taint removed", WORK, || {
+        e2e::cni_agent::untainted(&cluster, "node-a")
     });
+    let keys: Vec<&str> = taints.iter().filter_map(|t| t["key"].as_str()).collect();
+    assert!(keys.contains(&"node.kubernetes.io/not-ready"), "{taints:?}");
 
     // The plugin's log lines are copied to the agent's stdout.
     let line = r#"{"level":"info","msg":"from the plugin"}"#;
