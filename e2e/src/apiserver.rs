@@ -34,19 +34,14 @@ pub struct CertFiles {
 
 /// Runs `injector certs --out-dir dir <extra>` and parses the MutatingWebhookConfiguration it wrote.
 pub fn injector_certs(dir: &Path, extra: &[&str]) -> anyhow::Result<CertFiles> {
-    let out = Command::new(crate::bin("injector"))
-        .arg("certs")
-        .arg("--out-dir")
-        .arg(dir)
-        .args(extra)
-        .output()
-        .context("running injector certs")?;
-    if !out.status.success() {
-        bail!(
-            "injector certs failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    crate::cluster::run_stdout(
+        Command::new(crate::bin("injector"))
+            .arg("certs")
+            .arg("--out-dir")
+            .arg(dir)
+            .args(extra),
+        "injector certs",
+    )?;
     let yaml = std::fs::read_to_string(dir.join("mutatingwebhookconfiguration.yaml"))?;
     let mwc: MutatingWebhookConfiguration =
         serde_saphyr::from_str(&yaml).map_err(|e| anyhow!("parsing the MWC: {e}"))?;

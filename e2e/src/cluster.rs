@@ -440,20 +440,28 @@ impl Drop for Cluster {
 
 /// The stdout of `program args` that exited with `out`, or an error with its status and stderr when it
 /// failed.
-pub(crate) fn stdout_of_success(
-    program: &str,
-    args: &[&str],
-    out: Output,
-) -> anyhow::Result<String> {
+pub fn stdout_of_success(program: &str, args: &[&str], out: Output) -> anyhow::Result<String> {
     if !out.status.success() {
+        let line: Vec<&str> = std::iter::once(program)
+            .chain(args.iter().copied())
+            .collect();
         bail!(
-            "{program} {} failed ({}): {}",
-            args.join(" "),
+            "{} failed ({}): {}",
+            line.join(" "),
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
     }
     Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Runs `cmd`, which must succeed: its stdout, or an error naming `what` with its stderr.
+pub fn run_stdout(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    stdout_of_success(what, &[], out)
 }
 
 /// `stored` without what the apiserver adds to every object of its own (uid, resourceVersion, timestamps,

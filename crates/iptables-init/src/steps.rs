@@ -1,8 +1,8 @@
 //! Istio's capture steps, in the order both of its backends take them (`Run` in
 //! `tools/istio-iptables/pkg/capture/run.go` and in `tools/istio-nftables/pkg/capture/run.go`): the one
 //! list of what is installed in which order, and when a step is taken at all. Each backend's model says
-//! how it writes a step ([`crate::iptables::model`], [`crate::nft::model`]); the steps are numbered as
-//! in the iptables model's comments.
+//! how it writes a step (`iptables/model.rs`, `nft/model.rs`); the steps are numbered as in the
+//! iptables model's comments.
 
 use crate::config::{Config, InterceptionMode};
 

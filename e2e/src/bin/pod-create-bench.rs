@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use e2e::apiserver::{injector_certs, serve_args, Injector, TempDir};
 use e2e::cluster::{Cluster, Connection};
 use serde_json::{json, Value};
@@ -145,20 +145,15 @@ async fn main() -> anyhow::Result<()> {
     cluster.namespace("plain", &BTreeMap::new())?;
 
     // The generated configurations, each entry's clientConfig turned into a url to this injector.
-    let out = Command::new(e2e::bin("injector"))
-        .arg("webhook-config")
-        .arg("--ca-bundle")
-        .arg(certs.dir.join("ca.crt"))
-        .output()
-        .context("injector webhook-config")?;
-    if !out.status.success() {
-        bail!(
-            "injector webhook-config: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let configs = e2e::cluster::run_stdout(
+        Command::new(e2e::bin("injector"))
+            .arg("webhook-config")
+            .arg("--ca-bundle")
+            .arg(certs.dir.join("ca.crt")),
+        "injector webhook-config",
+    )?;
     let port = injector.https.port();
-    for mut mwc in test_support::pods::documents(&String::from_utf8(out.stdout)?)? {
+    for mut mwc in test_support::pods::documents(&configs)? {
         for wh in mwc["webhooks"].as_array_mut().into_iter().flatten() {
             let cc = &mut wh["clientConfig"];
             let path = cc["service"]["path"]

@@ -51,7 +51,6 @@ fn production_code(path: &Path) -> String {
     }
 }
 
-/// Module → the other top-level modules it names through `crate::`.
 /// The first segment of each path at the start of `rest` (what follows `crate::` or `super::`): of
 /// `a::b`, `a`; of a group `{a, b::c}`, `a` and `b`; a glob `*` counted as a name when `glob`.
 fn first_segments(rest: &str, glob: bool) -> Vec<&str> {
@@ -69,6 +68,7 @@ fn first_segments(rest: &str, glob: bool) -> Vec<&str> {
     }
 }
 
+/// Module → the other top-level modules it names through `crate::`.
 fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mods = modules(src);
     let mut edges = BTreeMap::new();
