@@ -40,12 +40,19 @@ fn plugins(v: &Value) -> Vec<Value> {
     v["plugins"].as_array().cloned().unwrap_or_default()
 }
 
-#[test]
-fn installs_repairs_untaints_and_cleans_up() {
+/// A cluster, and a node's folders for istio-system's `istio-cni` account whose primary CNI is the
+/// bridge conflist [`CONFLIST`] (its path returned).
+fn bridge_node() -> (Cluster, NodeDirs, std::path::PathBuf) {
     let cluster = Cluster::up();
     let dirs = NodeDirs::new(&cluster, "istio-system", "istio-cni").unwrap();
     let conflist = dirs.conf.join("10-bridge.conflist");
     std::fs::write(&conflist, CONFLIST).unwrap();
+    (cluster, dirs, conflist)
+}
+
+#[test]
+fn installs_repairs_untaints_and_cleans_up() {
+    let (cluster, dirs, conflist) = bridge_node();
     let original: Value = serde_json::from_str(CONFLIST).unwrap();
     e2e::cni_agent::tainted_node(&cluster, "node-a").unwrap();
 
@@ -319,10 +326,7 @@ fn every_istio_cni_entry_is_replaced_on_install_and_removed_on_sigterm() {
 /// open(2), and SIGTERM was no longer handled. The FIFO is refused, and SIGTERM cleans up and exits.
 #[test]
 fn sigterm_is_handled_with_a_fifo_in_place_of_the_conflist() {
-    let cluster = Cluster::up();
-    let dirs = NodeDirs::new(&cluster, "istio-system", "istio-cni").unwrap();
-    let conflist = dirs.conf.join("10-bridge.conflist");
-    std::fs::write(&conflist, CONFLIST).unwrap();
+    let (cluster, dirs, conflist) = bridge_node();
     let mut agent = Agent::start(
         &cluster,
         &dirs,
@@ -371,9 +375,7 @@ fn sigterm_is_handled_with_a_fifo_in_place_of_the_conflist() {
 /// at its next chunk, and nothing of it stays.
 #[test]
 fn sigterm_stops_the_copy_of_a_large_binary() {
-    let cluster = Cluster::up();
-    let dirs = NodeDirs::new(&cluster, "istio-system", "istio-cni").unwrap();
-    std::fs::write(dirs.conf.join("10-bridge.conflist"), CONFLIST).unwrap();
+    let (cluster, dirs, _) = bridge_node();
     let big = dirs.run.parent().unwrap().join("big-plugin");
     // Sparse: no disk until copied, and every byte still has to be copied.
     std::fs::File::create(&big)

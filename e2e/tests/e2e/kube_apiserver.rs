@@ -46,6 +46,17 @@ impl Setup {
         Setup::with(None, &[])
     }
 
+    /// Service mode, as deployed: the injector in a network namespace of its own (a host link named
+    /// for `tag`), reached through the generated configurations' Service and an EndpointSlice
+    /// ([`service_and_slice`]). Needs root.
+    pub(crate) fn service_mode(tag: &str) -> Setup {
+        test_support::require_root();
+        let s = Setup::with(Some(HostLink::new(tag)), &[]);
+        let link = s.link.as_ref().expect("the injector's host link");
+        service_and_slice(&s.cluster, link, s.injector.https.port());
+        s
+    }
+
     /// The same with the injector in its own network namespace, reached from the host (where the
     /// apiserver runs) over a veth pair at `link.addr`.
     pub(crate) fn with(link: Option<HostLink>, extra: &[&str]) -> Setup {
@@ -259,11 +270,8 @@ fn pods_are_injected_through_the_apiserver_as_kube_inject_injects_them() {
 /// `sidecar-injector.sidecar-injector.svc`.
 #[test]
 fn service_mode_reaches_the_injector_through_its_endpoint_slice() {
-    test_support::require_root();
-    let s = Setup::with(Some(HostLink::new("webhook")), &[]);
+    let s = Setup::service_mode("webhook");
     let c = &s.cluster;
-    let link = s.link.as_ref().unwrap();
-    service_and_slice(c, link, s.injector.https.port());
     s.namespaces(&["plain", "reference"]);
     let mwcs = webhook_config(&[], &s.certs);
     assert!(

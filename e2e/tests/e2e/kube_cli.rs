@@ -11,12 +11,11 @@ use std::process::Command;
 use base64::Engine as _;
 use e2e::apiserver::{injector_certs, TempDir};
 use e2e::cluster::Cluster;
-use e2e::netns::HostLink;
 use serde_json::{json, Value};
 use test_support::corpus::Config;
 
 use crate::doctor::{doctor, doctor_finds_errors, findings, Run};
-use crate::kube_apiserver::{injected, install, labels, service_and_slice, webhook_config, Setup};
+use crate::kube_apiserver::{injected, install, labels, webhook_config, Setup};
 
 /// `--kubeconfig <the cluster's>` and `extra`.
 fn kube_args(c: &Cluster, extra: &[&str]) -> Vec<String> {
@@ -55,11 +54,9 @@ fn only<'a>(run: &'a Run, check: &str) -> &'a Value {
 /// input came from.
 #[test]
 fn doctor_reads_the_cluster_and_passes_on_a_healthy_setup() {
-    test_support::require_root();
-    let s = Setup::with(Some(HostLink::new("doctor")), &[]);
+    let s = Setup::service_mode("doctor");
     let c = &s.cluster;
     let link = s.link.as_ref().unwrap();
-    service_and_slice(c, link, s.injector.https.port());
     let b64 =
         |p: &Path| base64::engine::general_purpose::STANDARD.encode(std::fs::read(p).unwrap());
     c.apply(&json!({

@@ -17,6 +17,7 @@ use e2e::nettool::{APP_UID, PROXY_UID};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use test_support::istio_init::injected_args_with;
+use test_support::process::run_ok;
 use test_support::require_root;
 
 /// How long a test waits for a server to come up or a process to end (the machine may be busy).
@@ -319,27 +320,11 @@ fn a_connection_straight_to_a_capture_port_is_refused_not_relayed_to_itself() {
 fn pilot_agent_s_lifecycle_hooks_wait_and_drain() {
     let (p, proxy) = pod_with_proxy("tp-life", "false");
     // postStart `pilot-agent wait` (its default URL is 15021's /healthz/ready).
-    let out = testproxy(&p.pod, Some(PROXY_UID), &["wait", "--timeoutSeconds=30"])
-        .output()
-        .expect("wait");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let wait = ["wait", "--timeoutSeconds=30"];
+    run_ok(&mut testproxy(&p.pod, Some(PROXY_UID), &wait), "wait");
     // preStop `pilot-agent request --debug-port=15020 POST drain`: readiness then fails.
-    let out = testproxy(
-        &p.pod,
-        Some(PROXY_UID),
-        &["request", "--debug-port=15020", "POST", "drain"],
-    )
-    .output()
-    .expect("request");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let drain = ["request", "--debug-port=15020", "POST", "drain"];
+    let out = run_ok(&mut testproxy(&p.pod, Some(PROXY_UID), &drain), "request");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "OK");
     let out = get(&p.pod, None, "http://127.0.0.1:15021/healthz/ready");
     assert!(!out.status.success(), "still ready after drain");
