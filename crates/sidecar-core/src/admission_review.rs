@@ -59,7 +59,11 @@ pub fn refusal(uid: &str, message: &str) -> Value {
 }
 
 /// Why `answer` is not an answer of `api_version` to the review `uid`; its response when it is.
-pub fn response_to<'a>(answer: &'a Value, api_version: &str, uid: &str) -> Result<&'a Value, String> {
+pub fn response_to<'a>(
+    answer: &'a Value,
+    api_version: &str,
+    uid: &str,
+) -> Result<&'a Value, String> {
     let field = |v: &'a Value, name: &str| v.field(name).unwrap_or(&Value::Null);
     if field(answer, "apiVersion") != api_version || field(answer, "kind") != KIND {
         return Err(format!(
