@@ -34,19 +34,14 @@ pub struct CertFiles {
 
 /// Runs `injector certs --out-dir dir <extra>` and parses the MutatingWebhookConfiguration it wrote.
 pub fn injector_certs(dir: &Path, extra: &[&str]) -> anyhow::Result<CertFiles> {
-    let out = Command::new(crate::bin("injector"))
-        .arg("certs")
-        .arg("--out-dir")
-        .arg(dir)
-        .args(extra)
-        .output()
-        .context("running injector certs")?;
-    if !out.status.success() {
-        bail!(
-            "injector certs failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    crate::cluster::run_stdout(
+        Command::new(crate::bin("injector"))
+            .arg("certs")
+            .arg("--out-dir")
+            .arg(dir)
+            .args(extra),
+        "injector certs",
+    )?;
     let yaml = std::fs::read_to_string(dir.join("mutatingwebhookconfiguration.yaml"))?;
     let mwc: MutatingWebhookConfiguration =
         serde_saphyr::from_str(&yaml).map_err(|e| anyhow!("parsing the MWC: {e}"))?;
@@ -125,36 +120,25 @@ impl Injector {
             .stderr(std::fs::File::create(&stderr)?)
             .spawn()
             .context("starting injector serve")?;
-        let deadline = Instant::now() + crate::PATIENCE;
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&port_file) {
-                let get = |k: &str| -> anyhow::Result<SocketAddr> {
-                    text.lines()
-                        .find_map(|l| l.strip_prefix(&format!("{k}=")))
-                        .ok_or_else(|| anyhow!("{k} missing in port file"))?
-                        .parse()
-                        .context("port file address")
-                };
-                return Ok(Injector {
-                    https: get("https")?,
-                    metrics: get("metrics")?,
-                    child: Some(child),
-                    stderr,
-                    _dir: dir,
-                });
-            }
-            if let Some(status) = child.try_wait()? {
-                bail!(
-                    "injector serve exited with {status} before listening: {}",
-                    std::fs::read_to_string(&stderr).unwrap_or_default()
-                );
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                bail!("injector serve did not report its ports within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let read = |text: &str| -> anyhow::Result<Option<(SocketAddr, SocketAddr)>> {
+            let get = |k: &str| -> anyhow::Result<SocketAddr> {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{k}=")))
+                    .ok_or_else(|| anyhow!("{k} missing in port file"))?
+                    .parse()
+                    .context("port file address")
+            };
+            Ok(Some((get("https")?, get("metrics")?)))
+        };
+        let (https, metrics) =
+            crate::wait_for_port_file(&mut child, "injector serve", &port_file, &stderr, read)?;
+        Ok(Injector {
+            https,
+            metrics,
+            child: Some(child),
+            stderr,
+            _dir: dir,
+        })
     }
 
     /// The process id (None once waited for).

@@ -254,6 +254,18 @@ impl Cluster {
         Ok(child.wait_with_output()?)
     }
 
+    /// `kubectl --kubeconfig <kubeconfig> <args>`: as another user than ours (a ServiceAccount's
+    /// token, a kubeconfig a binary wrote); the raw output.
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> anyhow::Result<Output> {
+        Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .context("running kubectl")
+    }
+
     /// `kubectl <args>` that must succeed; its stdout.
     pub fn kubectl(&self, args: &[&str], stdin: Option<&[u8]>) -> anyhow::Result<String> {
         stdout_of_success("kubectl", args, self.kubectl_output(args, stdin)?)
@@ -428,20 +440,28 @@ impl Drop for Cluster {
 
 /// The stdout of `program args` that exited with `out`, or an error with its status and stderr when it
 /// failed.
-pub(crate) fn stdout_of_success(
-    program: &str,
-    args: &[&str],
-    out: Output,
-) -> anyhow::Result<String> {
+pub fn stdout_of_success(program: &str, args: &[&str], out: Output) -> anyhow::Result<String> {
     if !out.status.success() {
+        let line: Vec<&str> = std::iter::once(program)
+            .chain(args.iter().copied())
+            .collect();
         bail!(
-            "{program} {} failed ({}): {}",
-            args.join(" "),
+            "{} failed ({}): {}",
+            line.join(" "),
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
     }
     Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Runs `cmd`, which must succeed: its stdout, or an error naming `what` with its stderr.
+pub fn run_stdout(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    stdout_of_success(what, &[], out)
 }
 
 /// `stored` without what the apiserver adds to every object of its own (uid, resourceVersion, timestamps,

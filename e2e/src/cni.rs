@@ -169,13 +169,8 @@ impl Node {
     /// [`Node::cnitool`] `add`, which must succeed; returns the result JSON it printed.
     pub fn add_ok(&self, plugin: Plugin, ns: &NetNs, namespace: &str, name: &str) -> Value {
         let out = self.cnitool(plugin, "add", ns, namespace, name);
-        assert!(
-            out.status.success(),
-            "cnitool add ({plugin:?}, {namespace}/{name}): {}\n{}\nplugin log:\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            self.plugin_log()
-        );
+        let what = format!("cnitool add ({plugin:?}, {namespace}/{name})");
+        assert_succeeded(&out, &what, &format!("plugin log:\n{}", self.plugin_log()));
         serde_json::from_slice(&out.stdout).expect("cnitool prints the result JSON")
     }
 
@@ -291,4 +286,14 @@ pub fn has_rules(state: &[String]) -> bool {
     state
         .iter()
         .any(|l| l.contains("ISTIO_") || l.starts_with("table inet istio"))
+}
+
+/// `out` is a success, or the failure names `what` with its output and `context` (a log that tells why).
+pub fn assert_succeeded(out: &std::process::Output, what: &str, context: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}\n{context}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
 }

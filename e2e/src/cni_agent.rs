@@ -130,34 +130,21 @@ impl Agent {
             .stderr(std::fs::File::create(&err)?)
             .spawn()
             .context("starting istio-cni install")?;
-        let deadline = Instant::now() + crate::PATIENCE;
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&port_file) {
-                if let Some(addr) = text.trim().strip_prefix("http=") {
-                    return Ok(Agent {
-                        http: addr.parse().context("port file address")?,
-                        child: Some(child),
-                        out,
-                        err,
-                        _dir: dir,
-                    });
-                }
+        let read = |text: &str| -> anyhow::Result<Option<SocketAddr>> {
+            match text.trim().strip_prefix("http=") {
+                Some(addr) => Ok(Some(addr.parse().context("port file address")?)),
+                None => Ok(None),
             }
-            if let Some(status) = child.try_wait()? {
-                bail!(
-                    "istio-cni install exited with {status} before listening: {}",
-                    std::fs::read_to_string(&err).unwrap_or_default()
-                );
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                bail!(
-                    "istio-cni install did not report its port within {:?}",
-                    crate::PATIENCE
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        };
+        let http =
+            crate::wait_for_port_file(&mut child, "istio-cni install", &port_file, &err, read)?;
+        Ok(Agent {
+            http,
+            child: Some(child),
+            out,
+            err,
+            _dir: dir,
+        })
     }
 
     /// The process id (that of a wrapper which exec'd the agent is the agent's).
@@ -235,6 +222,37 @@ pub fn metric(text: &str, line_start: &str) -> Option<f64> {
 pub fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_slice(&bytes).with_context(|| format!("{} is not JSON", path.display()))
+}
+
+/// The taint a node keeps that is not the agent's: untainting must leave it.
+fn other_taint() -> serde_json::Value {
+    serde_json::json!({"key": "example.com/other", "value": "kept", "effect": "NoExecute"})
+}
+
+/// Creates Node `name` tainted with the agent's `cni.istio.io/not-ready` and [`other_taint`].
+pub fn tainted_node(cluster: &Cluster, name: &str) -> anyhow::Result<()> {
+    cluster.apply(&serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {"taints": [
+            {"key": "cni.istio.io/not-ready", "effect": "NoSchedule"},
+            other_taint(),
+        ]},
+    }))
+}
+
+/// Node `name`'s taints when the agent's is gone and [`other_taint`] kept; why not otherwise.
+pub fn untainted(cluster: &Cluster, name: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    let node = cluster.kubectl_json(&["get", "node", name], None)?;
+    let taints = node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let ours = taints.iter().any(|t| t["key"] == "cni.istio.io/not-ready");
+    if ours || !taints.contains(&other_taint()) {
+        anyhow::bail!("taints {taints:?}");
+    }
+    Ok(taints)
 }
 
 /// Creates a sidecar pod (Istio's status annotation, an `istio-validation` init container) in

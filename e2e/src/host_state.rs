@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 
 /// One process: what identifies it as a cluster's.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,15 +227,7 @@ fn output(program: &str, args: &[&str]) -> Result<String> {
         .args(args)
         .output()
         .with_context(|| format!("running {program}"))?;
-    if !out.status.success() {
-        bail!(
-            "{program} {} failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    crate::cluster::stdout_of_success(program, args, out)
 }
 
 fn processes() -> BTreeMap<u32, Proc> {

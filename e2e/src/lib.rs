@@ -66,3 +66,34 @@ pub mod nettool;
 pub mod peers;
 pub mod product;
 pub mod rules_differential;
+
+/// Waits for `child`, a `what` started with `--port-file port_file` and its stderr in `stderr`, to write
+/// its port file, until `read` finds the addresses in its text; fails when the child exits first (with
+/// its stderr) or within [`PATIENCE`] it has not, killing it then.
+pub fn wait_for_port_file<T>(
+    child: &mut std::process::Child,
+    what: &str,
+    port_file: &std::path::Path,
+    stderr: &std::path::Path,
+    read: impl Fn(&str) -> anyhow::Result<Option<T>>,
+) -> anyhow::Result<T> {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(port_file) {
+            if let Some(found) = read(&text)? {
+                return Ok(found);
+            }
+        }
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!(
+                "{what} exited with {status} before listening: {}",
+                std::fs::read_to_string(stderr).unwrap_or_default()
+            );
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            anyhow::bail!("{what} did not report its ports within {PATIENCE:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

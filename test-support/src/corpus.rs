@@ -292,7 +292,7 @@ pub fn load_run_cases(dir: &Path) -> Result<Vec<RunCase>, Error> {
 /// Splits a shell-quoted argument string: whitespace separates words; '…' is literal; "…" and
 /// backslash escape as in sh (enough for the quoting the case tables use). The error says what is
 /// unterminated.
-fn shell_words(s: &str) -> Result<Vec<String>, String> {
+pub fn shell_words(s: &str) -> Result<Vec<String>, String> {
     let mut words = Vec::new();
     let mut word = String::new();
     let mut in_word = false;

@@ -10,6 +10,9 @@
 // injector's `fields`, which clippy.toml prescribes for the injector's code.
 #![allow(clippy::disallowed_methods)]
 
+/// The AdmissionReview envelope, the injector's own (sidecar-core's), for the tests that play the API
+/// server or its webhook.
+pub use sidecar_core::admission_review;
 pub mod corpus;
 pub mod error;
 pub mod groups;

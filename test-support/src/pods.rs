@@ -198,31 +198,11 @@ pub fn named<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
     list.as_array()?.iter().find(|v| v["name"] == name)
 }
 
-/// An AdmissionReview (`version` is `v1` or `v1beta1`) asking to create `pod` in `namespace`.
+/// An AdmissionReview (`version` is `v1` or `v1beta1`) asking to create `pod` in `namespace`, sent for
+/// the ReplicaSet controller, not a dry run.
 pub fn review(version: &str, uid: &str, namespace: &str, pod: &Value) -> Value {
-    let name = pod
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    json!({
-        "apiVersion": format!("admission.k8s.io/{version}"),
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": name,
-            "namespace": namespace,
-            "operation": "CREATE",
-            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
-            "object": pod,
-            "oldObject": null,
-            "dryRun": false,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
-        }
-    })
+    let user = "system:serviceaccount:kube-system:replicaset-controller";
+    sidecar_core::admission_review::pod_create(version, uid, namespace, user, false, pod)
 }
 
 #[cfg(test)]

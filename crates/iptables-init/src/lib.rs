@@ -5,8 +5,8 @@
 //! 1. `cli` reads istio-iptables' command line, and `config` resolves it with the environment and
 //!    the surroundings (`detect`) into a validated `config::Config`; both read each flag's names,
 //!    variables and default from its one definition in `flags`, and `logging` its log flags;
-//! 2. the backend turns the configuration into its rule model in Istio's order, and `routes` into the
-//!    route actions both backends do after their rules;
+//! 2. the backend turns the configuration into its rule model, taking Istio's steps in the order
+//!    `steps` lists them, and `routes` into the route actions both backends do after their rules;
 //! 3. the backend renders the model as the text Istio would feed its tool (route actions as comments);
 //! 4. the backend applies it, atomically, and implements `--reconcile` and `--cleanup-only`;
 //! 5. `validation` proves interception with a real connection (`--run-validation`).
@@ -36,6 +36,7 @@ pub(crate) mod nft;
 pub(crate) mod routes;
 pub(crate) mod rtnetlink;
 mod stdio;
+pub(crate) mod steps;
 pub(crate) mod validation;
 pub(crate) mod walk;
 

@@ -8,11 +8,14 @@
 //!   readings of a value), [`gotypes`] (how Go prints a typed Kubernetes container), [`validate`]
 //!   (Istio's `validate.go` checks of ports, CIDRs, modes, quantities), `yaml` (the YAML stream reader
 //!   and writer, with the `yaml` feature).
+//! - Kubernetes' side of the webhook: [`admission_review`], the envelope the injector's server answers,
+//!   its doctor's probe sends, and the tests send as the API server would (test-support builds on it).
 
 // Tests read what they check with serde_json's own accessors (`get`, `pointer`), which clippy.toml keeps
 // out of production code: a check that does not go through `fields` cannot share a bug with it.
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
+pub mod admission_review;
 pub mod annotations;
 pub mod fields;
 pub mod flags;

@@ -24,10 +24,21 @@ fn excerpt(body: &[u8]) -> String {
 /// `get URL`: the body of a 2xx answer.
 pub async fn get(args: &GetArgs) -> Result<Bytes, Error> {
     let timeout = Duration::from_secs(args.timeout_seconds);
-    let (status, body) = fetch(
-        Method::GET,
-        &args.url,
-        Bytes::new(),
+    success(Method::GET, &args.url, Bytes::new(), timeout).await
+}
+
+/// One request of `method` to `url` with `body`: the body of a 2xx answer (at most [`MAX_BODY`]), or
+/// the status with the start of its body.
+async fn success(
+    method: Method,
+    url: &str,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<Bytes, Error> {
+    let (status, answer) = fetch(
+        method,
+        url,
+        body,
         &[],
         None,
         timeout,
@@ -36,12 +47,12 @@ pub async fn get(args: &GetArgs) -> Result<Bytes, Error> {
     .await?;
     if !status.is_success() {
         return Err(Error::Status {
-            url: args.url.clone(),
+            url: url.to_string(),
             status: status.as_u16(),
-            body: excerpt(&body),
+            body: excerpt(&answer),
         });
     }
-    Ok(body)
+    Ok(answer)
 }
 
 /// `wait`: polls until the URL answers 200, as pilot-agent's `wait` does.
@@ -93,22 +104,5 @@ pub async fn request(args: &RequestArgs) -> Result<Bytes, Error> {
         args.path.trim_start_matches('/')
     );
     let body = Bytes::from(args.body.clone().unwrap_or_default());
-    let (status, answer) = fetch(
-        method,
-        &url,
-        body,
-        &[],
-        None,
-        REQUEST_TIMEOUT,
-        Limit::Refuse(MAX_BODY),
-    )
-    .await?;
-    if !status.is_success() {
-        return Err(Error::Status {
-            url,
-            status: status.as_u16(),
-            body: excerpt(&answer),
-        });
-    }
-    Ok(answer)
+    success(method, &url, body, REQUEST_TIMEOUT).await
 }

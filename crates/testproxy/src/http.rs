@@ -317,6 +317,11 @@ mod tests {
         assert!(e.contains("no scheme"), "{e}");
     }
 
+    /// A GET of `url` with no body, no header and no source address.
+    async fn get(url: &str, timeout: Duration, limit: Limit) -> Result<(StatusCode, Bytes), Error> {
+        fetch(Method::GET, url, Bytes::new(), &[], None, timeout, limit).await
+    }
+
     #[tokio::test]
     async fn a_body_over_the_limit_is_refused() {
         let l = listen("127.0.0.1:0".parse().unwrap(), false).unwrap();
@@ -326,41 +331,11 @@ mod tests {
         }));
         let url = format!("http://{addr}/");
         let t = Duration::from_secs(30);
-        let (status, body) = fetch(
-            Method::GET,
-            &url,
-            Bytes::new(),
-            &[],
-            None,
-            t,
-            Limit::Refuse(4096),
-        )
-        .await
-        .unwrap();
+        let (status, body) = get(&url, t, Limit::Refuse(4096)).await.unwrap();
         assert_eq!((status, body.len()), (StatusCode::OK, 4096));
-        let e = fetch(
-            Method::GET,
-            &url,
-            Bytes::new(),
-            &[],
-            None,
-            t,
-            Limit::Refuse(4095),
-        )
-        .await
-        .unwrap_err();
+        let e = get(&url, t, Limit::Refuse(4095)).await.unwrap_err();
         assert!(matches!(e, Error::BodyTooLarge { limit: 4095, .. }), "{e}");
-        let (_, cut) = fetch(
-            Method::GET,
-            &url,
-            Bytes::new(),
-            &[],
-            None,
-            t,
-            Limit::Truncate(100),
-        )
-        .await
-        .unwrap();
+        let (_, cut) = get(&url, t, Limit::Truncate(100)).await.unwrap();
         assert_eq!(cut.len(), 100);
     }
 
@@ -369,17 +344,9 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let url = format!("http://{addr}/");
-        let e = fetch(
-            Method::GET,
-            &url,
-            Bytes::new(),
-            &[],
-            None,
-            Duration::from_millis(300),
-            Limit::Refuse(10),
-        )
-        .await
-        .unwrap_err();
+        let e = get(&url, Duration::from_millis(300), Limit::Refuse(10))
+            .await
+            .unwrap_err();
         assert!(matches!(e, Error::Timeout { .. }), "{e}");
         drop(l);
     }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use e2e::apiserver::{injector_certs, serve_args, CertFiles, Injector, TempDir};
 use e2e::cluster::{Cluster, Connection};
 use serde_json::{json, Value};
@@ -168,20 +168,15 @@ fn register_webhooks(
     injector: &Injector,
     certs: &CertFiles,
 ) -> anyhow::Result<()> {
-    let out = Command::new(e2e::bin("injector"))
-        .arg("webhook-config")
-        .arg("--ca-bundle")
-        .arg(certs.dir.join("ca.crt"))
-        .output()
-        .context("injector webhook-config")?;
-    if !out.status.success() {
-        bail!(
-            "injector webhook-config: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let configs = e2e::cluster::run_stdout(
+        Command::new(e2e::bin("injector"))
+            .arg("webhook-config")
+            .arg("--ca-bundle")
+            .arg(certs.dir.join("ca.crt")),
+        "injector webhook-config",
+    )?;
     let port = injector.https.port();
-    for mut mwc in test_support::pods::documents(&String::from_utf8(out.stdout)?)? {
+    for mut mwc in test_support::pods::documents(&configs)? {
         for wh in mwc["webhooks"].as_array_mut().into_iter().flatten() {
             let cc = &mut wh["clientConfig"];
             let path = cc["service"]["path"]

@@ -62,6 +62,25 @@ fn pem_b64(path: &std::path::Path) -> String {
     base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).unwrap())
 }
 
+/// `injector serve`'s arguments for `certs` and configuration `cfg`, keeping `ca_file` in the caBundle of
+/// cluster `c`'s configurations, then `extra`.
+fn patching_args(
+    certs: &e2e::apiserver::CertFiles,
+    cfg: &test_support::corpus::ConfigFiles,
+    c: &Cluster,
+    ca_file: &std::path::Path,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args = e2e::apiserver::serve_args(&certs.cert, &certs.key, cfg);
+    args.extend([
+        "--kubeconfig".to_string(),
+        c.kubeconfig.display().to_string(),
+    ]);
+    args.extend(["--ca-bundle".to_string(), ca_file.display().to_string()]);
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
 #[test]
 fn our_revisions_ca_bundle_is_patched_and_kept_and_no_other_is_touched() {
     let c = Cluster::up();
@@ -89,17 +108,7 @@ fn our_revisions_ca_bundle_is_patched_and_kept_and_no_other_is_touched() {
 
     let ca_file = dir.path().join("serving-ca.crt");
     std::fs::copy(ours.dir.join("ca.crt"), &ca_file).unwrap();
-    let mut args = e2e::apiserver::serve_args(&ours.cert, &ours.key, &cfg);
-    for a in [
-        "--kubeconfig",
-        c.kubeconfig.to_str().unwrap(),
-        "--ca-bundle",
-        ca_file.to_str().unwrap(),
-        "--reload-interval-ms",
-        "100",
-    ] {
-        args.push(a.to_string());
-    }
+    let args = patching_args(&ours, &cfg, &c, &ca_file, &["--reload-interval-ms", "100"]);
     // The ProxyConfig CRD is not installed: the cluster watches fail, which must not hold up patching.
     let injector = Injector::start(&args, &BTreeMap::new()).expect("injector serve starts");
 
@@ -287,18 +296,13 @@ fn a_ca_rotation_across_two_replicas_loses_no_admission_and_writes_at_most_10_a_
         .and_then(|c| c.write(&dir.path().join("cfg")))
         .unwrap();
     let start = |certs: &e2e::apiserver::CertFiles| {
-        let mut args = e2e::apiserver::serve_args(&certs.cert, &certs.key, &cfg);
-        let ca_file = certs.dir.join("ca.crt");
-        for a in [
-            "--kubeconfig",
-            c.kubeconfig.to_str().unwrap(),
-            "--ca-bundle",
-            ca_file.to_str().unwrap(),
-            "--native-sidecars",
-            "true",
-        ] {
-            args.push(a.to_string());
-        }
+        let args = patching_args(
+            certs,
+            &cfg,
+            &c,
+            &certs.dir.join("ca.crt"),
+            &["--native-sidecars", "true"],
+        );
         Injector::start(&args, &BTreeMap::new()).expect("injector serve starts")
     };
     let rt = tokio::runtime::Builder::new_current_thread()

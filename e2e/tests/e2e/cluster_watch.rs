@@ -146,19 +146,26 @@ fn proxy_config(namespace: &str, name: &str, watched: &str) -> Value {
 /// The promised bound of the cluster reads: a change is in the next injected pod within a second.
 const WITHIN: Duration = Duration::from_secs(1);
 
-#[test]
-fn cluster_state_is_watched_from_the_apiserver() {
-    // Its changes must reach reviews WITHIN a second: not beside the flood test.
-    let _timed = e2e::load::timed();
+/// A cluster with `namespaces`, and the injector's serving certificates and base configuration in a
+/// folder named for `tag` (kept alive by the caller).
+fn cluster_with(tag: &str, namespaces: &[&str]) -> (Cluster, TempDir, CertFiles, ConfigFiles) {
     let c = Cluster::up();
-    let dir = TempDir::new("cluster-watch");
+    let dir = TempDir::new(tag);
     let certs = injector_certs(&dir.path().join("certs"), &["--san", "127.0.0.1"]).unwrap();
     let cfg = Config::base()
         .and_then(|c| c.write(&dir.path().join("cfg")))
         .unwrap();
-    for ns in ["apps", "istio-system"] {
+    for ns in namespaces {
         c.namespace(ns, &BTreeMap::new()).unwrap();
     }
+    (c, dir, certs, cfg)
+}
+
+#[test]
+fn cluster_state_is_watched_from_the_apiserver() {
+    // Its changes must reach reviews WITHIN a second: not beside the flood test.
+    let _timed = e2e::load::timed();
+    let (c, dir, certs, cfg) = cluster_with("cluster-watch", &["apps", "istio-system"]);
 
     // Before the ProxyConfig CRD exists its list fails: no ProxyConfigs (ready, as Istio's delayed
     // informer), the failure counted and retried until the CRD is there.
@@ -551,15 +558,8 @@ const SETTLE_BOUND: Duration = Duration::from_secs(2);
 fn a_proxy_config_flood_keeps_reviews_fast_and_memory_bounded() {
     const FLOOD: usize = 5000;
     let _alone = e2e::load::alone();
-    let c = Cluster::up();
-    let dir = TempDir::new("cluster-watch-flood");
-    let certs = injector_certs(&dir.path().join("certs"), &["--san", "127.0.0.1"]).unwrap();
-    let cfg = Config::base()
-        .and_then(|c| c.write(&dir.path().join("cfg")))
-        .unwrap();
-    for ns in ["apps", "flood", "istio-system"] {
-        c.namespace(ns, &BTreeMap::new()).unwrap();
-    }
+    let (c, _dir, certs, cfg) =
+        cluster_with("cluster-watch-flood", &["apps", "flood", "istio-system"]);
     install_proxy_config_crd(&c);
     node(&c, "n1", "v1.33.0");
     let mut args = e2e::apiserver::serve_args(&certs.cert, &certs.key, &cfg);

@@ -11,7 +11,6 @@
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use e2e::cluster::{wait_for, Cluster};
@@ -41,23 +40,21 @@ fn plugins(v: &Value) -> Vec<Value> {
     v["plugins"].as_array().cloned().unwrap_or_default()
 }
 
-#[test]
-fn installs_repairs_untaints_and_cleans_up() {
+/// A cluster, and a node's folders for istio-system's `istio-cni` account whose primary CNI is the
+/// bridge conflist [`CONFLIST`] (its path returned).
+fn bridge_node() -> (Cluster, NodeDirs, std::path::PathBuf) {
     let cluster = Cluster::up();
     let dirs = NodeDirs::new(&cluster, "istio-system", "istio-cni").unwrap();
     let conflist = dirs.conf.join("10-bridge.conflist");
     std::fs::write(&conflist, CONFLIST).unwrap();
+    (cluster, dirs, conflist)
+}
+
+#[test]
+fn installs_repairs_untaints_and_cleans_up() {
+    let (cluster, dirs, conflist) = bridge_node();
     let original: Value = serde_json::from_str(CONFLIST).unwrap();
-    cluster
-        .apply(&json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "node-a"},
-            "spec": {"taints": [
-                {"key": "cni.istio.io/not-ready", "effect": "NoSchedule"},
-                {"key": "example.com/other", "value": "kept", "effect": "NoExecute"},
-            ]},
-        }))
-        .unwrap();
+    e2e::cni_agent::tainted_node(&cluster, "node-a").unwrap();
 
     let started = Instant::now();
     let mut agent = Agent::start(
@@ -98,28 +95,21 @@ fn installs_repairs_untaints_and_cleans_up() {
         text.contains("current-context: istio-cni-context\n"),
         "{text}"
     );
-    let out = Command::new(&cluster.kubectl)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["get", "pods", "-n", "default"])
-        .output()
+    let out = cluster
+        .kubectl_as(&kubeconfig, &["get", "pods", "-n", "default"])
         .unwrap();
     assert!(
         out.status.success(),
         "kubectl with the written kubeconfig: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = Command::new(&cluster.kubectl)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args([
-            "auth",
-            "whoami",
-            "-o",
-            "jsonpath={.status.userInfo.username}",
-        ])
-        .output()
-        .unwrap();
+    let whoami = [
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ];
+    let out = cluster.kubectl_as(&kubeconfig, &whoami).unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "system:serviceaccount:istio-system:istio-cni"
@@ -144,25 +134,11 @@ fn installs_repairs_untaints_and_cleans_up() {
 
     // The taint: ours gone, the others kept (the apiserver's TaintNodesByCondition admission added
     // node.kubernetes.io/not-ready to the new Node).
-    wait_for("the not-ready taint removed", WORK, || {
-        let node = cluster.kubectl_json(&["get", "node", "node-a"], None)?;
-        let taints = node["spec"]["taints"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let keys: Vec<&str> = taints.iter().filter_map(|t| t["key"].as_str()).collect();
-        if keys.contains(&"cni.istio.io/not-ready") {
-            return Err(anyhow::anyhow!("taints {taints:?}"));
-        }
-        assert!(
-            taints.contains(
-                &json!({"key": "example.com/other", "value": "kept", "effect": "NoExecute"})
-            ),
-            "{taints:?}"
-        );
-        assert!(keys.contains(&"node.kubernetes.io/not-ready"), "{taints:?}");
-        Ok(())
+    let taints = wait_for("the not-ready taint removed", WORK, || {
+        e2e::cni_agent::untainted(&cluster, "node-a")
     });
+    let keys: Vec<&str> = taints.iter().filter_map(|t| t["key"].as_str()).collect();
+    assert!(keys.contains(&"node.kubernetes.io/not-ready"), "{taints:?}");
 
     // The plugin's log lines are copied to the agent's stdout.
     let line = r#"{"level":"info","msg":"from the plugin"}"#;
@@ -350,10 +326,7 @@ fn every_istio_cni_entry_is_replaced_on_install_and_removed_on_sigterm() {
 /// open(2), and SIGTERM was no longer handled. The FIFO is refused, and SIGTERM cleans up and exits.
 #[test]
 fn sigterm_is_handled_with_a_fifo_in_place_of_the_conflist() {
-    let cluster = Cluster::up();
-    let dirs = NodeDirs::new(&cluster, "istio-system", "istio-cni").unwrap();
-    let conflist = dirs.conf.join("10-bridge.conflist");
-    std::fs::write(&conflist, CONFLIST).unwrap();
+    let (cluster, dirs, conflist) = bridge_node();
     let mut agent = Agent::start(
         &cluster,
         &dirs,
@@ -402,9 +375,7 @@ fn sigterm_is_handled_with_a_fifo_in_place_of_the_conflist() {
 /// at its next chunk, and nothing of it stays.
 #[test]
 fn sigterm_stops_the_copy_of_a_large_binary() {
-    let cluster = Cluster::up();
-    let dirs = NodeDirs::new(&cluster, "istio-system", "istio-cni").unwrap();
-    std::fs::write(dirs.conf.join("10-bridge.conflist"), CONFLIST).unwrap();
+    let (cluster, dirs, _) = bridge_node();
     let big = dirs.run.parent().unwrap().join("big-plugin");
     // Sparse: no disk until copied, and every byte still has to be copied.
     std::fs::File::create(&big)

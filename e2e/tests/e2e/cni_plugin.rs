@@ -113,11 +113,7 @@ fn split_chain(state: &[String], chain: &str) -> (Vec<String>, Vec<String>) {
 #[test]
 fn add_programs_an_injected_pod_as_its_istio_init_would_and_traffic_is_intercepted() {
     test_support::require_root();
-    let cluster = Cluster::up();
-    let dir = TempDir::new("cni-add");
-    let pod = injected_pod(&dir, &app_pod("web"), "web", &Value::Null);
-    create(&cluster, "default", &pod, &[]).expect("pod created");
-    let node = Node::new(&cluster.kubeconfig, &json!({}));
+    let (_cluster, _dir, pod, node) = with_web_pod("cni-add", &json!({}));
 
     let ns = NetNs::new("cni-web").expect("netns");
     let result = node.add_ok(Plugin::Ours, &ns, "default", "web");
@@ -263,6 +259,24 @@ fn add_env(node: &Node, ns: &NetNs, namespace: &str, name: &str) -> Vec<(&'stati
     ]
 }
 
+/// A cluster holding the injected pod `web` in `default` (its files under the returned folder), and a
+/// node whose plugin configuration has `conf`.
+fn with_web_pod(tag: &str, conf: &Value) -> (Cluster, TempDir, Value, Node) {
+    let cluster = Cluster::up();
+    let dir = TempDir::new(tag);
+    let pod = injected_pod(&dir, &app_pod("web"), "web", &Value::Null);
+    create(&cluster, "default", &pod, &[]).expect("pod created");
+    let node = Node::new(&cluster.kubeconfig, conf);
+    (cluster, dir, pod, node)
+}
+
+/// Sets `annotation` (`key=value`) on the pod `web` of `default`, overwriting it.
+fn annotate_web(cluster: &Cluster, annotation: &str) {
+    cluster
+        .kubectl(&["annotate", "pod", "web", "--overwrite", annotation], None)
+        .expect("annotate");
+}
+
 /// The error JSON a failed invocation printed, checked for the spec's fields.
 fn error_json(out: &std::process::Output) -> Value {
     assert!(!out.status.success(), "the plugin succeeded: {out:?}");
@@ -278,11 +292,7 @@ fn error_json(out: &std::process::Output) -> Value {
 #[test]
 fn errors_are_cni_error_json_and_leave_no_rules() {
     test_support::require_root();
-    let cluster = Cluster::up();
-    let dir = TempDir::new("cni-err");
-    let pod = injected_pod(&dir, &app_pod("web"), "web", &Value::Null);
-    create(&cluster, "default", &pod, &[]).expect("pod");
-    let node = Node::new(&cluster.kubeconfig, &json!({}));
+    let (cluster, dir, _pod, node) = with_web_pod("cni-err", &json!({}));
     let prev = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.9.0.2/24"}]});
 
     // A malformed configuration: the field and the value are named, code 6.
@@ -317,18 +327,10 @@ fn errors_are_cni_error_json_and_leave_no_rules() {
     node.write_conflist(&json!({}));
 
     // An invalid traffic annotation: Istio's NewRedirect refuses it; code 100 names it; no rules.
-    cluster
-        .kubectl(
-            &[
-                "annotate",
-                "pod",
-                "web",
-                "--overwrite",
-                "traffic.sidecar.istio.io/excludeOutboundPorts=80,http",
-            ],
-            None,
-        )
-        .expect("annotate");
+    annotate_web(
+        &cluster,
+        "traffic.sidecar.istio.io/excludeOutboundPorts=80,http",
+    );
     let mut conf = node.istio_entry(&json!({}));
     conf["cniVersion"] = json!("1.0.0");
     conf["prevResult"] = prev.clone();
@@ -437,11 +439,7 @@ fn errors_are_cni_error_json_and_leave_no_rules() {
 #[test]
 fn native_nftables_add_works_with_every_userspace_netfilter_tool_masked() {
     test_support::require_root();
-    let cluster = Cluster::up();
-    let dir = TempDir::new("cni-nft");
-    let pod = injected_pod(&dir, &app_pod("web"), "web", &Value::Null);
-    create(&cluster, "default", &pod, &[]).expect("pod");
-    let node = Node::new(&cluster.kubeconfig, &json!({"native_nftables": true}));
+    let (_cluster, _dir, _pod, node) = with_web_pod("cni-nft", &json!({"native_nftables": true}));
     let ns = NetNs::new("cni-nft").expect("netns");
     let cnitool = e2e::peers::cni_tool("cnitool");
     let script = format!(
@@ -467,13 +465,7 @@ fn native_nftables_add_works_with_every_userspace_netfilter_tool_masked() {
         Some(99),
         "the sandbox left a tool usable"
     );
-    assert!(
-        out.status.success(),
-        "ADD without tools: {}{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        node.plugin_log()
-    );
+    e2e::cni::assert_succeeded(&out, "ADD without tools", &node.plugin_log());
     let state = kernel_state(&ns);
     assert!(
         state.iter().any(|l| l.starts_with("table inet istio")),
@@ -624,13 +616,8 @@ fn the_runtime_programs_a_pod_through_what_the_node_agent_installed() {
     let status = runtime("status", &ns, "web");
     assert!(status.status.success(), "STATUS: {status:?}");
     let out = runtime("add", &ns, "web");
-    assert!(
-        out.status.success(),
-        "ADD through the agent's installation: {}{}\nagent: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        agent.stderr()
-    );
+    let agent_log = format!("agent: {}", agent.stderr());
+    e2e::cni::assert_succeeded(&out, "ADD through the agent's installation", &agent_log);
     assert!(has_rules(&kernel_state(&ns)), "no rules after ADD");
     let (code, err) = validate(&ns, &pod);
     assert_eq!(code, Some(0), "{err}");
@@ -697,11 +684,7 @@ fn invoke_bounded(cmd: &mut Command, conf: &Value) -> (std::process::Output, Dur
 #[test]
 fn hostile_runtime_inputs_are_refused_at_once() {
     test_support::require_root();
-    let cluster = Cluster::up();
-    let dir = TempDir::new("cni-hostile");
-    let pod = injected_pod(&dir, &app_pod("web"), "web", &Value::Null);
-    create(&cluster, "default", &pod, &[]).expect("pod");
-    let node = Node::new(&cluster.kubeconfig, &json!({}));
+    let (cluster, dir, _pod, node) = with_web_pod("cni-hostile", &json!({}));
     let mut conf =
         node.istio_entry(&json!({"pod_fetch_attempts": 2, "pod_fetch_interval_ms": 100}));
     conf["cniVersion"] = json!("1.0.0");
@@ -792,18 +775,10 @@ fn hostile_runtime_inputs_are_refused_at_once() {
     }
 
     // An annotation Istio's check takes and iptables-init refuses: refused up front (100), naming it.
-    cluster
-        .kubectl(
-            &[
-                "annotate",
-                "pod",
-                "web",
-                "--overwrite",
-                "traffic.sidecar.istio.io/excludeOutboundPorts= 80 , 81 ",
-            ],
-            None,
-        )
-        .expect("annotate");
+    annotate_web(
+        &cluster,
+        "traffic.sidecar.istio.io/excludeOutboundPorts= 80 , 81 ",
+    );
     let ns = NetNs::new("cni-hostile-ann").expect("netns");
     let (out, _) = plugin(
         &mut Command::new(Plugin::Ours.binary()),

@@ -47,6 +47,29 @@ fn repaired(agent: &Agent, labels: &str) -> Option<f64> {
     )
 }
 
+/// Waits until pod `name` is deleted: bound to a node, a deleted pod waits for its kubelet, so its
+/// deletionTimestamp is the apiserver's record.
+fn wait_deleted(cluster: &Cluster, agent: &Agent, name: &str) {
+    wait_for(&format!("{name} deleted"), PATIENCE, || {
+        match get(cluster, name)["metadata"]["deletionTimestamp"].as_str() {
+            Some(_) => Ok(()),
+            None => Err(agent.stderr()),
+        }
+    });
+}
+
+/// Waits until the agent counts `n` successful deletions.
+fn wait_deletions_counted(agent: &Agent, n: u32) {
+    wait_for(
+        &format!("{n} deletions counted"),
+        PATIENCE,
+        || match repaired(agent, "type=\"delete\",result=\"success\"") {
+            Some(c) if c == f64::from(n) => Ok(()),
+            other => Err(other),
+        },
+    );
+}
+
 #[test]
 fn a_broken_pod_of_this_node_is_deleted_and_others_are_left() {
     let (cluster, dirs) = setup();
@@ -66,37 +89,17 @@ fn a_broken_pod_of_this_node_is_deleted_and_others_are_left() {
     init_exited(&cluster, "elsewhere", 126);
     // Bound to a node, a deleted pod waits for its kubelet: deletionTimestamp is the apiserver's record.
     for name in ["broken-early", "broken-late"] {
-        wait_for(&format!("{name} deleted"), PATIENCE, || {
-            match get(&cluster, name)["metadata"]["deletionTimestamp"].as_str() {
-                Some(_) => Ok(()),
-                None => Err(agent.stderr()),
-            }
-        });
+        wait_deleted(&cluster, &agent, name);
     }
-    wait_for("2 deletions counted", PATIENCE, || {
-        match repaired(&agent, "type=\"delete\",result=\"success\"") {
-            Some(2.0) => Ok(()),
-            other => Err(other),
-        }
-    });
+    wait_deletions_counted(&agent, 2);
     // The terminating pods are not deleted again on their next events, and the others are left. The
     // agent handles its watch's events in order, so once a pod broken after that event is deleted, the
     // event has been seen: the count then tells whether it caused a second deletion.
     init_exited(&cluster, "broken-late", 126);
     pod(&cluster, "marker", "node-r");
     init_exited(&cluster, "marker", 126);
-    wait_for("marker deleted", PATIENCE, || {
-        match get(&cluster, "marker")["metadata"]["deletionTimestamp"].as_str() {
-            Some(_) => Ok(()),
-            None => Err(agent.stderr()),
-        }
-    });
-    wait_for("3 deletions counted", PATIENCE, || {
-        match repaired(&agent, "type=\"delete\",result=\"success\"") {
-            Some(3.0) => Ok(()),
-            other => Err(other),
-        }
-    });
+    wait_deleted(&cluster, &agent, "marker");
+    wait_deletions_counted(&agent, 3);
     assert_eq!(
         repaired(&agent, "type=\"delete\",result=\"success\""),
         Some(3.0)

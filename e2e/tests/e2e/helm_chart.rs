@@ -15,7 +15,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use e2e::apiserver::{injector_certs, CertFiles, Injector, TempDir};
 use e2e::cluster::Cluster;
-use e2e::helm::{self, Helm};
+use e2e::helm::{self, Chart, Helm};
 use e2e::netns::HostLink;
 use serde_json::{json, Value};
 use test_support::semantic;
@@ -155,7 +155,6 @@ fn chart_webhook_configurations_are_webhook_configs() {
 #[test]
 fn chart_refuses_what_webhook_config_refuses() {
     let helm = Helm::offline();
-    let chart = helm::chart_dir().display().to_string();
     let cases: &[(&[&str], &[&str], &str)] = &[
         (
             &["--set", "revisionTags={prod,prod}"],
@@ -199,14 +198,7 @@ fn chart_refuses_what_webhook_config_refuses() {
             !generator.status.success() && stderr.contains(reason),
             "webhook-config {flags:?}: {stderr}"
         );
-        let mut args = vec!["template", "sidecar-injector", &chart, "--namespace", NS];
-        args.extend(*set);
-        let out = helm.output(&args).unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success() && stderr.contains(reason),
-            "helm template {set:?} should fail with {reason:?}: {stderr}"
-        );
+        Chart::injector().assert_refused(&helm, &[(set, reason)]);
     }
 }
 
@@ -215,7 +207,6 @@ fn chart_refuses_what_webhook_config_refuses() {
 #[test]
 fn chart_lints_and_renders_typed_objects() {
     let helm = Helm::offline();
-    let chart = helm::chart_dir().display().to_string();
     let variants: &[&[&str]] = &[
         &[],
         &["--set", "revision=canary", "--set", "revisionTags={prod}"],
@@ -229,14 +220,8 @@ fn chart_lints_and_renders_typed_objects() {
         ],
     ];
     for set in variants {
-        let mut args = vec!["lint", "--strict", &chart];
-        args.extend(*set);
-        helm.run(&args).unwrap();
-        let docs = helm.template(NS, set).unwrap();
+        let docs = Chart::injector().lint_and_template(&helm, set);
         let mut kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
-        for d in &docs {
-            typed(d);
-        }
         kinds.sort();
         kinds.dedup();
         let autoscaled = set.contains(&"autoscaleEnabled=true");
@@ -358,43 +343,6 @@ fn kube_inject_with_chart(helm: &Helm, set: &[&str]) -> Value {
     test_support::pods::documents(&out).unwrap().remove(0)
 }
 
-/// Parses `doc` with the k8s-openapi type of its kind and writes it back: panics on an unknown kind, a
-/// value the type refuses, or a field it does not know (dropped on the way back).
-pub(crate) fn typed(doc: &Value) {
-    use k8s_openapi::api::{admissionregistration, apps, autoscaling, core, policy, rbac};
-    use k8s_openapi::serde::{de::DeserializeOwned, Serialize};
-    fn check<T: DeserializeOwned + Serialize>(doc: &Value) {
-        let t: T = serde_json::from_value(doc.clone())
-            .unwrap_or_else(|e| panic!("{} {}: {e}", doc["kind"], doc["metadata"]["name"]));
-        let back = serde_json::to_value(&t).unwrap();
-        assert!(
-            semantic::equal(&back, doc),
-            "{} {}: fields the type does not know: {}",
-            doc["kind"],
-            doc["metadata"]["name"],
-            semantic::diff(&back, doc, 5)
-        );
-    }
-    match doc["kind"].as_str().unwrap() {
-        "ConfigMap" => check::<core::v1::ConfigMap>(doc),
-        "Secret" => check::<core::v1::Secret>(doc),
-        "Service" => check::<core::v1::Service>(doc),
-        "ServiceAccount" => check::<core::v1::ServiceAccount>(doc),
-        "Deployment" => check::<apps::v1::Deployment>(doc),
-        "DaemonSet" => check::<apps::v1::DaemonSet>(doc),
-        "PodDisruptionBudget" => check::<policy::v1::PodDisruptionBudget>(doc),
-        "HorizontalPodAutoscaler" => check::<autoscaling::v2::HorizontalPodAutoscaler>(doc),
-        "ClusterRole" => check::<rbac::v1::ClusterRole>(doc),
-        "ClusterRoleBinding" => check::<rbac::v1::ClusterRoleBinding>(doc),
-        "Role" => check::<rbac::v1::Role>(doc),
-        "RoleBinding" => check::<rbac::v1::RoleBinding>(doc),
-        "MutatingWebhookConfiguration" => {
-            check::<admissionregistration::v1::MutatingWebhookConfiguration>(doc)
-        }
-        other => panic!("unexpected kind {other}"),
-    }
-}
-
 /// Hostile values: every value the chart's templates read (values.yaml's, and the paths the
 /// templates name that it leaves out), set to text that would add the key `zzinjected` to the rendered
 /// YAML if a template wrote it unquoted, adds no key. `helm template` refuses it naming the value
@@ -404,19 +352,9 @@ pub(crate) fn typed(doc: &Value) {
 /// injector's own configuration) are refused by the schema, naming their path.
 #[test]
 fn hostile_values_add_no_key() {
-    let helm = Helm::offline();
-    let scratch = TempDir::new("helm-hostile");
-    let report = e2e::hostile_values::check_chart(
-        &helm,
-        &helm::chart_dir(),
-        "sidecar-injector",
-        NS,
-        // The HPA and its values render only with autoscaling on.
-        &[json!({"autoscaleEnabled": true})],
-        scratch.path(),
-    );
-    report.assert_held("charts/sidecar-injector");
-    for (what, pointer) in [
+    // The HPA and its values render only with autoscaling on.
+    let variants = [json!({"autoscaleEnabled": true})];
+    let refused = [
         ("tag", "'/tag'"),
         ("hub", "'/hub'"),
         ("pdb.minAvailable", "'/pdb/minAvailable'"),
@@ -424,14 +362,8 @@ fn hostile_values_add_no_key() {
         ("env{new key}", "'/env'"),
         ("global.proxy.autoInject", "'/global/proxy/autoInject'"),
         ("serve.drainDelaySecs", "'/serve/drainDelaySecs'"),
-    ] {
-        for held in report.held(what, true) {
-            assert!(
-                matches!(held, e2e::hostile_values::Held::Refused(m) if m.contains(pointer)),
-                "{what}: {held:?}"
-            );
-        }
-    }
+    ];
+    Chart::injector().assert_hostile_values_held(&Helm::offline(), &variants, &refused);
 }
 
 /// Counts and budgets are validated (`replicaCount=-1` once rendered silently): replicas and the
@@ -441,7 +373,6 @@ fn hostile_values_add_no_key() {
 #[test]
 fn chart_validates_counts_and_budgets() {
     let helm = Helm::offline();
-    let chart = helm::chart_dir().display().to_string();
     let refused: &[(&[&str], &str)] = &[
         (&["--set", "replicaCount=-1"], "/replicaCount"),
         (&["--set", "replicaCount=1.5"], "/replicaCount"),
@@ -481,16 +412,7 @@ fn chart_validates_counts_and_budgets() {
         ),
         (&["--set-json", "global.tag=1.28"], "/global/tag"),
     ];
-    for (set, reason) in refused {
-        let mut args = vec!["template", "sidecar-injector", &chart, "--namespace", NS];
-        args.extend(*set);
-        let out = helm.output(&args).unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success() && stderr.contains(reason),
-            "helm template {set:?} should fail naming {reason:?}: {stderr}"
-        );
-    }
+    Chart::injector().assert_refused(&helm, refused);
     let accepted: &[(&[&str], &str, Value)] = &[
         (
             &["--set", "replicaCount=0"],
@@ -519,9 +441,7 @@ fn chart_validates_counts_and_budgets() {
         for (k, v) in want.as_object().unwrap() {
             assert!(holds(&spec[k], v), "{set:?}: {kind} {k} is {}", spec[k]);
         }
-        for d in &docs {
-            typed(d);
-        }
+        docs.iter().for_each(helm::typed);
     }
 }
 
@@ -661,57 +581,9 @@ fn holds(got: &Value, want: &Value) -> bool {
 /// file the chart no longer renders.
 #[test]
 fn deploy_base_is_the_rendered_chart() {
-    let dir = render_deploy();
-    let rendered = assert_deployed_is_rendered(&dir.path().join("base"), "deploy/base");
+    let dir = helm::render_deploy();
+    let rendered = helm::assert_deployed_is_rendered(&dir.path().join("base"), "deploy/base");
     assert!(rendered.len() >= 8, "rendered: {rendered:?}");
-}
-
-/// `scripts/render-deploy.sh` into a temporary folder: one subfolder per chart.
-pub(crate) fn render_deploy() -> TempDir {
-    let dir = TempDir::new("render-deploy");
-    test_support::process::run_ok(
-        Command::new("bash")
-            .arg(helm::repo_dir().join("scripts/render-deploy.sh"))
-            .arg(dir.path())
-            .env("CLUSTER_NO_BUILD", "1"),
-        "scripts/render-deploy.sh",
-    );
-    dir
-}
-
-/// Every file rendered into `out` is byte for byte the repository's file under `deployed` (a path from
-/// the repository's root), and `deployed` has no generated file that was not rendered; returns the
-/// rendered files' names.
-pub(crate) fn assert_deployed_is_rendered(out: &Path, deployed: &str) -> Vec<String> {
-    let repo = helm::repo_dir().join(deployed);
-    let rendered = files(out);
-    for name in &rendered {
-        let want = std::fs::read_to_string(out.join(name)).unwrap();
-        let got = std::fs::read_to_string(repo.join(name)).unwrap_or_default();
-        assert!(
-            got == want,
-            "{deployed}/{name} is not the chart's rendering: run `bash scripts/render-deploy.sh`"
-        );
-    }
-    for name in files(&repo) {
-        let text = std::fs::read_to_string(repo.join(&name)).unwrap();
-        if text.starts_with("# Generated by scripts/render-deploy.sh") {
-            assert!(
-                rendered.contains(&name),
-                "{deployed}/{name} is generated but the chart no longer renders it"
-            );
-        }
-    }
-    rendered
-}
-
-pub(crate) fn files(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// The ServiceAccount the chart's injector runs as.
@@ -738,25 +610,12 @@ fn helm_install_injects_a_labelled_namespace() {
         format!("tls.key={}", file("tls.key")),
         format!("tls.caBundle={}", file("ca.crt")),
     );
-    let chart = helm::chart_dir().display().to_string();
+    let chart = Chart::injector();
+    chart.install(
+        &cluster,
+        &["--set-file", &cert, "--set-file", &key, "--set-file", &ca],
+    );
     let helm = cluster.helm();
-    let notes = helm
-        .run(&[
-            "install",
-            "sidecar-injector",
-            &chart,
-            "--namespace",
-            NS,
-            "--create-namespace",
-            "--set-file",
-            &cert,
-            "--set-file",
-            &key,
-            "--set-file",
-            &ca,
-        ])
-        .unwrap();
-    assert!(notes.contains("STATUS: deployed"), "{notes}");
     let status = helm.run(&["status", "sidecar-injector", "-n", NS]).unwrap();
     assert!(status.contains("STATUS: deployed"), "{status}");
 
@@ -885,17 +744,7 @@ fn helm_install_injects_a_labelled_namespace() {
 
     // An upgrade that adds a revision tag adds its configuration and grants the patch of that one too;
     // an uninstall leaves no configuration and no cluster role behind.
-    helm.run(&[
-        "upgrade",
-        "sidecar-injector",
-        &chart,
-        "-n",
-        NS,
-        "--reuse-values",
-        "--set",
-        "revisionTags={prod}",
-    ])
-    .unwrap();
+    chart.upgrade(&cluster, &["--set", "revisionTags={prod}"]);
     let tag = cluster
         .kubectl_json(
             &[
@@ -907,36 +756,12 @@ fn helm_install_injects_a_labelled_namespace() {
         )
         .unwrap();
     assert_eq!(tag["metadata"]["labels"]["istio.io/tag"], "prod");
-    let as_sa = format!("--as={SA}");
-    let can_patch_tag = cluster
-        .kubectl(
-            &[
-                "auth",
-                "can-i",
-                "patch",
-                "mutatingwebhookconfigurations/sidecar-injector-tag-prod",
-                &as_sa,
-            ],
-            None,
-        )
-        .unwrap();
-    assert_eq!(can_patch_tag.trim(), "yes");
-    helm.run(&["uninstall", "sidecar-injector", "-n", NS])
-        .unwrap();
-    let left = cluster
-        .kubectl(
-            &[
-                "get",
-                "mutatingwebhookconfigurations,clusterroles,clusterrolebindings",
-                "-l",
-                "app.kubernetes.io/name=sidecar-injector",
-                "-o",
-                "name",
-            ],
-            None,
-        )
-        .unwrap();
-    assert_eq!(left.trim(), "", "left after uninstall");
+    let tagged = "mutatingwebhookconfigurations/sidecar-injector-tag-prod";
+    assert!(helm::can_i(&cluster, SA, &["patch", tagged]));
+    chart.assert_uninstall_leaves_nothing(
+        &cluster,
+        "mutatingwebhookconfigurations,clusterroles,clusterrolebindings",
+    );
 }
 
 /// A ProxyConfig CustomResourceDefinition (`networking.istio.io/v1beta1`, namespaced, its schema left
@@ -995,12 +820,7 @@ impl InstalledPod {
         let mut local: Vec<(String, PathBuf)> = Vec::new();
         for m in container["volumeMounts"].as_array().unwrap() {
             let name = m["name"].as_str().unwrap();
-            let volume = spec["volumes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|v| v["name"] == name)
-                .unwrap();
+            let volume = helm::volume(spec, name);
             let folder = mounts.join(name);
             std::fs::create_dir_all(&folder).unwrap();
             let (kind, object, encoded) = if let Some(s) = volume["secret"]["secretName"].as_str() {
@@ -1072,21 +892,6 @@ impl InstalledPod {
 /// account's own token (`Cluster::service_account_kubeconfig`, which the injector's API client will run
 /// with).
 fn assert_rbac(cluster: &Cluster, kubeconfig: &Path) {
-    let can_i = |args: &[&str]| -> bool {
-        let mut all = vec!["auth", "can-i"];
-        all.extend(args);
-        let as_sa = format!("--as={SA}");
-        all.push(&as_sa);
-        let out = cluster.kubectl_output(&all, None).unwrap();
-        match String::from_utf8_lossy(&out.stdout).trim() {
-            "yes" => true,
-            "no" => false,
-            other => panic!(
-                "kubectl auth can-i {args:?}: {other} {}",
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        }
-    };
     let granted: &[&[&str]] = &[
         &["get", "namespaces"],
         &["list", "namespaces"],
@@ -1131,25 +936,13 @@ fn assert_rbac(cluster: &Cluster, kubeconfig: &Path) {
         &["impersonate", "serviceaccounts"],
         &["escalate", "clusterroles"],
     ];
-    for args in granted {
-        assert!(can_i(args), "the chart's account may not {args:?}");
-    }
-    for args in denied {
-        assert!(!can_i(args), "the chart's account may {args:?}");
-    }
+    helm::assert_may(cluster, SA, granted, denied);
 
     // The account's own token: a client of its kubeconfig gets what RBAC grants, and no more.
     cluster
         .service_account_kubeconfig(NS, "sidecar-injector", kubeconfig)
         .unwrap();
-    let as_sa = |args: &[&str]| {
-        Command::new(&cluster.kubectl)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let as_sa = |args: &[&str]| cluster.kubectl_as(kubeconfig, args).unwrap();
     let who = as_sa(&[
         "auth",
         "whoami",

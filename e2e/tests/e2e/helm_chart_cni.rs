@@ -17,20 +17,13 @@ use std::time::Instant;
 use e2e::apiserver::TempDir;
 use e2e::cluster::{wait_for, Cluster};
 use e2e::cni_agent::{read_json, Agent};
-use e2e::helm::{self, Helm};
+use e2e::helm::{self, Chart, Helm};
 use serde_json::{json, Value};
-
-use crate::helm_chart::{assert_deployed_is_rendered, render_deploy, typed};
 
 /// Istio's namespace, where deploy/istio-cni installs.
 const NS: &str = "istio-system";
 /// The ServiceAccount the chart's agent runs as.
 const SA: &str = "system:serviceaccount:istio-system:istio-cni";
-
-fn template(helm: &Helm, set: &[&str]) -> Vec<Value> {
-    helm.template_chart(&helm::cni_chart_dir(), "istio-cni", NS, set)
-        .unwrap()
-}
 
 fn env_of(container: &Value) -> BTreeMap<String, Value> {
     container["env"]
@@ -74,7 +67,6 @@ fn verbs(role: &Value, resource: &str) -> Vec<String> {
 #[test]
 fn cni_chart_lints_and_renders_the_daemonset() {
     let helm = Helm::offline();
-    let chart = helm::cni_chart_dir().display().to_string();
     let variants: &[&[&str]] = &[
         &[],
         &[
@@ -92,10 +84,7 @@ fn cni_chart_lints_and_renders_the_daemonset() {
         &["--set", "cni.repair.enabled=false"],
     ];
     for set in variants {
-        let mut args = vec!["lint", "--strict", &chart];
-        args.extend(*set);
-        helm.run(&args).unwrap();
-        let docs = template(&helm, set);
+        let docs = Chart::cni().lint_and_template(&helm, set);
         let mut kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
         kinds.sort();
         assert_eq!(
@@ -107,9 +96,6 @@ fn cni_chart_lints_and_renders_the_daemonset() {
                 "ServiceAccount"
             ]
         );
-        for d in &docs {
-            typed(d);
-        }
         let ds = helm::of_kind(&docs, "DaemonSet")[0];
         assert_eq!(
             ds["metadata"]["name"], "istio-cni-node",
@@ -150,12 +136,7 @@ fn cni_chart_lints_and_renders_the_daemonset() {
         };
         let mut mounts = BTreeMap::new();
         for m in c["volumeMounts"].as_array().unwrap() {
-            let v = pod["volumes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|v| v["name"] == m["name"])
-                .unwrap();
+            let v = helm::volume(pod, m["name"].as_str().unwrap());
             assert!(m.get("readOnly").is_none());
             mounts.insert(
                 m["mountPath"].as_str().unwrap().to_string(),
@@ -259,26 +240,21 @@ fn cni_chart_lints_and_renders_the_daemonset() {
     }
 
     // What the agent cannot do, the chart refuses, naming the value.
-    for (set, reason) in [
+    let refused: &[(&[&str], &str)] = &[
         (
-            "cni.repair.repairPods=true",
+            &["--set", "cni.repair.repairPods=true"],
             "in-place repair is not implemented",
         ),
-        ("cni.logging.level=loud", "cni.logging.level \"loud\""),
         (
-            "cni.excludeNamespaces={Kube_System}",
+            &["--set", "cni.logging.level=loud"],
+            "cni.logging.level \"loud\"",
+        ),
+        (
+            &["--set", "cni.excludeNamespaces={Kube_System}"],
             "not a namespace name",
         ),
-    ] {
-        let out = helm
-            .output(&["template", "istio-cni", &chart, "--set", set])
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success() && stderr.contains(reason),
-            "{set}: {stderr}"
-        );
-    }
+    ];
+    Chart::cni().assert_refused(&helm, refused);
 }
 
 /// Hostile values, as for the injector's chart (helm_chart.rs): every value the templates read
@@ -288,18 +264,7 @@ fn cni_chart_lints_and_renders_the_daemonset() {
 /// by the schema, naming their path.
 #[test]
 fn cni_hostile_values_add_no_key() {
-    let helm = Helm::offline();
-    let scratch = TempDir::new("cni-hostile");
-    let report = e2e::hostile_values::check_chart(
-        &helm,
-        &helm::cni_chart_dir(),
-        "istio-cni",
-        NS,
-        &[],
-        scratch.path(),
-    );
-    report.assert_held("charts/istio-cni");
-    for (what, pointer) in [
+    let refused = [
         ("cni.tag", "'/cni/tag'"),
         ("cni.hub", "'/cni/hub'"),
         ("cni.cniConfDir", "'/cni/cniConfDir'"),
@@ -311,14 +276,8 @@ fn cni_hostile_values_add_no_key() {
             "cni.terminationGracePeriodSeconds",
             "'/cni/terminationGracePeriodSeconds'",
         ),
-    ] {
-        for held in report.held(what, true) {
-            assert!(
-                matches!(held, e2e::hostile_values::Held::Refused(m) if m.contains(pointer)),
-                "{what}: {held:?}"
-            );
-        }
-    }
+    ];
+    Chart::cni().assert_hostile_values_held(&Helm::offline(), &[], &refused);
 }
 
 /// The values the agent's pod is made of are validated, each refusal naming the value: node paths
@@ -327,7 +286,6 @@ fn cni_hostile_values_add_no_key() {
 #[test]
 fn cni_chart_validates_its_values() {
     let helm = Helm::offline();
-    let chart = helm::cni_chart_dir().display().to_string();
     let refused: &[(&[&str], &str)] = &[
         (
             &["--set", "cni.cniConfDir=etc/cni/net.d"],
@@ -350,17 +308,8 @@ fn cni_chart_validates_its_values() {
         ),
         (&["--set", "cni.chained=yes"], "/cni/chained"),
     ];
-    for (set, reason) in refused {
-        let mut args = vec!["template", "istio-cni", &chart, "--namespace", NS];
-        args.extend(*set);
-        let out = helm.output(&args).unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success() && stderr.contains(reason),
-            "helm template {set:?} should fail naming {reason:?}: {stderr}"
-        );
-    }
-    let docs = template(
+    Chart::cni().assert_refused(&helm, refused);
+    let docs = Chart::cni().template(
         &helm,
         &[
             "--set",
@@ -369,9 +318,7 @@ fn cni_chart_validates_its_values() {
             "cni.tag=1.28-debug,cni.terminationGracePeriodSeconds=0",
         ],
     );
-    for d in &docs {
-        typed(d);
-    }
+    docs.iter().for_each(helm::typed);
     let sa = helm::of_kind(&docs, "ServiceAccount")[0];
     assert_eq!(sa["imagePullSecrets"], json!([{"name": "regcred"}]));
     let pod = &helm::of_kind(&docs, "DaemonSet")[0]["spec"]["template"]["spec"];
@@ -380,12 +327,7 @@ fn cni_chart_validates_its_values() {
         pod["containers"][0]["image"],
         "ghcr.io/sidecar-inject/istio-cni:1.28-debug"
     );
-    let conf = pod["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == "cni-net-dir")
-        .unwrap();
+    let conf = helm::volume(pod, "cni-net-dir");
     assert_eq!(conf["hostPath"]["path"], "/var/lib/cni/net.d");
 }
 
@@ -394,8 +336,9 @@ fn cni_chart_validates_its_values() {
 /// kustomization lists exactly the rendered files.
 #[test]
 fn deploy_istio_cni_is_the_rendered_chart() {
-    let dir = render_deploy();
-    let rendered = assert_deployed_is_rendered(&dir.path().join("istio-cni"), "deploy/istio-cni");
+    let dir = helm::render_deploy();
+    let rendered =
+        helm::assert_deployed_is_rendered(&dir.path().join("istio-cni"), "deploy/istio-cni");
     assert_eq!(
         rendered,
         ["daemonset.yaml", "rbac.yaml", "serviceaccount.yaml"]
@@ -483,12 +426,7 @@ fn run_installed(cluster: &Cluster, node: &Node, node_name: &str, work: &Path) -
     let mut local: Vec<(String, PathBuf)> = Vec::new();
     for m in c["volumeMounts"].as_array().unwrap() {
         let name = m["name"].as_str().unwrap();
-        let volume = spec["volumes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["name"] == m["name"])
-            .unwrap();
+        let volume = helm::volume(spec, name);
         assert!(volume["hostPath"].is_object(), "{name}");
         local.push((
             m["mountPath"].as_str().unwrap().to_string(),
@@ -624,23 +562,6 @@ fn ready(agent: &Agent) {
     });
 }
 
-/// `kubectl auth can-i <args> --as <the chart's account>`.
-fn can_i(cluster: &Cluster, args: &[&str]) -> bool {
-    let mut all = vec!["auth", "can-i"];
-    all.extend(args);
-    let as_sa = format!("--as={SA}");
-    all.push(&as_sa);
-    let out = cluster.kubectl_output(&all, None).unwrap();
-    match String::from_utf8_lossy(&out.stdout).trim() {
-        "yes" => true,
-        "no" => false,
-        other => panic!(
-            "kubectl auth can-i {args:?}: {other} {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
-}
-
 /// `helm install` of the chart, then the built agent run as the installed DaemonSet runs it (root with no
 /// capability, a read-only root, the ServiceAccount's own token): it installs the plugin into root's
 /// 0755 folders and becomes ready, removes its Node's not-ready taint and keeps the other, deletes a
@@ -654,31 +575,10 @@ fn helm_install_cni_agent_runs_with_the_chart_rbac() {
     let started = Instant::now();
     let cluster = Cluster::up();
     let work = TempDir::new("helm-install-cni");
-    let chart = helm::cni_chart_dir().display().to_string();
-    let helm = cluster.helm();
-    let notes = helm
-        .run(&[
-            "install",
-            "istio-cni",
-            &chart,
-            "--namespace",
-            NS,
-            "--create-namespace",
-        ])
-        .unwrap();
-    assert!(notes.contains("STATUS: deployed"), "{notes}");
-    eprintln!("{notes}");
+    let chart = Chart::cni();
+    eprintln!("{}", chart.install(&cluster, &[]));
 
-    cluster
-        .apply(&json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "node-a"},
-            "spec": {"taints": [
-                {"key": "cni.istio.io/not-ready", "effect": "NoSchedule"},
-                {"key": "example.com/other", "value": "kept", "effect": "NoExecute"},
-            ]},
-        }))
-        .unwrap();
+    e2e::cni_agent::tainted_node(&cluster, "node-a").unwrap();
     cluster.namespace(APPS, &BTreeMap::new()).unwrap();
     broken_pod(&cluster, "broken", "node-a");
     broken_pod(&cluster, "elsewhere", "node-b");
@@ -725,11 +625,11 @@ fn helm_install_cni_agent_runs_with_the_chart_rbac() {
 
     // The plugin's kubeconfig (the account's token) reads a pod, as the plugin does on ADD.
     let plugin_kubeconfig = node.run.join("istio-cni-kubeconfig");
-    let read = Command::new(&cluster.kubectl)
-        .arg("--kubeconfig")
-        .arg(&plugin_kubeconfig)
-        .args(["get", "pod", "elsewhere", "-n", APPS, "-o", "name"])
-        .output()
+    let read = cluster
+        .kubectl_as(
+            &plugin_kubeconfig,
+            &["get", "pod", "elsewhere", "-n", APPS, "-o", "name"],
+        )
         .unwrap();
     assert!(
         read.status.success(),
@@ -739,18 +639,8 @@ fn helm_install_cni_agent_runs_with_the_chart_rbac() {
 
     // Untainted: ours gone, the other kept.
     wait_for("node-a untainted", e2e::PATIENCE, || {
-        let n = cluster
-            .kubectl_json(&["get", "node", "node-a"], None)
-            .unwrap();
-        // (The apiserver's admission adds node.kubernetes.io/not-ready to a new Node.)
-        let taints = n["spec"]["taints"].as_array().cloned().unwrap_or_default();
-        let ours = taints.iter().any(|t| t["key"] == "cni.istio.io/not-ready");
-        let other = json!({"key": "example.com/other", "value": "kept", "effect": "NoExecute"});
-        if !ours && taints.contains(&other) {
-            Ok(())
-        } else {
-            Err(format!("{taints:?}\n{}", agent.stderr()))
-        }
+        e2e::cni_agent::untainted(&cluster, "node-a")
+            .map_err(|e| format!("{e}\n{}", agent.stderr()))
     });
     // Repaired: the broken pod of node-a deleted, node-b's left.
     wait_for("broken deleted", e2e::PATIENCE, || {
@@ -812,34 +702,25 @@ fn helm_install_cni_agent_runs_with_the_chart_rbac() {
         &["escalate", "clusterroles"],
         &["bind", "clusterroles"],
     ];
-    for args in granted {
-        assert!(
-            can_i(&cluster, args),
-            "the chart's account may not {args:?}"
-        );
-    }
-    for args in denied {
-        assert!(!can_i(&cluster, args), "the chart's account may {args:?}");
-    }
+    helm::assert_may(&cluster, SA, granted, denied);
 
     // Label mode: patch on pods/status instead of delete, and the agent labels through it.
-    helm.run(&[
-        "upgrade",
-        "istio-cni",
-        &chart,
-        "-n",
-        NS,
-        "--reuse-values",
-        "--set",
-        "cni.repair.deletePods=false,cni.repair.labelPods=true",
-    ])
-    .unwrap();
-    assert!(can_i(
+    chart.upgrade(
         &cluster,
-        &["patch", "pods", "--subresource=status", "-n", APPS]
-    ));
-    assert!(!can_i(&cluster, &["delete", "pods", "-n", APPS]));
-    assert!(!can_i(&cluster, &["patch", "pods", "-n", APPS]));
+        &[
+            "--set",
+            "cni.repair.deletePods=false,cni.repair.labelPods=true",
+        ],
+    );
+    helm::assert_may(
+        &cluster,
+        SA,
+        &[&["patch", "pods", "--subresource=status", "-n", APPS]],
+        &[
+            &["delete", "pods", "-n", APPS],
+            &["patch", "pods", "-n", APPS],
+        ],
+    );
     broken_pod(&cluster, "broken-2", "node-a");
     let node = Node::new();
     let mut agent = run_installed(&cluster, &node, "node-a", work.path());
@@ -856,19 +737,5 @@ fn helm_install_cni_agent_runs_with_the_chart_rbac() {
     assert!(!log.to_lowercase().contains("forbidden"), "{log}");
     assert!(agent.terminate().unwrap().success());
 
-    helm.run(&["uninstall", "istio-cni", "-n", NS]).unwrap();
-    let left = cluster
-        .kubectl(
-            &[
-                "get",
-                "clusterroles,clusterrolebindings",
-                "-l",
-                "app.kubernetes.io/name=istio-cni",
-                "-o",
-                "name",
-            ],
-            None,
-        )
-        .unwrap();
-    assert_eq!(left.trim(), "", "left after uninstall");
+    chart.assert_uninstall_leaves_nothing(&cluster, "clusterroles,clusterrolebindings");
 }

@@ -105,53 +105,10 @@ fn stages(text: &str) -> Vec<Stage> {
     out
 }
 
-/// Splits a shell word list: single and double quotes, backslash escapes outside single quotes.
+/// Splits a shell word list (single and double quotes, backslash escapes outside single quotes), as
+/// the case tables' arguments are split.
 fn words(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                for c in chars.by_ref() {
-                    if c == '\'' {
-                        break;
-                    }
-                    cur.push(c);
-                }
-            }
-            '"' => {
-                in_word = true;
-                while let Some(c) = chars.next() {
-                    match c {
-                        '"' => break,
-                        '\\' => cur.extend(chars.next()),
-                        c => cur.push(c),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                cur.extend(chars.next());
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    out.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                cur.push(c);
-            }
-        }
-    }
-    if in_word {
-        out.push(cur);
-    }
-    out
+    test_support::corpus::shell_words(text).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `k=v …` (ENV, LABEL) or the legacy `ENV k v`.

@@ -14,6 +14,7 @@ use e2e::apiserver::{injector_certs, CertFiles, Injector, TempDir};
 use e2e::cluster::{comparable, Cluster};
 use e2e::netns::HostLink;
 use serde_json::{json, Value};
+use test_support::admission_review::{self, API_VERSIONS};
 use test_support::corpus::{self, Config, ConfigFiles};
 use test_support::process::run_ok;
 use test_support::{pods, semantic};
@@ -43,6 +44,17 @@ impl Setup {
     /// also names 127.0.0.1 (the `clientConfig.url` the apiserver dials).
     pub(crate) fn new() -> Setup {
         Setup::with(None, &[])
+    }
+
+    /// Service mode, as deployed: the injector in a network namespace of its own (a host link named
+    /// for `tag`), reached through the generated configurations' Service and an EndpointSlice
+    /// ([`service_and_slice`]). Needs root.
+    pub(crate) fn service_mode(tag: &str) -> Setup {
+        test_support::require_root();
+        let s = Setup::with(Some(HostLink::new(tag)), &[]);
+        let link = s.link.as_ref().expect("the injector's host link");
+        service_and_slice(&s.cluster, link, s.injector.https.port());
+        s
     }
 
     /// The same with the injector in its own network namespace, reached from the host (where the
@@ -258,11 +270,8 @@ fn pods_are_injected_through_the_apiserver_as_kube_inject_injects_them() {
 /// `sidecar-injector.sidecar-injector.svc`.
 #[test]
 fn service_mode_reaches_the_injector_through_its_endpoint_slice() {
-    test_support::require_root();
-    let s = Setup::with(Some(HostLink::new("webhook")), &[]);
+    let s = Setup::service_mode("webhook");
     let c = &s.cluster;
-    let link = s.link.as_ref().unwrap();
-    service_and_slice(c, link, s.injector.https.port());
     s.namespaces(&["plain", "reference"]);
     let mwcs = webhook_config(&[], &s.certs);
     assert!(
@@ -619,8 +628,7 @@ fn container_adder(certs: &CertFiles) -> (tokio::runtime::Runtime, u16) {
                             base64::engine::general_purpose::STANDARD.encode(patch.to_string())
                         );
                     }
-                    let answer = json!({"apiVersion": "admission.k8s.io/v1",
-                                        "kind": "AdmissionReview", "response": response});
+                    let answer = admission_review::answer(API_VERSIONS[0], response);
                     Ok::<_, hyper::Error>(
                         hyper::Response::builder()
                             .header("content-type", "application/json")

@@ -11,12 +11,11 @@ use std::process::Command;
 use base64::Engine as _;
 use e2e::apiserver::{injector_certs, TempDir};
 use e2e::cluster::Cluster;
-use e2e::netns::HostLink;
 use serde_json::{json, Value};
 use test_support::corpus::Config;
 
 use crate::doctor::{doctor, doctor_finds_errors, findings, Run};
-use crate::kube_apiserver::{injected, install, labels, service_and_slice, webhook_config, Setup};
+use crate::kube_apiserver::{injected, install, labels, webhook_config, Setup};
 
 /// `--kubeconfig <the cluster's>` and `extra`.
 fn kube_args(c: &Cluster, extra: &[&str]) -> Vec<String> {
@@ -29,6 +28,14 @@ fn kube_args(c: &Cluster, extra: &[&str]) -> Vec<String> {
 }
 
 /// The one finding of `check` in `run`, whatever its level.
+/// The one `dry-run` finding of `run` is at `level`, and what it found passes `holds`.
+fn dry_run_found(run: &Run, level: &str, holds: impl Fn(&str) -> bool) {
+    let dry = only(run, "dry-run");
+    assert_eq!(dry["level"], level, "{dry:#}");
+    let found = dry["found"].as_str().unwrap();
+    assert!(holds(found), "{dry:#}");
+}
+
 fn only<'a>(run: &'a Run, check: &str) -> &'a Value {
     let all: Vec<&Value> = run.report["findings"]
         .as_array()
@@ -47,11 +54,9 @@ fn only<'a>(run: &'a Run, check: &str) -> &'a Value {
 /// input came from.
 #[test]
 fn doctor_reads_the_cluster_and_passes_on_a_healthy_setup() {
-    test_support::require_root();
-    let s = Setup::with(Some(HostLink::new("doctor")), &[]);
+    let s = Setup::service_mode("doctor");
     let c = &s.cluster;
     let link = s.link.as_ref().unwrap();
-    service_and_slice(c, link, s.injector.https.port());
     let b64 =
         |p: &Path| base64::engine::general_purpose::STANDARD.encode(std::fs::read(p).unwrap());
     c.apply(&json!({
@@ -85,13 +90,9 @@ fn doctor_reads_the_cluster_and_passes_on_a_healthy_setup() {
         "the sample review was answered: {:#}",
         run.report
     );
-    let dry = only(&run, "dry-run");
-    assert_eq!(dry["level"], "ok", "{dry:#}");
-    let found = dry["found"].as_str().unwrap();
-    assert!(
-        found.contains("in namespace injected") && found.contains("came back with istio-proxy"),
-        "{dry:#}"
-    );
+    dry_run_found(&run, "ok", |found| {
+        found.contains("in namespace injected") && found.contains("came back with istio-proxy")
+    });
     // The apiserver sent the dry-run pod to the injector.
     let log = s.injector.log();
     assert!(
@@ -162,15 +163,11 @@ fn doctor_kubeconfig_finds_a_wrong_ca_bundle_and_a_webhook_that_is_down() {
         "the caBundle that does not trust the served certificate is an error: {:#}",
         run.report
     );
-    let dry = only(&run, "dry-run");
-    assert_eq!(dry["level"], "error", "{dry:#}");
-    let found = dry["found"].as_str().unwrap();
-    assert!(
+    dry_run_found(&run, "error", |found| {
         found.contains("refused by the API server")
             && found.contains("failed calling webhook")
-            && found.contains("x509"),
-        "the apiserver's TLS refusal: {found}"
-    );
+            && found.contains("x509")
+    });
 
     install(c, &good, "injected", |r| r.as_ref().is_ok_and(injected));
     s.injector.terminate().expect("the injector stops");
@@ -182,14 +179,10 @@ fn doctor_kubeconfig_finds_a_wrong_ca_bundle_and_a_webhook_that_is_down() {
         "the endpoint does not answer: {:#}",
         run.report
     );
-    let dry = only(&run, "dry-run");
-    assert_eq!(dry["level"], "error", "{dry:#}");
-    let found = dry["found"].as_str().unwrap();
-    assert!(
+    dry_run_found(&run, "error", |found| {
         found.contains("failed calling webhook \"namespace.sidecar-injector.istio.io\"")
-            && found.contains("connection refused"),
-        "the apiserver's message: {found}"
-    );
+            && found.contains("connection refused")
+    });
 }
 
 /// `explain -o json` of `manifest` with `args`; its items.

@@ -34,3 +34,4 @@ mod test_command;
 mod testproxy;
 mod webhook;
 mod webhook_config;
+mod webhook_deploy;

@@ -51,6 +51,23 @@ fn production_code(path: &Path) -> String {
     }
 }
 
+/// The first segment of each path at the start of `rest` (what follows `crate::` or `super::`): of
+/// `a::b`, `a`; of a group `{a, b::c}`, `a` and `b`; a glob `*` counted as a name when `glob`.
+fn first_segments(rest: &str, glob: bool) -> Vec<&str> {
+    if let Some(group) = rest.strip_prefix('{') {
+        let end = group.find('}').unwrap_or(group.len());
+        group[..end]
+            .split(',')
+            .map(|p| p.trim().split("::").next().unwrap_or(""))
+            .collect()
+    } else {
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || (glob && c == '*')))
+            .unwrap_or(rest.len());
+        vec![&rest[..end]]
+    }
+}
+
 /// Module → the other top-level modules it names through `crate::`.
 fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mods = modules(src);
@@ -63,18 +80,7 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             while let Some(at) = rest.find("crate::") {
                 rest = &rest[at + "crate::".len()..];
                 // `crate::a::b`, or a group `crate::{a, b::c}`: every first segment counts.
-                let names: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
-                    let end = group.find('}').unwrap_or(group.len());
-                    group[..end]
-                        .split(',')
-                        .map(|p| p.trim().split("::").next().unwrap_or(""))
-                        .collect()
-                } else {
-                    let end = rest
-                        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                        .unwrap_or(rest.len());
-                    vec![&rest[..end]]
-                };
+                let names = first_segments(rest, false);
                 for n in names {
                     if n != name && mods.contains_key(n) {
                         to.insert(n.to_string());
@@ -263,18 +269,7 @@ fn imports_back_up(src: &Path) -> BTreeSet<String> {
                     rest = rest.trim_start_matches("super::");
                     continue;
                 }
-                let names: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
-                    let end = group.find('}').unwrap_or(group.len());
-                    group[..end]
-                        .split(',')
-                        .map(|p| p.trim().split("::").next().unwrap_or(""))
-                        .collect()
-                } else {
-                    let end = rest
-                        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '*'))
-                        .unwrap_or(rest.len());
-                    vec![&rest[..end]]
-                };
+                let names = first_segments(rest, true);
                 for n in names {
                     if !n.is_empty() && n != "super" && !siblings.contains(n) {
                         let file = path.strip_prefix(src).unwrap_or(path).display();

@@ -30,25 +30,14 @@ fn a_dry_run_with_skip_rule_apply_records_and_prints_nothing() {
     let dir = test_support::TempDir::new("rdiff-skip");
     for backend in [&[][..], &["--native-nftables"][..]] {
         let record = dir.path().join("record");
-        let out = std::process::Command::new(e2e::bin("iptables-init"))
-            .args([
-                "istio-iptables",
-                "-p",
-                "15001",
-                "-u",
-                "1337",
-                "--ipv6",
-                "false",
-            ])
-            .args(backend)
-            .args(["--skip-rule-apply", "--dry-run"])
-            .env("DRY_RUN_FILE_PATH", &record)
-            .output()
-            .expect("run iptables-init");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = test_support::process::run_ok(
+            std::process::Command::new(e2e::bin("iptables-init"))
+                .args(["istio-iptables", "-p", "15001", "-u", "1337"])
+                .args(["--ipv6", "false"])
+                .args(backend)
+                .args(["--skip-rule-apply", "--dry-run"])
+                .env("DRY_RUN_FILE_PATH", &record),
+            "iptables-init",
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{backend:?}");
         assert!(!record.exists(), "{backend:?}: a record was written");

@@ -17,6 +17,7 @@ use e2e::nettool::{APP_UID, PROXY_UID};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use test_support::istio_init::injected_args_with;
+use test_support::process::run_ok;
 use test_support::require_root;
 
 /// How long a test waits for a server to come up or a process to end (the machine may be busy).
@@ -126,6 +127,23 @@ fn stats(pod: &NetNs) -> serde_json::Value {
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("/stats is not JSON ({e}): {body}"))
 }
 
+/// The proxy's `/stats`, which must count `inbound` and `outbound` connections.
+fn stats_counting(pod: &NetNs, inbound: u64, outbound: u64) -> serde_json::Value {
+    let s = stats(pod);
+    assert_eq!(
+        (s["inbound"].as_u64(), s["outbound"].as_u64()),
+        (Some(inbound), Some(outbound)),
+        "{s}"
+    );
+    s
+}
+
+/// The proxy counted `inbound` and `outbound` connections, relayed to `to` in that order.
+fn assert_relayed(pod: &NetNs, inbound: u64, outbound: u64, to: &[&str]) {
+    let s = stats_counting(pod, inbound, outbound);
+    assert_eq!(destinations(&s), to, "{s}");
+}
+
 /// The injected istio-proxy container's arguments (after the kubelet expanded `$(POD_NAMESPACE)`).
 const PROXY_ARGS: &[&str] = &[
     "proxy",
@@ -200,17 +218,7 @@ fn outbound_and_inbound_go_through_the_proxy_with_their_original_destinations_ip
         get_ok(&p.peer, None, "http://10.10.0.1:8080/"),
         "pod-echo\n"
     );
-    let s = stats(&p.pod);
-    assert_eq!(
-        (s["inbound"].as_u64(), s["outbound"].as_u64()),
-        (Some(1), Some(1)),
-        "{s}"
-    );
-    assert_eq!(
-        destinations(&s),
-        ["10.10.0.2:8080", "10.10.0.1:8080"],
-        "{s}"
-    );
+    assert_relayed(&p.pod, 1, 1, &["10.10.0.2:8080", "10.10.0.1:8080"]);
 
     // The kubelet's probe of the rewritten readiness probe: 15020 is not captured (-d), and the proxy
     // runs the app's probe from 127.0.0.6, which is not captured either.
@@ -226,12 +234,7 @@ fn outbound_and_inbound_go_through_the_proxy_with_their_original_destinations_ip
         "http://10.10.0.1:15020/app-health/other/readyz",
     );
     assert!(!out.status.success(), "an unknown probe path was answered");
-    let s = stats(&p.pod);
-    assert_eq!(
-        (s["inbound"].as_u64(), s["outbound"].as_u64()),
-        (Some(1), Some(1)),
-        "{s}"
-    );
+    stats_counting(&p.pod, 1, 1);
 
     assert!(
         proxy.terminate().success(),
@@ -253,17 +256,7 @@ fn outbound_and_inbound_go_through_the_proxy_with_their_original_destinations_ip
         get_ok(&p.peer, None, "http://[fd00::1]:8080/"),
         "pod-echo\n"
     );
-    let s = stats(&p.pod);
-    assert_eq!(
-        (s["inbound"].as_u64(), s["outbound"].as_u64()),
-        (Some(1), Some(1)),
-        "{s}"
-    );
-    assert_eq!(
-        destinations(&s),
-        ["[fd00::2]:8080", "[fd00::1]:8080"],
-        "{s}"
-    );
+    assert_relayed(&p.pod, 1, 1, &["[fd00::2]:8080", "[fd00::1]:8080"]);
     assert!(proxy.terminate().success());
 }
 
@@ -318,12 +311,7 @@ fn a_connection_straight_to_a_capture_port_is_refused_not_relayed_to_itself() {
             "a direct connection to {port} was answered"
         );
     }
-    let s = stats(&p.pod);
-    assert_eq!(
-        (s["inbound"].as_u64(), s["outbound"].as_u64()),
-        (Some(0), Some(0)),
-        "{s}"
-    );
+    stats_counting(&p.pod, 0, 0);
     // The proxy is still serving.
     get_ok(&p.pod, None, "http://127.0.0.1:15021/healthz/ready");
 }
@@ -332,27 +320,11 @@ fn a_connection_straight_to_a_capture_port_is_refused_not_relayed_to_itself() {
 fn pilot_agent_s_lifecycle_hooks_wait_and_drain() {
     let (p, proxy) = pod_with_proxy("tp-life", "false");
     // postStart `pilot-agent wait` (its default URL is 15021's /healthz/ready).
-    let out = testproxy(&p.pod, Some(PROXY_UID), &["wait", "--timeoutSeconds=30"])
-        .output()
-        .expect("wait");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let wait = ["wait", "--timeoutSeconds=30"];
+    run_ok(&mut testproxy(&p.pod, Some(PROXY_UID), &wait), "wait");
     // preStop `pilot-agent request --debug-port=15020 POST drain`: readiness then fails.
-    let out = testproxy(
-        &p.pod,
-        Some(PROXY_UID),
-        &["request", "--debug-port=15020", "POST", "drain"],
-    )
-    .output()
-    .expect("request");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let drain = ["request", "--debug-port=15020", "POST", "drain"];
+    let out = run_ok(&mut testproxy(&p.pod, Some(PROXY_UID), &drain), "request");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "OK");
     let out = get(&p.pod, None, "http://127.0.0.1:15021/healthz/ready");
     assert!(!out.status.success(), "still ready after drain");

@@ -6,18 +6,18 @@
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use e2e::apiserver::{
-    apply_patch, injector_certs, webhook_called, webhooks_called, ApiServer, CertFiles, Conn, Http,
-    Injector, TempDir,
+    apply_patch, injector_certs, webhook_called, ApiServer, CertFiles, Conn, Http, Injector,
+    TempDir,
 };
 use serde_json::{json, Value};
 use test_support::corpus::{self, Case, Config, ConfigFiles};
-use test_support::{pods, semantic};
+use test_support::{admission_review, pods, semantic};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LOCAL_SANS: &[&str] = &["--san", "localhost", "--san", "127.0.0.1"];
@@ -179,18 +179,14 @@ async fn golden_cases_through_the_webhook() {
                             continue;
                         }
                     };
-                    if answer["apiVersion"] != json!(format!("admission.k8s.io/{version}"))
-                        || answer["kind"] != json!("AdmissionReview")
-                    {
-                        failures.push(format!(
-                            "{label}: envelope {} {}",
-                            answer["apiVersion"], answer["kind"]
-                        ));
-                    }
-                    let resp = &answer["response"];
-                    if resp["uid"] != json!(id) {
-                        failures.push(format!("{label}: uid {} want {id}", resp["uid"]));
-                    }
+                    let api_version = format!("admission.k8s.io/{version}");
+                    let resp = match admission_review::response_to(&answer, &api_version, &id) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            failures.push(format!("{label}: {e}"));
+                            continue;
+                        }
+                    };
                     if resp["allowed"] != json!(true) {
                         failures.push(format!("{label}: not allowed: {resp}"));
                         continue;
@@ -653,7 +649,7 @@ fn images(pod: &Value) -> Vec<String> {
         .collect()
 }
 
-async fn injected_images(api: &ApiServer, tag: &str) -> Vec<String> {
+pub(crate) async fn injected_images(api: &ApiServer, tag: &str) -> Vec<String> {
     let pod = hello_pod();
     let a = review_v1(api, tag, "default", &pod).await;
     images(&apply_patch(&a["response"], &pod).unwrap())
@@ -904,7 +900,7 @@ async fn sigterm_finishes_requests_in_flight() {
         .is_err());
 }
 
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+pub(crate) fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -1056,29 +1052,6 @@ async fn eight_row_table_and_decisions_through_http() {
     assert!(!webhook_called(&rev.mwc, "apps", &yes_ns, &pod_labels));
 }
 
-/// Parses `v` as `$t` and requires the typed round trip to keep every field (no unknown or misspelled key).
-macro_rules! typed {
-    ($t:ty, $v:expr) => {{
-        let v: &Value = $v;
-        let t: $t = serde_json::from_value(v.clone()).unwrap_or_else(|e| {
-            panic!(
-                "{} does not parse as {}: {e}",
-                v["metadata"]["name"],
-                stringify!($t)
-            )
-        });
-        let back = serde_json::to_value(&t).unwrap();
-        assert!(
-            semantic::equal(&back, v),
-            "{} {}: fields lost in a typed round trip:\n{}",
-            stringify!($t),
-            v["metadata"]["name"],
-            semantic::diff(&back, v, 10)
-        );
-        t
-    }};
-}
-
 /// The generated MutatingWebhookConfiguration has the documented fields.
 #[test]
 fn generated_webhook_configuration() {
@@ -1125,7 +1098,7 @@ fn generated_webhook_configuration() {
         "secret.yaml",
     )
     .unwrap();
-    let secret = typed!(k8s_openapi::api::core::v1::Secret, &secret);
+    let secret = e2e::helm::typed_as::<k8s_openapi::api::core::v1::Secret>(&secret);
     assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
     assert_eq!(secret.metadata.namespace.as_deref(), Some("mesh-system"));
     let data = secret.data.unwrap();
@@ -1171,17 +1144,14 @@ async fn path_parameters() {
     assert_eq!(env.get("CUSTOM_ENV").map(String::as_str), Some("x"));
 }
 
-fn repo_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
-
 /// The `istio/gateway` Helm chart's pod (`examples/gateway.yaml`: `inject.istio.io/templates: gateway`,
 /// label `sidecar.istio.io/inject: "true"`, one `istio-proxy` with `image: auto`) through `injector serve`
 /// with the default configuration: allowed, and the placeholder becomes a router-mode gateway proxy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_chart_pod_through_serve() {
     let f = fixture(Value::Null, Value::Null, &[]);
-    let text = std::fs::read_to_string(repo_dir().join("examples/gateway.yaml")).expect("example");
+    let text = std::fs::read_to_string(e2e::helm::repo_dir().join("examples/gateway.yaml"))
+        .expect("example");
     let docs = pods::injectable_documents(&text).expect("example YAML");
     let pod = pods::as_typed_pod(pods::to_pod(&docs[0]).expect("pod"));
     let mut conn = f.api.connect(Http::H1).await.expect("connect");
@@ -1225,297 +1195,6 @@ async fn gateway_chart_pod_through_serve() {
     let status: Value = serde_json::from_str(status).expect("status JSON");
     assert_eq!(status["containers"], json!(["istio-proxy"]));
     assert_eq!(status["initContainers"], Value::Null);
-}
-
-/// `kubectl kustomize deploy/` (the chart rendered by scripts/render-deploy.sh, and its Namespace) renders,
-/// every object parses with k8s-openapi types, and the manifests
-/// carry the production settings; the ConfigMap's documents configure a real server whose injected pods
-/// run the project's iptables-init image.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deploy_kustomize_base() {
-    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-    use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
-    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-
-    let docs =
-        e2e::apiserver::kustomize(&repo_dir().join("deploy")).expect("kubectl kustomize deploy/");
-    let mut kinds = Vec::new();
-    let mut deployment = None;
-    let mut service = None;
-    let mut config = None;
-    for d in &docs {
-        let kind = d["kind"].as_str().unwrap_or_default().to_string();
-        match kind.as_str() {
-            "Namespace" => {
-                typed!(Namespace, d);
-            }
-            "ServiceAccount" => {
-                typed!(ServiceAccount, d);
-            }
-            "Secret" => {
-                typed!(Secret, d);
-            }
-            "PodDisruptionBudget" => {
-                let p = typed!(PodDisruptionBudget, d);
-                assert!(p.spec.unwrap().min_available.is_some());
-            }
-            "MutatingWebhookConfiguration" => {
-                let m = typed!(MutatingWebhookConfiguration, d);
-                assert_eq!(
-                    m.metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get("istio.io/rev"))
-                        .map(String::as_str),
-                    Some("default")
-                );
-                let hooks = m.webhooks.clone().unwrap();
-                let wh = &hooks[0];
-                assert_eq!(wh.failure_policy.as_deref(), Some("Fail"));
-                assert_eq!(wh.side_effects, "None");
-                // Istio's entries for the default revision, `object.` included, so an unlabelled
-                // namespace (a gateway's) still sends its pods labelled sidecar.istio.io/inject=true.
-                let names: Vec<&str> = hooks.iter().map(|w| w.name.as_str()).collect();
-                assert_eq!(
-                    names,
-                    [
-                        "rev.namespace.sidecar-injector.istio.io",
-                        "rev.object.sidecar-injector.istio.io",
-                        "namespace.sidecar-injector.istio.io",
-                        "object.sidecar-injector.istio.io"
-                    ]
-                );
-                for w in &hooks {
-                    assert_eq!(w.failure_policy.as_deref(), Some("Fail"), "{}", w.name);
-                    assert_eq!(w.side_effects, "None", "{}", w.name);
-                    let svc = w.client_config.service.as_ref().unwrap();
-                    assert_eq!(
-                        (svc.name.as_str(), svc.namespace.as_str()),
-                        ("sidecar-injector", "sidecar-injector"),
-                        "{}",
-                        w.name
-                    );
-                }
-                let gateway_pod = labels(&[("sidecar.istio.io/inject", "true"), ("app", "gw")]);
-                let called = webhooks_called(&m, "gateways", &BTreeMap::new(), &gateway_pod);
-                assert_eq!(called.len(), 1);
-                assert_eq!(called[0].name, "object.sidecar-injector.istio.io");
-                assert!(!webhook_called(
-                    &m,
-                    "gateways",
-                    &BTreeMap::new(),
-                    &labels(&[("app", "gw")])
-                ));
-                for ns in ["kube-system", "sidecar-injector"] {
-                    assert!(
-                        !webhook_called(&m, ns, &BTreeMap::new(), &gateway_pod),
-                        "{ns}"
-                    );
-                    assert!(
-                        !webhook_called(
-                            &m,
-                            ns,
-                            &labels(&[("istio-injection", "enabled")]),
-                            &gateway_pod
-                        ),
-                        "{ns}"
-                    );
-                }
-            }
-            // The chart's least-privilege RBAC, checked against a real apiserver by helm_chart.rs.
-            "ClusterRole" => {
-                typed!(k8s_openapi::api::rbac::v1::ClusterRole, d);
-            }
-            "ClusterRoleBinding" => {
-                typed!(k8s_openapi::api::rbac::v1::ClusterRoleBinding, d);
-            }
-            "Role" => {
-                typed!(k8s_openapi::api::rbac::v1::Role, d);
-            }
-            "RoleBinding" => {
-                typed!(k8s_openapi::api::rbac::v1::RoleBinding, d);
-            }
-            "Deployment" => deployment = Some(typed!(Deployment, d)),
-            "Service" => service = Some(typed!(Service, d)),
-            "ConfigMap" => config = Some(typed!(ConfigMap, d)),
-            other => panic!("unexpected kind {other}"),
-        }
-        kinds.push(kind);
-    }
-    kinds.sort();
-    assert_eq!(
-        kinds,
-        [
-            "ClusterRole",
-            "ClusterRoleBinding",
-            "ConfigMap",
-            "Deployment",
-            "MutatingWebhookConfiguration",
-            "Namespace",
-            "PodDisruptionBudget",
-            "Role",
-            "RoleBinding",
-            "Secret",
-            "Service",
-            "ServiceAccount"
-        ]
-    );
-
-    let dep = deployment.unwrap();
-    let spec = dep.spec.unwrap();
-    assert_eq!(spec.replicas, Some(2));
-    let pod = spec.template.spec.unwrap();
-    assert!(pod
-        .topology_spread_constraints
-        .is_some_and(|t| !t.is_empty()));
-    assert_eq!(
-        pod.security_context
-            .as_ref()
-            .and_then(|s| s.run_as_non_root),
-        Some(true)
-    );
-    let c = &pod.containers[0];
-    assert!(c
-        .image
-        .as_deref()
-        .unwrap()
-        .starts_with("ghcr.io/sidecar-inject/injector:"));
-    let sc = c.security_context.as_ref().unwrap();
-    assert_eq!(sc.read_only_root_filesystem, Some(true));
-    assert_eq!(sc.allow_privilege_escalation, Some(false));
-    assert_eq!(sc.run_as_non_root, Some(true));
-    assert_eq!(
-        sc.capabilities.as_ref().unwrap().drop.as_deref(),
-        Some(&["ALL".to_string()][..])
-    );
-    let live = c
-        .liveness_probe
-        .as_ref()
-        .unwrap()
-        .http_get
-        .as_ref()
-        .unwrap();
-    assert_eq!(live.path.as_deref(), Some("/healthz"));
-    assert!(c.readiness_probe.is_some());
-    let res = c.resources.as_ref().unwrap();
-    assert!(res.requests.is_some() && res.limits.is_some());
-    let ports: Vec<String> = c
-        .ports
-        .iter()
-        .flatten()
-        .filter_map(|p| p.name.clone())
-        .collect();
-    let svc = service.unwrap().spec.unwrap();
-    let https = svc
-        .ports
-        .unwrap()
-        .into_iter()
-        .find(|p| p.port == 443)
-        .expect("port 443");
-    let target = serde_json::to_value(https.target_port.unwrap()).unwrap();
-    assert!(
-        ports.contains(&target.as_str().unwrap().to_string()),
-        "443 targets {target}, ports {ports:?}"
-    );
-    // The container's arguments parse: the same binary, started with them (paths swapped for local ones).
-    let args = c.args.clone().unwrap();
-    assert_eq!(args[0], "serve");
-    assert!(args.iter().any(|a| a == "--config-dir=/etc/istio/inject"));
-
-    // The ConfigMap in Istio's layout, mounted as a directory, drives a real server.
-    let data = config.unwrap().data.unwrap();
-    let dir = TempDir::new("deploy");
-    let cfg = dir.path().join("inject");
-    std::fs::create_dir_all(&cfg).unwrap();
-    for key in ["values", "config", "mesh"] {
-        std::fs::write(
-            cfg.join(key),
-            data.get(key)
-                .unwrap_or_else(|| panic!("ConfigMap key {key}")),
-        )
-        .unwrap();
-    }
-    let certs = injector_certs(&dir.path().join("certs"), &[]).unwrap();
-    let server = Injector::start(
-        &[
-            "--tls-cert".into(),
-            certs.cert.display().to_string(),
-            "--tls-key".into(),
-            certs.key.display().to_string(),
-            format!("--config-dir={}", cfg.display()),
-            "--native-sidecars=false".into(),
-            "--log-format=json".into(),
-        ],
-        &BTreeMap::new(),
-    )
-    .expect("serve with the deploy ConfigMap");
-    let api = ApiServer::new(&certs.mwc, server.https).unwrap();
-    let imgs = injected_images(&api, "deploy").await;
-    assert!(
-        imgs.contains(&"ghcr.io/sidecar-inject/iptables-init:0.1.0".to_string()),
-        "init image: {imgs:?}"
-    );
-    // JSON logs carry the request's uid and decision.
-    let log_line = server
-        .log()
-        .lines()
-        .find(|l| l.contains("\"uid\":\"deploy\""))
-        .map(str::to_string)
-        .unwrap_or_else(|| panic!("no JSON log line for the review:\n{}", server.log()));
-    let entry: Value = serde_json::from_str(&log_line).unwrap();
-    assert_eq!(entry["decision"], json!("injected"));
-    assert!(entry["latency_us"].is_u64());
-}
-
-/// The `deploy/local` overlay puts `injector certs`' output into the Secret and the caBundle.
-#[test]
-fn deploy_local_overlay_with_generated_certs() {
-    let dir = TempDir::new("overlay");
-    let copy = dir.path().join("deploy");
-    let status = std::process::Command::new("cp")
-        .arg("-r")
-        .arg(repo_dir().join("deploy"))
-        .arg(&copy)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let _ = std::fs::remove_dir_all(copy.join("local/certs"));
-    let certs = injector_certs(&copy.join("local/certs"), &[]).unwrap();
-    let docs =
-        e2e::apiserver::kustomize(&copy.join("local")).expect("kubectl kustomize deploy/local");
-    let mut secret = docs
-        .iter()
-        .find(|d| d["kind"] == json!("Secret"))
-        .unwrap()
-        .clone();
-    // kustomize wraps long base64 in block scalars; the API server's decoder skips the newlines.
-    for v in secret["data"].as_object_mut().unwrap().values_mut() {
-        *v = json!(v.as_str().unwrap().replace('\n', ""));
-    }
-    let secret = typed!(k8s_openapi::api::core::v1::Secret, &secret);
-    let data = secret.data.unwrap();
-    assert_eq!(data["tls.crt"].0, std::fs::read(&certs.cert).unwrap());
-    assert_eq!(data["tls.key"].0, std::fs::read(&certs.key).unwrap());
-    let mwc = docs
-        .iter()
-        .find(|d| d["kind"] == json!("MutatingWebhookConfiguration"))
-        .unwrap();
-    let mwc = typed!(
-        k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
-        mwc
-    );
-    let hooks = mwc.webhooks.unwrap();
-    // The base's four entries (`object.` included), each with the generated CA.
-    assert_eq!(hooks.len(), 4);
-    for h in &hooks {
-        assert_eq!(
-            h.client_config.ca_bundle.as_ref().unwrap().0,
-            std::fs::read(copy.join("local/certs/ca.crt")).unwrap(),
-            "{}",
-            h.name
-        );
-    }
 }
 
 /// `--max-connections` caps the connections open at once. At the cap a new connection is served at once

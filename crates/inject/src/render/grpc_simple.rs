@@ -9,7 +9,7 @@ use crate::pod;
 use sidecar_core::fields::Fields;
 
 /// The init container's script, verbatim from Istio's template (a `|-` block: no trailing newline).
-const BOOTSTRAP_SCRIPT: &str = r#"NODE_ID="sidecar~${INSTANCE_IP}~${POD_NAME}.${POD_NAMESPACE}~cluster.local"
+pub(super) const BOOTSTRAP_SCRIPT: &str = r#"NODE_ID="sidecar~${INSTANCE_IP}~${POD_NAME}.${POD_NAMESPACE}~cluster.local"
 SERVER_URI="dns:///istiod.${ISTIO_NAMESPACE}.svc:15010"
 echo '
 {

@@ -1252,24 +1252,7 @@ fn grpc_simple_is_istios_text_for_every_container() {
                        {"name": "GRPC_GO_LOG_SEVERITY_LEVEL", "value": "info"}],
                "volumeMounts": [{"mountPath": "/var/lib/grpc/data/", "name": "grpc-io-proxyless-bootstrap"}]})
     };
-    let script = r#"NODE_ID="sidecar~${INSTANCE_IP}~${POD_NAME}.${POD_NAMESPACE}~cluster.local"
-SERVER_URI="dns:///istiod.${ISTIO_NAMESPACE}.svc:15010"
-echo '
-{
-  "xds_servers": [
-    {
-      "server_uri": "'${SERVER_URI}'",
-      "channel_creds": [{"type": "insecure"}],
-      "server_features" : ["xds_v3"]
-    }
-  ],
-  "node": {
-    "id": "'${NODE_ID}'",
-    "metadata": {
-      "GENERATOR": "grpc"
-    }
-  }
-}' > /var/lib/grpc/data/bootstrap.json"#;
+    let script = super::grpc_simple::BOOTSTRAP_SCRIPT;
     assert_eq!(
         r,
         json!({

@@ -11,6 +11,7 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use serde_json::{json, Value};
 
 use crate::shared::webhook_entry::Entry;
+use sidecar_core::admission_review;
 use sidecar_core::fields::Fields;
 
 use super::certificates::{check_chain, Target};
@@ -96,34 +97,17 @@ pub(super) struct Live {
 /// A sample AdmissionReview: a pod that must not be injected (`sidecar.istio.io/inject: "false"`) as a
 /// dry run, so nothing is created or changed.
 pub fn sample_review(uid: &str) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
             "name": "injector-doctor-probe",
             "namespace": "default",
-            "operation": "CREATE",
-            "userInfo": {"username": "injector-doctor"},
-            "object": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": "injector-doctor-probe",
-                    "namespace": "default",
-                    "labels": {"sidecar.istio.io/inject": "false"}
-                },
-                "spec": {"containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}]}
-            },
-            "oldObject": null,
-            "dryRun": true,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
-        }
-    })
+            "labels": {"sidecar.istio.io/inject": "false"}
+        },
+        "spec": {"containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}]}
+    });
+    admission_review::pod_create("v1", uid, "default", "injector-doctor", true, &pod)
 }
 
 pub(super) async fn call(
@@ -308,22 +292,7 @@ pub(super) fn check_answer(status: u16, body: &[u8], uid: &str) -> Result<String
     }
     let v: Value =
         serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
-    if v.field("apiVersion") != Some(&json!("admission.k8s.io/v1"))
-        || v.field("kind") != Some(&json!("AdmissionReview"))
-    {
-        return Err(format!(
-            "not an admission.k8s.io/v1 AdmissionReview (apiVersion {}, kind {})",
-            v.field("apiVersion").unwrap_or(&Value::Null),
-            v.field("kind").unwrap_or(&Value::Null)
-        ));
-    }
-    let r = v.field("response").unwrap_or(&Value::Null);
-    if r.field("uid") != Some(&json!(uid)) {
-        return Err(format!(
-            "response.uid is {}, not the request's {uid:?}",
-            r.field("uid").unwrap_or(&Value::Null)
-        ));
-    }
+    let r = admission_review::response_to(&v, admission_review::API_VERSIONS[0], uid)?;
     if r.field("allowed") != Some(&json!(true)) {
         return Err(format!(
             "response.allowed is {} (status {})",

@@ -382,15 +382,14 @@ fn a_failure_policy_other_than_fail_or_ignore_is_an_error() {
 
 #[test]
 fn answers_are_checked_for_uid_allowed_and_patch() {
-    let ok = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "response": {"uid": "u", "allowed": true}});
+    let answer = |response| sidecar_core::admission_review::answer("admission.k8s.io/v1", response);
+    let ok = answer(json!({"uid": "u", "allowed": true}));
     assert!(check_answer(200, ok.to_string().as_bytes(), "u").is_ok());
     assert!(check_answer(200, ok.to_string().as_bytes(), "v")
         .expect_err("uid")
         .contains("response.uid"));
     assert!(check_answer(500, b"boom", "u").is_err());
-    let denied = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "response": {"uid": "u", "allowed": false}});
+    let denied = answer(json!({"uid": "u", "allowed": false}));
     assert!(check_answer(200, denied.to_string().as_bytes(), "u")
         .expect_err("denied")
         .contains("allowed"));

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use crate::shared::cache::{Bounds, Cache, CacheCounters};
 use crate::shared::webhook_request;
 use inject::engine::{Engine, Mode};
+use sidecar_core::admission_review::{self, API_VERSIONS};
 use sidecar_core::fields::Fields;
 
 /// The patch cache's limits: 64 entries of at most 1 MiB (pod and patch text, see [`weight`]), 4 MiB
@@ -245,11 +246,9 @@ pub struct ReviewOutcome {
     pub message: String,
 }
 
-const API_VERSIONS: [&str; 2] = ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"];
-
 fn undecodable(message: String) -> ReviewOutcome {
     // Istio cannot tell the version of an undecodable review: the envelope has no apiVersion/kind.
-    let body = json!({"response": {"uid": "", "allowed": false, "status": {"metadata": {}, "message": message}}});
+    let body = json!({"response": admission_review::refusal("", &message)});
     ReviewOutcome {
         response: serde_json::to_vec(&body).unwrap_or_default(),
         kind: OutcomeKind::Undecodable,
@@ -269,7 +268,7 @@ struct Envelope<'a> {
 
 impl Envelope<'_> {
     fn respond(&self, response: Value, kind: OutcomeKind, message: String) -> ReviewOutcome {
-        let body = json!({"kind": "AdmissionReview", "apiVersion": self.api_version, "response": response});
+        let body = admission_review::answer(self.api_version, response);
         ReviewOutcome {
             response: serde_json::to_vec(&body).unwrap_or_default(),
             kind,
@@ -305,7 +304,7 @@ impl Envelope<'_> {
 
     fn fail(&self, message: String) -> ReviewOutcome {
         self.respond(
-            json!({"uid": self.uid, "allowed": false, "status": {"metadata": {}, "message": message}}),
+            admission_review::refusal(&self.uid, &message),
             OutcomeKind::Failed,
             message,
         )
@@ -424,110 +423,11 @@ fn answer_review(
     cache: Option<(&Cache<PatchKey, String>, u64)>,
     stage: Stage,
 ) -> Result<Answer, Box<ReviewOutcome>> {
-    // serde_json's recursion limit (128) bounds the depth of what we accept.
-    let review: Review = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(e) => {
-            return Err(Box::new(undecodable(format!(
-                "could not decode the AdmissionReview: {e}"
-            ))))
-        }
-    };
-    let api_version = review.api_version.as_deref().unwrap_or("");
-    let kind = review.kind.as_deref().unwrap_or("");
-    let Some(api_version) = API_VERSIONS.iter().copied().find(|v| *v == api_version) else {
-        return Err(Box::new(undecodable(format!(
-            "unsupported review {api_version:?}/{kind:?}: want kind AdmissionReview, apiVersion admission.k8s.io/v1 or v1beta1"
-        ))));
-    };
-    if kind != "AdmissionReview" {
-        return Err(Box::new(undecodable(format!(
-            "unsupported kind {kind:?}: want AdmissionReview"
-        ))));
-    }
-    let Some(request) = review.request else {
-        return Err(Box::new(undecodable(
-            "the AdmissionReview has no request".to_string(),
-        )));
-    };
-    let mut env = Envelope {
-        api_version,
-        uid: request.uid.unwrap_or_default(),
-        namespace: request.namespace.unwrap_or_default(),
-        pod: String::new(),
-    };
-
+    let (mut env, request) = decode(body)?;
     let request_namespace = env.namespace.clone();
-    let mut original = match request.object {
-        Some(o @ Value::Object(_)) => o,
-        Some(other) => {
-            return Err(Box::new(env.fail(format!(
-                "request.object is not a Pod object: {}",
-                type_name(&other)
-            ))))
-        }
-        None => return Err(Box::new(env.fail("request.object is missing".to_string()))),
-    };
-    let req_kind = request
-        .kind
-        .as_ref()
-        .and_then(|k| k.field("kind"))
-        .and_then(Value::as_str);
-    let obj_kind = original.field("kind").and_then(Value::as_str);
-    if let Some(k) = obj_kind.or(req_kind).filter(|k| *k != "Pod") {
-        return Err(Box::new(
-            env.fail(format!("only Pods can be injected, got kind {k:?}")),
-        ));
-    }
-    if let Some(m) = original.field("metadata") {
-        if !m.is_object() {
-            return Err(Box::new(
-                env.fail("request.object.metadata is not an object".to_string()),
-            ));
-        }
-    }
-    if let Some(s) = original.field("spec") {
-        if !s.is_object() {
-            return Err(Box::new(
-                env.fail("request.object.spec is not an object".to_string()),
-            ));
-        }
-    }
-
-    // The working pod: managedFields dropped, namespace defaulted from the request (Istio's
-    // `webhook.go` `inject`). The request's object is ours, so a pod with metadata is normalised in
-    // place, and the patch is the diff of that normalised pod and the result: neither side then differs
-    // in namespace or managedFields, so the patch has no operation on them and leaves them as the API
-    // server holds them. A pod without metadata is copied instead, and the result's metadata restored
-    // before the diff (its patch must add `metadata` whole, without the defaulted namespace).
-    let orig_meta = original.field("metadata");
-    let pod_ns = orig_meta
-        .and_then(|m| m.field("namespace"))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let default_ns = pod_ns.is_empty() && !env.namespace.is_empty();
-    let has_managed = orig_meta.is_some_and(|m| m.has_field("managedFields"));
-    let restore = default_ns && orig_meta.is_none();
-    if !pod_ns.is_empty() {
-        env.namespace = pod_ns.to_string();
-    }
-    let mut copy = restore.then(|| original.clone());
-    if default_ns || has_managed {
-        let target = copy.as_mut().unwrap_or(&mut original);
-        webhook_request::normalise(target, default_ns.then_some(env.namespace.as_str()));
-    }
+    let mut original = pod_object(&env, request)?;
+    let copy = normalise(&mut env, &mut original);
     let pod: &Value = copy.as_ref().unwrap_or(&original);
-    let meta = pod.field("metadata");
-    env.pod = meta
-        .and_then(|m| m.field("name"))
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .or_else(|| {
-            meta.and_then(|m| m.field("generateName"))
-                .and_then(Value::as_str)
-        })
-        .unwrap_or("")
-        .to_string();
 
     let decision = engine.decide(pod, Mode::Webhook);
     if !decision.inject {
@@ -577,6 +477,125 @@ fn answer_review(
     ))
 }
 
+/// The envelope of the review in `body` and its request, or the undecodable answer: a body that is not
+/// an AdmissionReview of a version we speak, or has no request.
+fn decode(body: &[u8]) -> Result<(Envelope<'static>, Request), Box<ReviewOutcome>> {
+    // serde_json's recursion limit (128) bounds the depth of what we accept.
+    let review: Review = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            return Err(Box::new(undecodable(format!(
+                "could not decode the AdmissionReview: {e}"
+            ))))
+        }
+    };
+    let api_version = review.api_version.as_deref().unwrap_or("");
+    let kind = review.kind.as_deref().unwrap_or("");
+    let Some(api_version) = API_VERSIONS.iter().copied().find(|v| *v == api_version) else {
+        return Err(Box::new(undecodable(format!(
+            "unsupported review {api_version:?}/{kind:?}: want kind AdmissionReview, apiVersion admission.k8s.io/v1 or v1beta1"
+        ))));
+    };
+    if kind != admission_review::KIND {
+        return Err(Box::new(undecodable(format!(
+            "unsupported kind {kind:?}: want AdmissionReview"
+        ))));
+    }
+    let Some(mut request) = review.request else {
+        return Err(Box::new(undecodable(
+            "the AdmissionReview has no request".to_string(),
+        )));
+    };
+    let env = Envelope {
+        api_version,
+        uid: request.uid.take().unwrap_or_default(),
+        namespace: request.namespace.take().unwrap_or_default(),
+        pod: String::new(),
+    };
+    Ok((env, request))
+}
+
+/// The request's object, or the failure answer when it is not a Pod object with object metadata and
+/// spec.
+fn pod_object(env: &Envelope, request: Request) -> Result<Value, Box<ReviewOutcome>> {
+    let original = match request.object {
+        Some(o @ Value::Object(_)) => o,
+        Some(other) => {
+            return Err(Box::new(env.fail(format!(
+                "request.object is not a Pod object: {}",
+                type_name(&other)
+            ))))
+        }
+        None => return Err(Box::new(env.fail("request.object is missing".to_string()))),
+    };
+    let req_kind = request
+        .kind
+        .as_ref()
+        .and_then(|k| k.field("kind"))
+        .and_then(Value::as_str);
+    let obj_kind = original.field("kind").and_then(Value::as_str);
+    if let Some(k) = obj_kind.or(req_kind).filter(|k| *k != "Pod") {
+        return Err(Box::new(
+            env.fail(format!("only Pods can be injected, got kind {k:?}")),
+        ));
+    }
+    if let Some(m) = original.field("metadata") {
+        if !m.is_object() {
+            return Err(Box::new(
+                env.fail("request.object.metadata is not an object".to_string()),
+            ));
+        }
+    }
+    if let Some(s) = original.field("spec") {
+        if !s.is_object() {
+            return Err(Box::new(
+                env.fail("request.object.spec is not an object".to_string()),
+            ));
+        }
+    }
+    Ok(original)
+}
+
+/// Normalises the request's pod `original` for the engine, and names it in `env` (its namespace and
+/// name); the normalised copy when the pod has no metadata, which `original` then keeps.
+fn normalise(env: &mut Envelope, original: &mut Value) -> Option<Value> {
+    // The working pod: managedFields dropped, namespace defaulted from the request (Istio's
+    // `webhook.go` `inject`). The request's object is ours, so a pod with metadata is normalised in
+    // place, and the patch is the diff of that normalised pod and the result: neither side then differs
+    // in namespace or managedFields, so the patch has no operation on them and leaves them as the API
+    // server holds them. A pod without metadata is copied instead, and the result's metadata restored
+    // before the diff (its patch must add `metadata` whole, without the defaulted namespace).
+    let orig_meta = original.field("metadata");
+    let pod_ns = orig_meta
+        .and_then(|m| m.field("namespace"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let default_ns = pod_ns.is_empty() && !env.namespace.is_empty();
+    let has_managed = orig_meta.is_some_and(|m| m.has_field("managedFields"));
+    let restore = default_ns && orig_meta.is_none();
+    if !pod_ns.is_empty() {
+        env.namespace = pod_ns.to_string();
+    }
+    let mut copy = restore.then(|| original.clone());
+    if default_ns || has_managed {
+        let target = copy.as_mut().unwrap_or(original);
+        webhook_request::normalise(target, default_ns.then_some(env.namespace.as_str()));
+    }
+    let pod: &Value = copy.as_ref().unwrap_or(original);
+    let meta = pod.field("metadata");
+    env.pod = meta
+        .and_then(|m| m.field("name"))
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            meta.and_then(|m| m.field("generateName"))
+                .and_then(Value::as_str)
+        })
+        .unwrap_or("")
+        .to_string();
+    copy
+}
+
 /// Injects `copy` (the normalised copy of a pod without metadata) or else `original` and returns the
 /// base64 patch from `original`, or the error message.
 fn patch(
@@ -622,12 +641,26 @@ fn type_name(v: &Value) -> &'static str {
 mod tests {
     use super::*;
     use base64::Engine as _;
+    use test_support::pods;
+
+    /// The body of a v1 review of `object` in `namespace`.
+    fn review_body(uid: &str, namespace: &str, object: Value) -> Vec<u8> {
+        serde_json::to_vec(&pods::review("v1", uid, namespace, &object)).unwrap()
+    }
+
+    /// The body of a review the engine skips: a pod of kube-system.
+    fn skipped_body() -> Vec<u8> {
+        review_body("u", "kube-system", json!({"spec": {}}))
+    }
 
     #[test]
     fn refusals_keep_the_review_envelope() {
-        let body = serde_json::to_vec(&json!({"kind": "AdmissionReview",
-            "apiVersion": "admission.k8s.io/v1beta1",
-            "request": {"uid": "u-1", "namespace": "ns", "object": {"spec": {"containers": []}}}}))
+        let body = serde_json::to_vec(&pods::review(
+            "v1beta1",
+            "u-1",
+            "ns",
+            &json!({"spec": {"containers": []}}),
+        ))
         .unwrap();
         let out = refuse(&body, "too slow".to_string());
         assert_eq!(out.kind, OutcomeKind::Failed);
@@ -736,8 +769,7 @@ mod tests {
             json!({"metadata": {"namespace": "other", "managedFields": []}, "spec": spec}),
             json!({"spec": spec}),
         ] {
-            let review = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
-                "request": {"uid": "u", "namespace": "ns", "object": object}});
+            let review = pods::review("v1", "u", "ns", &object);
             let out = handle(&e, &serde_json::to_vec(&review).unwrap(), "/inject");
             assert_eq!(out.kind, OutcomeKind::Injected, "{object}");
             let v: Value = serde_json::from_slice(&out.response).unwrap();
@@ -786,10 +818,7 @@ mod tests {
             // Without metadata: the patch is against the pod as sent, not the normalised copy.
             json!({"spec": {"containers": [{"name": "c", "image": "c"}]}}),
         ] {
-            let review = serde_json::to_vec(&json!({"kind": "AdmissionReview",
-                "apiVersion": "admission.k8s.io/v1",
-                "request": {"uid": "u", "namespace": "ns", "object": pod}}))
-            .unwrap();
+            let review = review_body("u", "ns", pod.clone());
             let uncached = handle(&e, &review, "/inject");
             assert_eq!(uncached.kind, OutcomeKind::Injected, "{}", uncached.message);
             for i in 0..6 {
@@ -799,10 +828,7 @@ mod tests {
         }
         assert_eq!(webhook.cached(), 3);
         // Skipped pods are not stored.
-        let skipped = serde_json::to_vec(&json!({"kind": "AdmissionReview",
-            "apiVersion": "admission.k8s.io/v1",
-            "request": {"uid": "u", "namespace": "kube-system", "object": {"spec": {}}}}))
-        .unwrap();
+        let skipped = skipped_body();
         for _ in 0..3 {
             assert_eq!(
                 webhook.handle(&e, 1, &skipped, "/inject").kind,
@@ -820,15 +846,13 @@ mod tests {
         let e = Engine::new(inject::config::Settings::default());
         let counters = CacheCounters::default();
         let webhook = Webhook::new(counters.clone());
-        let review = serde_json::to_vec(&json!({"kind": "AdmissionReview",
-            "apiVersion": "admission.k8s.io/v1",
-            "request": {"uid": "u", "namespace": "ns", "object": {"metadata": {"labels": {"app": "a"}},
-                "spec": {"containers": [{"name": "c", "image": "i"}]}}}}))
-        .unwrap();
-        let skipped = serde_json::to_vec(&json!({"kind": "AdmissionReview",
-            "apiVersion": "admission.k8s.io/v1",
-            "request": {"uid": "u", "namespace": "kube-system", "object": {"spec": {}}}}))
-        .unwrap();
+        let review = review_body(
+            "u",
+            "ns",
+            json!({"metadata": {"labels": {"app": "a"}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+        );
+        let skipped = skipped_body();
         for body in [&skipped[..], b"not json"] {
             let cheap = webhook
                 .answer_cheap(&e, 1, body, "/inject")
@@ -861,10 +885,12 @@ mod tests {
         let counters = CacheCounters::default();
         let webhook = Webhook::new(counters.clone());
         let review = |uid: &str, ns: &str, app: &str| {
-            serde_json::to_vec(&json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
-                "request": {"uid": uid, "namespace": ns, "object": {"metadata": {"labels": {"app": app}},
-                "spec": {"containers": [{"name": "c", "image": "i"}]}}}}))
-            .unwrap()
+            review_body(
+                uid,
+                ns,
+                json!({"metadata": {"labels": {"app": app}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+            )
         };
         for uid in ["u1", "u2"] {
             webhook.handle(&e, 1, &review(uid, "ns", "a"), "/inject");
@@ -986,17 +1012,20 @@ mod tests {
     #[test]
     fn skipped_pods_are_allowed_without_patch() {
         let e = Engine::new(inject::config::Settings::default());
-        let review = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
-            "request": {"uid": "abc", "namespace": "kube-system", "object": {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        let review = pods::review(
+            "v1",
+            "abc",
+            "kube-system",
+            &json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+        );
         let out = handle(&e, &serde_json::to_vec(&review).unwrap(), "/inject");
         assert_eq!(out.kind, OutcomeKind::Skipped);
         assert!(out.message.contains("kube-system"));
         let v: Value = serde_json::from_slice(&out.response).unwrap();
         assert_eq!(
             v,
-            json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
-                             "response": {"uid": "abc", "allowed": true}})
+            admission_review::answer(API_VERSIONS[0], json!({"uid": "abc", "allowed": true}))
         );
     }
 }

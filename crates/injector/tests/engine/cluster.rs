@@ -456,10 +456,7 @@ fn openshift_clears_a_proxy_uid_equal_to_the_apps() {
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hello", "namespace": "test-ns"},
         "spec": {"containers": [{"name": "hello", "image": "hello", "securityContext": {"runAsUser": 1000620000}},
                                 {"name": "istio-proxy", "image": "auto", "securityContext": sc}]}});
-    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "namespace": "test-ns", "operation": "CREATE", "object": pod}});
+    let review = pods::review("v1", "u", "test-ns", &pod);
     let body = serde_json::to_vec(&review).unwrap();
     // The webhook's answer for `pod` and the pod its patch makes.
     let admit = |e: &Engine| {

@@ -9,6 +9,7 @@ use inject::Engine;
 use inject::{ClusterState, PlatformArgs, ProxyConfigArgs};
 use inject::{ConfigArgs, NativeSidecars, Settings};
 use serde_json::{json, Value};
+use sidecar_core::admission_review;
 pub use test_support::corpus::{inject_dir, Case};
 use test_support::corpus::{load_cases, load_template_cases, read_inject};
 use test_support::pods::{self, as_typed_pod, injectable_documents, strip_status, to_pod};
@@ -145,18 +146,8 @@ pub fn run_webhook(case: &Case) -> Result<(), String> {
         }
         let resp: Value =
             serde_json::from_slice(&outcome.response).map_err(|e| format!("response: {e}"))?;
-        let r = &resp["response"];
-        if r["uid"] != json!(uid) {
-            return Err(format!("doc {i}: response uid {} != {uid}", r["uid"]));
-        }
-        if resp["apiVersion"] != json!("admission.k8s.io/v1")
-            || resp["kind"] != json!("AdmissionReview")
-        {
-            return Err(format!(
-                "doc {i}: response envelope {}/{}",
-                resp["apiVersion"], resp["kind"]
-            ));
-        }
+        let r = admission_review::response_to(&resp, admission_review::API_VERSIONS[0], &uid)
+            .map_err(|e| format!("doc {i}: {e}"))?;
         if r["allowed"] != json!(true) {
             return Err(format!("doc {i}: not allowed: {}", r["status"]["message"]));
         }

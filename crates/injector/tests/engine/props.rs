@@ -94,9 +94,8 @@ fn inject(pod: &Value) -> Value {
 }
 
 fn review(pod: &Value) -> Vec<u8> {
-    serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "u", "namespace": pod["metadata"]["namespace"], "operation": "CREATE", "object": pod}}))
-    .expect("json")
+    let namespace = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    serde_json::to_vec(&test_support::pods::review("v1", "u", namespace, pod)).expect("json")
 }
 
 proptest! {

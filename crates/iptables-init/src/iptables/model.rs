@@ -9,6 +9,7 @@ use crate::config::{
     OUTBOUND_MARK,
 };
 use crate::routes::RouteAction;
+use crate::steps::Steps;
 
 /// A netfilter table. `Ord` is lexicographic by name, the order tables are rendered in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -119,16 +120,7 @@ pub fn build(cfg: &Config) -> Plan {
         v4: Vec::new(),
         v6: cfg.ipv6.then(Vec::new),
     };
-    excluded_interfaces(&mut b, cfg);
-    drop_invalid(&mut b, cfg);
-    shared_chains(&mut b, cfg);
-    inbound_capture(&mut b, cfg);
-    outbound_entry(&mut b, cfg);
-    proxy_owners(&mut b, cfg);
-    owner_groups(&mut b, cfg);
-    dns_capture(&mut b, cfg);
-    outbound_destinations(&mut b, cfg);
-    tproxy_marks(&mut b, cfg);
+    crate::steps::run(&mut b, cfg);
     Plan {
         v4: b.v4,
         v6: b.v6,
@@ -136,231 +128,240 @@ pub fn build(cfg: &Config) -> Plan {
     }
 }
 
-/// Steps 1 and 2: interfaces left alone (nat, then mangle under TPROXY), and kube-virt interfaces
-/// never captured inbound.
-fn excluded_interfaces(b: &mut Builder, cfg: &Config) {
-    let tproxy = cfg.mode == InterceptionMode::Tproxy;
-    // 1. Excluded interfaces: nat, then (TPROXY) mangle.
-    for i in &cfg.exclude_interfaces {
-        b.both(Table::Nat, &format!("-A PREROUTING -i {i} -j RETURN"));
-        b.both(Table::Nat, &format!("-A OUTPUT -o {i} -j RETURN"));
-    }
-    if tproxy {
+impl Steps for Builder {
+    /// Steps 1 and 2: interfaces left alone (nat, then mangle under TPROXY), and kube-virt interfaces
+    /// never captured inbound.
+    fn excluded_interfaces(&mut self, cfg: &Config) {
+        let b = self;
+        let tproxy = cfg.mode == InterceptionMode::Tproxy;
+        // 1. Excluded interfaces: nat, then (TPROXY) mangle.
         for i in &cfg.exclude_interfaces {
-            b.both(Table::Mangle, &format!("-A PREROUTING -i {i} -j RETURN"));
-            b.both(Table::Mangle, &format!("-A OUTPUT -o {i} -j RETURN"));
+            b.both(Table::Nat, &format!("-A PREROUTING -i {i} -j RETURN"));
+            b.both(Table::Nat, &format!("-A OUTPUT -o {i} -j RETURN"));
+        }
+        if tproxy {
+            for i in &cfg.exclude_interfaces {
+                b.both(Table::Mangle, &format!("-A PREROUTING -i {i} -j RETURN"));
+                b.both(Table::Mangle, &format!("-A OUTPUT -o {i} -j RETURN"));
+            }
+        }
+        // 2. Kube-virt interfaces are never captured inbound.
+        for i in &cfg.kube_virt_interfaces {
+            b.both(Table::Nat, &format!("-I PREROUTING 1 -i {i} -j RETURN"));
         }
     }
-    // 2. Kube-virt interfaces are never captured inbound.
-    for i in &cfg.kube_virt_interfaces {
-        b.both(Table::Nat, &format!("-I PREROUTING 1 -i {i} -j RETURN"));
-    }
-}
 
-/// Step 3: packets in conntrack state INVALID are dropped (`--drop-invalid`).
-fn drop_invalid(b: &mut Builder, cfg: &Config) {
-    // 3. Drop invalid.
-    if cfg.drop_invalid {
-        b.both(
-            Table::Mangle,
-            "-A PREROUTING -m conntrack --ctstate INVALID -j ISTIO_DROP",
-        );
-        b.both(Table::Mangle, "-A ISTIO_DROP -j DROP");
-    }
-}
-
-/// Steps 4 to 6: the tunnel port is never captured, and the redirect chains every capture jumps to.
-fn shared_chains(b: &mut Builder, cfg: &Config) {
-    let p = cfg.proxy_port;
-    let z = cfg.inbound_capture_port;
-    let t = cfg.inbound_tunnel_port;
-    // 4.-6. The tunnel port and the shared redirect chains.
-    b.both(
-        Table::Nat,
-        &format!("-A ISTIO_INBOUND -p tcp --dport {t} -j RETURN"),
-    );
-    b.both(
-        Table::Nat,
-        &format!("-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports {p}"),
-    );
-    b.both(
-        Table::Nat,
-        &format!("-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports {z}"),
-    );
-}
-
-/// Step 7: inbound capture, through nat REDIRECT or mangle TPROXY.
-fn inbound_capture(b: &mut Builder, cfg: &Config) {
-    let tproxy = cfg.mode == InterceptionMode::Tproxy;
-    let z = cfg.inbound_capture_port;
-    let m = cfg.tproxy_mark;
-    // 7. Inbound capture.
-    if cfg.inbound_ports != InboundPorts::None {
-        let table = if tproxy { Table::Mangle } else { Table::Nat };
-        if tproxy {
+    /// Step 3: packets in conntrack state INVALID are dropped (`--drop-invalid`).
+    fn drop_invalid(&mut self, cfg: &Config) {
+        let b = self;
+        // 3. Drop invalid.
+        if cfg.drop_invalid {
             b.both(
                 Table::Mangle,
-                &format!("-A ISTIO_DIVERT -j MARK --set-mark {m}"),
+                "-A PREROUTING -m conntrack --ctstate INVALID -j ISTIO_DROP",
             );
-            b.both(Table::Mangle, "-A ISTIO_DIVERT -j ACCEPT");
-            b.versioned(Table::Mangle, |f| {
-                format!(
-                    "-A ISTIO_TPROXY ! -d {} -p tcp -j TPROXY --tproxy-mark {m}/0xffffffff --on-port {z}",
-                    loopback(f, cfg)
-                )
-            });
+            b.both(Table::Mangle, "-A ISTIO_DROP -j DROP");
         }
-        b.both(table, "-A PREROUTING -p tcp -j ISTIO_INBOUND");
-        match &cfg.inbound_ports {
-            InboundPorts::All => {
-                for x in &cfg.inbound_exclude_ports {
-                    b.both(
-                        table,
-                        &format!("-A ISTIO_INBOUND -p tcp --dport {x} -j RETURN"),
-                    );
-                }
-                if tproxy {
-                    b.both(
-                        Table::Mangle,
-                        "-A ISTIO_INBOUND -p tcp -m conntrack --ctstate RELATED,ESTABLISHED -j ISTIO_DIVERT",
-                    );
-                    b.both(Table::Mangle, "-A ISTIO_INBOUND -p tcp -j ISTIO_TPROXY");
-                } else {
-                    b.both(Table::Nat, "-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT");
-                }
+    }
+
+    /// Steps 4 to 6: the tunnel port is never captured, and the redirect chains every capture jumps to.
+    fn shared_chains(&mut self, cfg: &Config) {
+        let b = self;
+        let p = cfg.proxy_port;
+        let z = cfg.inbound_capture_port;
+        let t = cfg.inbound_tunnel_port;
+        // 4.-6. The tunnel port and the shared redirect chains.
+        b.both(
+            Table::Nat,
+            &format!("-A ISTIO_INBOUND -p tcp --dport {t} -j RETURN"),
+        );
+        b.both(
+            Table::Nat,
+            &format!("-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports {p}"),
+        );
+        b.both(
+            Table::Nat,
+            &format!("-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports {z}"),
+        );
+    }
+
+    /// Step 7: inbound capture, through nat REDIRECT or mangle TPROXY.
+    fn inbound_capture(&mut self, cfg: &Config) {
+        let b = self;
+        let tproxy = cfg.mode == InterceptionMode::Tproxy;
+        let z = cfg.inbound_capture_port;
+        let m = cfg.tproxy_mark;
+        // 7. Inbound capture.
+        if cfg.inbound_ports != InboundPorts::None {
+            let table = if tproxy { Table::Mangle } else { Table::Nat };
+            if tproxy {
+                b.both(
+                    Table::Mangle,
+                    &format!("-A ISTIO_DIVERT -j MARK --set-mark {m}"),
+                );
+                b.both(Table::Mangle, "-A ISTIO_DIVERT -j ACCEPT");
+                b.versioned(Table::Mangle, |f| {
+                    format!(
+                        "-A ISTIO_TPROXY ! -d {} -p tcp -j TPROXY --tproxy-mark {m}/0xffffffff --on-port {z}",
+                        loopback(f, cfg)
+                    )
+                });
             }
-            InboundPorts::List(ports) => {
-                for x in ports {
+            b.both(table, "-A PREROUTING -p tcp -j ISTIO_INBOUND");
+            match &cfg.inbound_ports {
+                InboundPorts::All => {
+                    for x in &cfg.inbound_exclude_ports {
+                        b.both(
+                            table,
+                            &format!("-A ISTIO_INBOUND -p tcp --dport {x} -j RETURN"),
+                        );
+                    }
                     if tproxy {
                         b.both(
                             Table::Mangle,
-                            &format!(
-                                "-A ISTIO_INBOUND -p tcp --dport {x} -m conntrack --ctstate RELATED,ESTABLISHED -j ISTIO_DIVERT"
-                            ),
+                            "-A ISTIO_INBOUND -p tcp -m conntrack --ctstate RELATED,ESTABLISHED -j ISTIO_DIVERT",
                         );
-                        b.both(
-                            Table::Mangle,
-                            &format!("-A ISTIO_INBOUND -p tcp --dport {x} -j ISTIO_TPROXY"),
-                        );
+                        b.both(Table::Mangle, "-A ISTIO_INBOUND -p tcp -j ISTIO_TPROXY");
                     } else {
-                        b.both(
-                            Table::Nat,
-                            &format!("-A ISTIO_INBOUND -p tcp --dport {x} -j ISTIO_IN_REDIRECT"),
-                        );
+                        b.both(Table::Nat, "-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT");
                     }
                 }
+                InboundPorts::List(ports) => {
+                    for x in ports {
+                        if tproxy {
+                            b.both(
+                                Table::Mangle,
+                                &format!(
+                                    "-A ISTIO_INBOUND -p tcp --dport {x} -m conntrack --ctstate RELATED,ESTABLISHED -j ISTIO_DIVERT"
+                                ),
+                            );
+                            b.both(
+                                Table::Mangle,
+                                &format!("-A ISTIO_INBOUND -p tcp --dport {x} -j ISTIO_TPROXY"),
+                            );
+                        } else {
+                            b.both(
+                                Table::Nat,
+                                &format!(
+                                    "-A ISTIO_INBOUND -p tcp --dport {x} -j ISTIO_IN_REDIRECT"
+                                ),
+                            );
+                        }
+                    }
+                }
+                InboundPorts::None => {}
             }
-            InboundPorts::None => {}
         }
     }
-}
 
-/// Steps 8 to 10: everything leaving goes through ISTIO_OUTPUT, minus the excluded ports and Envoy's
-/// inbound passthrough.
-fn outbound_entry(b: &mut Builder, cfg: &Config) {
-    // 8. Every protocol goes through ISTIO_OUTPUT (UDP must reach the DNS rules).
-    b.both(Table::Nat, "-A OUTPUT -j ISTIO_OUTPUT");
-    // 9. Outbound port excludes.
-    for x in &cfg.outbound_exclude_ports {
-        b.both(
-            Table::Nat,
-            &format!("-A ISTIO_OUTPUT -p tcp --dport {x} -j RETURN"),
-        );
-        b.both(
-            Table::Nat,
-            &format!("-A ISTIO_OUTPUT -p udp --dport {x} -j RETURN"),
-        );
-    }
-    // 10. Envoy's inbound passthrough source.
-    b.versioned(Table::Nat, |f| {
-        format!(
-            "-A ISTIO_OUTPUT -o lo -s {} -j RETURN",
-            passthrough_source(f)
-        )
-    });
-}
-
-/// Steps 11 and 12: the proxy's own traffic (by uid, then gid) is not captured, except to itself over
-/// loopback.
-fn proxy_owners(b: &mut Builder, cfg: &Config) {
-    let t = cfg.inbound_tunnel_port;
-    let dns = cfg.dns_capture();
-    // 11./12. Proxy uids, then gids.
-    let include_loopback = match &cfg.outbound_include {
-        OutboundInclude::All => false,
-        OutboundInclude::List(list) => list.has_loopback(),
-    };
-    let lo_return = |owner: &str, id: u32| {
-        if dns {
-            format!("-A ISTIO_OUTPUT -o lo -p tcp ! --dport 53 -m owner ! --{owner}-owner {id} -j RETURN")
-        } else {
-            format!("-A ISTIO_OUTPUT -o lo -m owner ! --{owner}-owner {id} -j RETURN")
+    /// Steps 8 to 10: everything leaving goes through ISTIO_OUTPUT, minus the excluded ports and Envoy's
+    /// inbound passthrough.
+    fn outbound_entry(&mut self, cfg: &Config) {
+        let b = self;
+        // 8. Every protocol goes through ISTIO_OUTPUT (UDP must reach the DNS rules).
+        b.both(Table::Nat, "-A OUTPUT -j ISTIO_OUTPUT");
+        // 9. Outbound port excludes.
+        for x in &cfg.outbound_exclude_ports {
+            b.both(
+                Table::Nat,
+                &format!("-A ISTIO_OUTPUT -p tcp --dport {x} -j RETURN"),
+            );
+            b.both(
+                Table::Nat,
+                &format!("-A ISTIO_OUTPUT -p udp --dport {x} -j RETURN"),
+            );
         }
-    };
-    for &u in &cfg.proxy_uids {
-        b.versioned(Table::Nat, |f| {
-            let lo = loopback(f, cfg);
-            if dns {
-                format!("-A ISTIO_OUTPUT -o lo ! -d {lo} -p tcp -m multiport ! --dports 53,{t} -m owner --uid-owner {u} -j ISTIO_IN_REDIRECT")
-            } else {
-                format!("-A ISTIO_OUTPUT -o lo ! -d {lo} -p tcp ! --dport {t} -m owner --uid-owner {u} -j ISTIO_IN_REDIRECT")
-            }
-        });
-        if !include_loopback {
-            b.both(Table::Nat, &lo_return("uid", u));
-        }
-        b.both(
-            Table::Nat,
-            &format!("-A ISTIO_OUTPUT -m owner --uid-owner {u} -j RETURN"),
-        );
-    }
-    for &g in &cfg.proxy_gids {
-        // Always the non-DNS form here, as Istio does (an asymmetry with the uid rule).
+        // 10. Envoy's inbound passthrough source.
         b.versioned(Table::Nat, |f| {
             format!(
-                "-A ISTIO_OUTPUT -o lo ! -d {} -p tcp ! --dport {t} -m owner --gid-owner {g} -j ISTIO_IN_REDIRECT",
-                loopback(f, cfg)
+                "-A ISTIO_OUTPUT -o lo -s {} -j RETURN",
+                passthrough_source(f)
             )
         });
-        if !include_loopback {
-            b.both(Table::Nat, &lo_return("gid", g));
-        }
-        b.both(
-            Table::Nat,
-            &format!("-A ISTIO_OUTPUT -m owner --gid-owner {g} -j RETURN"),
-        );
     }
-}
 
-/// Step 13: the owner-group filter.
-fn owner_groups(b: &mut Builder, cfg: &Config) {
-    // 13. Owner groups.
-    match &cfg.owner_groups {
-        OwnerGroups::AllExcept(groups) => {
-            for g in groups {
-                b.both(
-                    Table::Nat,
-                    &format!("-A ISTIO_OUTPUT -m owner --gid-owner {g} -j RETURN"),
-                );
+    /// Steps 11 and 12: the proxy's own traffic (by uid, then gid) is not captured, except to itself over
+    /// loopback.
+    fn proxy_owners(&mut self, cfg: &Config) {
+        let b = self;
+        let t = cfg.inbound_tunnel_port;
+        let dns = cfg.dns_capture();
+        // 11./12. Proxy uids, then gids.
+        let include_loopback = match &cfg.outbound_include {
+            OutboundInclude::All => false,
+            OutboundInclude::List(list) => list.has_loopback(),
+        };
+        let lo_return = |owner: &str, id: u32| {
+            if dns {
+                format!("-A ISTIO_OUTPUT -o lo -p tcp ! --dport 53 -m owner ! --{owner}-owner {id} -j RETURN")
+            } else {
+                format!("-A ISTIO_OUTPUT -o lo -m owner ! --{owner}-owner {id} -j RETURN")
+            }
+        };
+        for &u in &cfg.proxy_uids {
+            b.versioned(Table::Nat, |f| {
+                let lo = loopback(f, cfg);
+                if dns {
+                    format!("-A ISTIO_OUTPUT -o lo ! -d {lo} -p tcp -m multiport ! --dports 53,{t} -m owner --uid-owner {u} -j ISTIO_IN_REDIRECT")
+                } else {
+                    format!("-A ISTIO_OUTPUT -o lo ! -d {lo} -p tcp ! --dport {t} -m owner --uid-owner {u} -j ISTIO_IN_REDIRECT")
+                }
+            });
+            if !include_loopback {
+                b.both(Table::Nat, &lo_return("uid", u));
+            }
+            b.both(
+                Table::Nat,
+                &format!("-A ISTIO_OUTPUT -m owner --uid-owner {u} -j RETURN"),
+            );
+        }
+        for &g in &cfg.proxy_gids {
+            // Always the non-DNS form here, as Istio does (an asymmetry with the uid rule).
+            b.versioned(Table::Nat, |f| {
+                format!(
+                    "-A ISTIO_OUTPUT -o lo ! -d {} -p tcp ! --dport {t} -m owner --gid-owner {g} -j ISTIO_IN_REDIRECT",
+                    loopback(f, cfg)
+                )
+            });
+            if !include_loopback {
+                b.both(Table::Nat, &lo_return("gid", g));
+            }
+            b.both(
+                Table::Nat,
+                &format!("-A ISTIO_OUTPUT -m owner --gid-owner {g} -j RETURN"),
+            );
+        }
+    }
+
+    /// Step 13: the owner-group filter.
+    fn owner_groups(&mut self, cfg: &Config) {
+        let b = self;
+        // 13. Owner groups.
+        match &cfg.owner_groups {
+            OwnerGroups::AllExcept(groups) => {
+                for g in groups {
+                    b.both(
+                        Table::Nat,
+                        &format!("-A ISTIO_OUTPUT -m owner --gid-owner {g} -j RETURN"),
+                    );
+                }
+            }
+            OwnerGroups::Only(groups) => {
+                let mut text = String::from("-A ISTIO_OUTPUT");
+                for g in groups {
+                    text.push_str(&format!(" -m owner ! --gid-owner {g}"));
+                }
+                text.push_str(" -j RETURN");
+                b.both(Table::Nat, &text);
             }
         }
-        OwnerGroups::Only(groups) => {
-            let mut text = String::from("-A ISTIO_OUTPUT");
-            for g in groups {
-                text.push_str(&format!(" -m owner ! --gid-owner {g}"));
-            }
-            text.push_str(" -j RETURN");
-            b.both(Table::Nat, &text);
-        }
     }
-}
 
-/// Step 14: DNS capture to the agent, with conntrack zones.
-fn dns_capture(b: &mut Builder, cfg: &Config) {
-    let dns = cfg.dns_capture();
-    let all_dns = cfg.capture_all_dns;
-    // 14. DNS capture.
-    if dns {
+    /// Step 14: DNS capture to the agent, with conntrack zones.
+    fn dns_capture(&mut self, cfg: &Config) {
+        let b = self;
+        let all_dns = cfg.capture_all_dns;
+        // 14. DNS capture.
         let s4 = &cfg.dns_servers_v4;
         let s6 = &cfg.dns_servers_v6;
         b.both(Table::Raw, "-A OUTPUT -j ISTIO_OUTPUT_DNS");
@@ -447,79 +448,84 @@ fn dns_capture(b: &mut Builder, cfg: &Config) {
             }
         }
     }
-}
 
-/// Steps 15 to 18: which destinations outbound capture sends to Envoy.
-fn outbound_destinations(b: &mut Builder, cfg: &Config) {
-    // 15. Localhost is never captured.
-    b.versioned(Table::Nat, |f| {
-        format!("-A ISTIO_OUTPUT -d {} -j RETURN", loopback(f, cfg))
-    });
-    // 16. Excluded CIDRs.
-    for c in &cfg.outbound_exclude.v4 {
-        b.one(
-            Family::V4,
-            Table::Nat,
-            &format!("-A ISTIO_OUTPUT -d {c} -j RETURN"),
-        );
+    /// Steps 15 to 17: which destinations outbound capture leaves alone (loopback, the excluded CIDRs) and
+    /// which it always sends to Envoy (the always-captured ports).
+    fn outbound_destinations(&mut self, cfg: &Config) {
+        let b = self;
+        // 15. Localhost is never captured.
+        b.versioned(Table::Nat, |f| {
+            format!("-A ISTIO_OUTPUT -d {} -j RETURN", loopback(f, cfg))
+        });
+        // 16. Excluded CIDRs.
+        for c in &cfg.outbound_exclude.v4 {
+            b.one(
+                Family::V4,
+                Table::Nat,
+                &format!("-A ISTIO_OUTPUT -d {c} -j RETURN"),
+            );
+        }
+        for c in &cfg.outbound_exclude.v6 {
+            b.one(
+                Family::V6,
+                Table::Nat,
+                &format!("-A ISTIO_OUTPUT -d {c} -j RETURN"),
+            );
+        }
+        // 17. Outbound ports always captured.
+        for x in &cfg.outbound_ports {
+            b.both(
+                Table::Nat,
+                &format!("-A ISTIO_OUTPUT -p tcp --dport {x} -j ISTIO_REDIRECT"),
+            );
+        }
     }
-    for c in &cfg.outbound_exclude.v6 {
-        b.one(
-            Family::V6,
-            Table::Nat,
-            &format!("-A ISTIO_OUTPUT -d {c} -j RETURN"),
-        );
-    }
-    // 17. Outbound ports always captured.
-    for x in &cfg.outbound_ports {
-        b.both(
-            Table::Nat,
-            &format!("-A ISTIO_OUTPUT -p tcp --dport {x} -j ISTIO_REDIRECT"),
-        );
-    }
-    // 18. Outbound include, v4 then v6.
-    for family in [Family::V4, Family::V6] {
-        match &cfg.outbound_include {
-            OutboundInclude::All => {
-                b.one(family, Table::Nat, "-A ISTIO_OUTPUT -j ISTIO_REDIRECT");
-                for i in &cfg.kube_virt_interfaces {
-                    b.one(
-                        family,
-                        Table::Nat,
-                        &format!("-I PREROUTING 1 -i {i} -j ISTIO_REDIRECT"),
-                    );
-                }
-            }
-            OutboundInclude::List(list) => {
-                let cidrs = match family {
-                    Family::V4 => &list.v4,
-                    Family::V6 => &list.v6,
-                };
-                for c in cidrs {
+
+    /// Step 18: the included destinations go to Envoy, from the pod and from kube-virt interfaces.
+    fn outbound_include(&mut self, cfg: &Config) {
+        let b = self;
+        // 18. Outbound include, v4 then v6.
+        for family in [Family::V4, Family::V6] {
+            match &cfg.outbound_include {
+                OutboundInclude::All => {
+                    b.one(family, Table::Nat, "-A ISTIO_OUTPUT -j ISTIO_REDIRECT");
                     for i in &cfg.kube_virt_interfaces {
                         b.one(
                             family,
                             Table::Nat,
-                            &format!("-I PREROUTING 1 -i {i} -d {c} -j ISTIO_REDIRECT"),
+                            &format!("-I PREROUTING 1 -i {i} -j ISTIO_REDIRECT"),
                         );
                     }
-                    b.one(
-                        family,
-                        Table::Nat,
-                        &format!("-A ISTIO_OUTPUT -d {c} -j ISTIO_REDIRECT"),
-                    );
+                }
+                OutboundInclude::List(list) => {
+                    let cidrs = match family {
+                        Family::V4 => &list.v4,
+                        Family::V6 => &list.v6,
+                    };
+                    for c in cidrs {
+                        for i in &cfg.kube_virt_interfaces {
+                            b.one(
+                                family,
+                                Table::Nat,
+                                &format!("-I PREROUTING 1 -i {i} -d {c} -j ISTIO_REDIRECT"),
+                            );
+                        }
+                        b.one(
+                            family,
+                            Table::Nat,
+                            &format!("-A ISTIO_OUTPUT -d {c} -j ISTIO_REDIRECT"),
+                        );
+                    }
                 }
             }
         }
     }
-}
 
-/// Step 19: TPROXY marks, even with no inbound ports.
-fn tproxy_marks(b: &mut Builder, cfg: &Config) {
-    let tproxy = cfg.mode == InterceptionMode::Tproxy;
-    let m = cfg.tproxy_mark;
-    // 19. TPROXY marks, even with no inbound ports.
-    if tproxy {
+    /// Step 19: TPROXY marks, even with no inbound ports.
+    fn tproxy_marks(&mut self, cfg: &Config) {
+        let b = self;
+        let m = cfg.tproxy_mark;
+        // 19. TPROXY marks, even with no inbound ports.
         b.both(
             Table::Mangle,
             &format!("-A PREROUTING -p tcp -m mark --mark {m} -j CONNMARK --save-mark"),

@@ -11,6 +11,7 @@ use crate::config::{
     OUTBOUND_MARK,
 };
 use crate::routes::RouteAction;
+use crate::steps::Steps;
 
 /// One of Istio's three `inet` tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -469,21 +470,7 @@ pub fn build(cfg: &Config) -> Ruleset {
         ipv6: cfg.ipv6,
         rules: Default::default(),
     };
-    excluded_interfaces(&mut b, cfg);
-    drop_invalid(&mut b, cfg);
-    shared_chains(&mut b, cfg);
-    inbound_capture(&mut b, cfg);
-    outbound_entry(&mut b, cfg);
-    proxy_owners(&mut b, cfg);
-    owner_groups(&mut b, cfg);
-    if cfg.dns_capture() {
-        dns_capture(&mut b, cfg);
-    }
-    outbound_destinations(&mut b, cfg);
-    outbound_include(&mut b, cfg);
-    if tproxy(cfg) {
-        tproxy_marks(&mut b, cfg);
-    }
+    crate::steps::run(&mut b, cfg);
     Ruleset {
         tables: b.finish(),
         routes: crate::routes::build(cfg),
@@ -511,367 +498,481 @@ fn loopbacks(cfg: &Config) -> impl Iterator<Item = Cidr> {
         .flatten()
 }
 
-/// Interfaces left alone, nat then (TPROXY) mangle (`shortCircuitExcludeInterfaces`), and kube-virt
-/// interfaces never captured inbound (`shortCircuitKubeInternalInterface`).
-fn excluded_interfaces(b: &mut Builder, cfg: &Config) {
-    use TableId::{Mangle, Nat};
-    for c in &cfg.exclude_interfaces {
-        b.append(Nat, PREROUTING, vec![iif(c), Stmt::Return]);
-        b.append(Nat, OUTPUT, vec![oif(c), Stmt::Return]);
-    }
-    if tproxy(cfg) {
+impl Steps for Builder {
+    /// Interfaces left alone, nat then (TPROXY) mangle (`shortCircuitExcludeInterfaces`), and kube-virt
+    /// interfaces never captured inbound (`shortCircuitKubeInternalInterface`).
+    fn excluded_interfaces(&mut self, cfg: &Config) {
+        let b = self;
+        use TableId::{Mangle, Nat};
         for c in &cfg.exclude_interfaces {
-            b.append(Mangle, PREROUTING, vec![iif(c), Stmt::Return]);
-            b.append(Mangle, OUTPUT, vec![oif(c), Stmt::Return]);
+            b.append(Nat, PREROUTING, vec![iif(c), Stmt::Return]);
+            b.append(Nat, OUTPUT, vec![oif(c), Stmt::Return]);
         }
-    }
-    for k in &cfg.kube_virt_interfaces {
-        b.insert(Nat, PREROUTING, 0, vec![iif(k), Stmt::Return]);
-    }
-}
-
-/// `--drop-invalid`: TCP in conntrack state INVALID is dropped.
-fn drop_invalid(b: &mut Builder, cfg: &Config) {
-    use TableId::Mangle;
-    if cfg.drop_invalid {
-        b.append(
-            Mangle,
-            PREROUTING,
-            vec![TCP, Stmt::CtState(CtState::Invalid), Stmt::Jump(DROP)],
-        );
-        b.append(Mangle, DROP, vec![Stmt::Drop]);
-    }
-}
-
-/// The tunnel port is never captured inbound, and the redirect chains every capture jumps to.
-fn shared_chains(b: &mut Builder, cfg: &Config) {
-    use TableId::Nat;
-    b.append(
-        Nat,
-        INBOUND,
-        vec![
-            TCP,
-            dport(Proto::Tcp, false, cfg.inbound_tunnel_port),
-            Stmt::Return,
-        ],
-    );
-    b.append(Nat, REDIRECT, vec![TCP, Stmt::Redirect(cfg.proxy_port)]);
-    b.append(
-        Nat,
-        IN_REDIRECT,
-        vec![TCP, Stmt::Redirect(cfg.inbound_capture_port)],
-    );
-}
-
-/// Inbound capture, through nat redirect or mangle TPROXY (`handleInboundPortsInclude`).
-fn inbound_capture(b: &mut Builder, cfg: &Config) {
-    use TableId::{Mangle, Nat};
-    if cfg.inbound_ports == InboundPorts::None {
-        return;
-    }
-    let tproxy = tproxy(cfg);
-    let z = cfg.inbound_capture_port;
-    let m = cfg.tproxy_mark;
-    let table = if tproxy {
-        b.append(Mangle, DIVERT, vec![Stmt::SetMark(m)]);
-        b.append(Mangle, DIVERT, vec![Stmt::Accept]);
-        b.append(
-            Mangle,
-            TPROXY,
-            vec![
-                TCP,
-                daddr(true, cfg.loopback_cidr),
-                Stmt::Tproxy {
-                    ip: Ip::V4,
-                    port: z,
-                },
-                Stmt::SetMark(m),
-                Stmt::Accept,
-            ],
-        );
-        b.append_v6(
-            Mangle,
-            TPROXY,
-            vec![
-                TCP,
-                daddr(true, v6_loopback()),
-                Stmt::Tproxy {
-                    ip: Ip::V6,
-                    port: z,
-                },
-                Stmt::SetMark(m),
-                Stmt::Accept,
-            ],
-        );
-        Mangle
-    } else {
-        Nat
-    };
-    b.append(table, PREROUTING, vec![TCP, Stmt::Jump(INBOUND)]);
-    match &cfg.inbound_ports {
-        InboundPorts::All => {
-            for &p in &cfg.inbound_exclude_ports {
-                b.append(
-                    table,
-                    INBOUND,
-                    vec![TCP, dport(Proto::Tcp, false, p), Stmt::Return],
-                );
-            }
-            capture_inbound(b, tproxy, None);
-        }
-        InboundPorts::List(ports) => {
-            for &p in ports {
-                capture_inbound(b, tproxy, Some(p));
+        if tproxy(cfg) {
+            for c in &cfg.exclude_interfaces {
+                b.append(Mangle, PREROUTING, vec![iif(c), Stmt::Return]);
+                b.append(Mangle, OUTPUT, vec![oif(c), Stmt::Return]);
             }
         }
-        InboundPorts::None => {}
+        for k in &cfg.kube_virt_interfaces {
+            b.insert(Nat, PREROUTING, 0, vec![iif(k), Stmt::Return]);
+        }
     }
-}
 
-/// Outbound through nat `istio-output`: the excluded ports, then the inbound passthrough.
-fn outbound_entry(b: &mut Builder, cfg: &Config) {
-    use TableId::Nat;
-    b.append(Nat, OUTPUT, vec![Stmt::Jump(ISTIO_OUTPUT)]);
-    for &p in &cfg.outbound_exclude_ports {
+    /// `--drop-invalid`: TCP in conntrack state INVALID is dropped.
+    fn drop_invalid(&mut self, cfg: &Config) {
+        let b = self;
+        use TableId::Mangle;
+        if cfg.drop_invalid {
+            b.append(
+                Mangle,
+                PREROUTING,
+                vec![TCP, Stmt::CtState(CtState::Invalid), Stmt::Jump(DROP)],
+            );
+            b.append(Mangle, DROP, vec![Stmt::Drop]);
+        }
+    }
+
+    /// The tunnel port is never captured inbound, and the redirect chains every capture jumps to.
+    fn shared_chains(&mut self, cfg: &Config) {
+        let b = self;
+        use TableId::Nat;
         b.append(
             Nat,
-            ISTIO_OUTPUT,
-            vec![dport(Proto::Tcp, false, p), Stmt::Return],
+            INBOUND,
+            vec![
+                TCP,
+                dport(Proto::Tcp, false, cfg.inbound_tunnel_port),
+                Stmt::Return,
+            ],
         );
+        b.append(Nat, REDIRECT, vec![TCP, Stmt::Redirect(cfg.proxy_port)]);
         b.append(
             Nat,
-            ISTIO_OUTPUT,
-            vec![dport(Proto::Udp, false, p), Stmt::Return],
+            IN_REDIRECT,
+            vec![TCP, Stmt::Redirect(cfg.inbound_capture_port)],
         );
     }
-    b.append(
-        Nat,
-        ISTIO_OUTPUT,
-        vec![oif("lo"), saddr(passthrough_v4()), Stmt::Return],
-    );
-    b.append_v6(
-        Nat,
-        ISTIO_OUTPUT,
-        vec![oif("lo"), saddr(passthrough_v6()), Stmt::Return],
-    );
-}
 
-/// The proxy's own traffic, uids then gids: over `lo` to a non-loopback address it goes to the inbound
-/// listener, otherwise it leaves uncaptured (unless loopback is an included destination).
-fn proxy_owners(b: &mut Builder, cfg: &Config) {
-    use TableId::Nat;
-    let dns = cfg.dns_capture();
-    let include_loopback = match &cfg.outbound_include {
-        OutboundInclude::All => false,
-        OutboundInclude::List(list) => list.has_loopback(),
-    };
-    let t = cfg.inbound_tunnel_port;
-    let tunnel_ports = |dns: bool| {
-        if dns {
-            Stmt::PortNotIn {
-                proto: Proto::Tcp,
-                ports: vec![53, t],
-            }
+    /// Inbound capture, through nat redirect or mangle TPROXY (`handleInboundPortsInclude`).
+    fn inbound_capture(&mut self, cfg: &Config) {
+        let b = self;
+        use TableId::{Mangle, Nat};
+        if cfg.inbound_ports == InboundPorts::None {
+            return;
+        }
+        let tproxy = tproxy(cfg);
+        let z = cfg.inbound_capture_port;
+        let m = cfg.tproxy_mark;
+        let table = if tproxy {
+            b.append(Mangle, DIVERT, vec![Stmt::SetMark(m)]);
+            b.append(Mangle, DIVERT, vec![Stmt::Accept]);
+            b.append(
+                Mangle,
+                TPROXY,
+                vec![
+                    TCP,
+                    daddr(true, cfg.loopback_cidr),
+                    Stmt::Tproxy {
+                        ip: Ip::V4,
+                        port: z,
+                    },
+                    Stmt::SetMark(m),
+                    Stmt::Accept,
+                ],
+            );
+            b.append_v6(
+                Mangle,
+                TPROXY,
+                vec![
+                    TCP,
+                    daddr(true, v6_loopback()),
+                    Stmt::Tproxy {
+                        ip: Ip::V6,
+                        port: z,
+                    },
+                    Stmt::SetMark(m),
+                    Stmt::Accept,
+                ],
+            );
+            Mangle
         } else {
-            dport(Proto::Tcp, true, t)
+            Nat
+        };
+        b.append(table, PREROUTING, vec![TCP, Stmt::Jump(INBOUND)]);
+        match &cfg.inbound_ports {
+            InboundPorts::All => {
+                for &p in &cfg.inbound_exclude_ports {
+                    b.append(
+                        table,
+                        INBOUND,
+                        vec![TCP, dport(Proto::Tcp, false, p), Stmt::Return],
+                    );
+                }
+                capture_inbound(b, tproxy, None);
+            }
+            InboundPorts::List(ports) => {
+                for &p in ports {
+                    capture_inbound(b, tproxy, Some(p));
+                }
+            }
+            InboundPorts::None => {}
         }
-    };
-    // The rules of one proxy uid or gid, which `owner(neq)` matches; `tunnel_dns` picks the tunnel match.
-    let proxy_owner = |b: &mut Builder, owner: &dyn Fn(bool) -> Stmt, tunnel_dns: bool| {
-        for lo in loopbacks(cfg) {
+    }
+
+    /// Outbound through nat `istio-output`: the excluded ports, then the inbound passthrough.
+    fn outbound_entry(&mut self, cfg: &Config) {
+        let b = self;
+        use TableId::Nat;
+        b.append(Nat, OUTPUT, vec![Stmt::Jump(ISTIO_OUTPUT)]);
+        for &p in &cfg.outbound_exclude_ports {
             b.append(
                 Nat,
                 ISTIO_OUTPUT,
-                vec![
-                    oif("lo"),
-                    TCP,
-                    daddr(true, lo),
-                    tunnel_ports(tunnel_dns),
-                    owner(false),
-                    Stmt::Jump(IN_REDIRECT),
-                ],
+                vec![dport(Proto::Tcp, false, p), Stmt::Return],
+            );
+            b.append(
+                Nat,
+                ISTIO_OUTPUT,
+                vec![dport(Proto::Udp, false, p), Stmt::Return],
             );
         }
-        if !include_loopback {
-            let mut stmts = vec![oif("lo")];
-            if dns {
-                stmts.extend([TCP, dport(Proto::Tcp, true, 53)]);
-            }
-            stmts.extend([owner(true), Stmt::Return]);
-            b.append(Nat, ISTIO_OUTPUT, stmts);
-        }
-        b.append(Nat, ISTIO_OUTPUT, vec![owner(false), Stmt::Return]);
-    };
-    for &u in &cfg.proxy_uids {
-        let uid = |neq| Stmt::SkUid {
-            neq,
-            uid: u,
-            meta: false,
-        };
-        proxy_owner(b, &uid, dns);
+        b.append(
+            Nat,
+            ISTIO_OUTPUT,
+            vec![oif("lo"), saddr(passthrough_v4()), Stmt::Return],
+        );
+        b.append_v6(
+            Nat,
+            ISTIO_OUTPUT,
+            vec![oif("lo"), saddr(passthrough_v6()), Stmt::Return],
+        );
     }
-    for &g in &cfg.proxy_gids {
-        let gid = |neq| Stmt::SkGid {
-            neq,
-            group: Group::Id(g),
-            meta: false,
-        };
-        // Always the non-DNS tunnel match here, as Istio does (an asymmetry with the uid rule).
-        proxy_owner(b, &gid, false);
-    }
-}
 
-/// The owner-group filter (`handleCaptureByOwnerGroup`).
-fn owner_groups(b: &mut Builder, cfg: &Config) {
-    use TableId::Nat;
-    match &cfg.owner_groups {
-        OwnerGroups::AllExcept(groups) => {
-            for g in groups {
+    /// The proxy's own traffic, uids then gids: over `lo` to a non-loopback address it goes to the inbound
+    /// listener, otherwise it leaves uncaptured (unless loopback is an included destination).
+    fn proxy_owners(&mut self, cfg: &Config) {
+        let b = self;
+        use TableId::Nat;
+        let dns = cfg.dns_capture();
+        let include_loopback = match &cfg.outbound_include {
+            OutboundInclude::All => false,
+            OutboundInclude::List(list) => list.has_loopback(),
+        };
+        let t = cfg.inbound_tunnel_port;
+        let tunnel_ports = |dns: bool| {
+            if dns {
+                Stmt::PortNotIn {
+                    proto: Proto::Tcp,
+                    ports: vec![53, t],
+                }
+            } else {
+                dport(Proto::Tcp, true, t)
+            }
+        };
+        // The rules of one proxy uid or gid, which `owner(neq)` matches; `tunnel_dns` picks the tunnel match.
+        let proxy_owner = |b: &mut Builder, owner: &dyn Fn(bool) -> Stmt, tunnel_dns: bool| {
+            for lo in loopbacks(cfg) {
                 b.append(
                     Nat,
                     ISTIO_OUTPUT,
                     vec![
-                        Stmt::SkGid {
-                            neq: false,
-                            group: Group::parse(g),
-                            meta: false,
-                        },
-                        Stmt::Return,
+                        oif("lo"),
+                        TCP,
+                        daddr(true, lo),
+                        tunnel_ports(tunnel_dns),
+                        owner(false),
+                        Stmt::Jump(IN_REDIRECT),
+                    ],
+                );
+            }
+            if !include_loopback {
+                let mut stmts = vec![oif("lo")];
+                if dns {
+                    stmts.extend([TCP, dport(Proto::Tcp, true, 53)]);
+                }
+                stmts.extend([owner(true), Stmt::Return]);
+                b.append(Nat, ISTIO_OUTPUT, stmts);
+            }
+            b.append(Nat, ISTIO_OUTPUT, vec![owner(false), Stmt::Return]);
+        };
+        for &u in &cfg.proxy_uids {
+            let uid = |neq| Stmt::SkUid {
+                neq,
+                uid: u,
+                meta: false,
+            };
+            proxy_owner(b, &uid, dns);
+        }
+        for &g in &cfg.proxy_gids {
+            let gid = |neq| Stmt::SkGid {
+                neq,
+                group: Group::Id(g),
+                meta: false,
+            };
+            // Always the non-DNS tunnel match here, as Istio does (an asymmetry with the uid rule).
+            proxy_owner(b, &gid, false);
+        }
+    }
+
+    /// The owner-group filter (`handleCaptureByOwnerGroup`).
+    fn owner_groups(&mut self, cfg: &Config) {
+        let b = self;
+        use TableId::Nat;
+        match &cfg.owner_groups {
+            OwnerGroups::AllExcept(groups) => {
+                for g in groups {
+                    b.append(
+                        Nat,
+                        ISTIO_OUTPUT,
+                        vec![
+                            Stmt::SkGid {
+                                neq: false,
+                                group: Group::parse(g),
+                                meta: false,
+                            },
+                            Stmt::Return,
+                        ],
+                    );
+                }
+            }
+            OwnerGroups::Only(groups) => {
+                let mut stmts: Vec<Stmt> = groups
+                    .iter()
+                    .map(|g| Stmt::SkGid {
+                        neq: true,
+                        group: Group::parse(g),
+                        meta: false,
+                    })
+                    .collect();
+                stmts.push(Stmt::Return);
+                b.append(Nat, ISTIO_OUTPUT, stmts);
+            }
+        }
+    }
+
+    /// DNS capture to the agent, with conntrack zones (`SetupDNSRedir` and `addDNSConntrackZones` in
+    /// Istio's `run.go`).
+    fn dns_capture(&mut self, cfg: &Config) {
+        let b = self;
+        use TableId::{Nat, Raw};
+        let all = cfg.capture_all_dns;
+        let (s4, s6) = (&cfg.dns_servers_v4, &cfg.dns_servers_v6);
+        // Istio's `run.go` jumps to nat's `istio-output-dns` and raw's `istio-inbound` even when they get no
+        // rule (only IPv6 servers with IPv6 off); such a chain is not created and the kernel then refuses the
+        // whole transaction. A jump to an empty chain does nothing, so those jumps are left out exactly then,
+        // as istio-iptables' per-family jumps are.
+        let servers = all || !s4.is_empty() || (cfg.ipv6 && !s6.is_empty());
+        let owners = owner_matches(cfg, true).next().is_some();
+        if servers || owners {
+            b.append(Raw, OUTPUT, vec![Stmt::Jump(OUTPUT_DNS)]);
+        }
+        if servers {
+            b.append(Nat, ISTIO_OUTPUT, vec![Stmt::Jump(OUTPUT_DNS)]);
+        }
+        for proto in [Proto::Tcp, Proto::Udp] {
+            if all {
+                let mut stmts = Vec::new();
+                if proto == Proto::Tcp {
+                    stmts.push(TCP);
+                }
+                stmts.extend([dport(proto, false, 53), Stmt::Redirect(DNS_PROXY_PORT)]);
+                b.append(Nat, OUTPUT_DNS, stmts);
+            } else {
+                let v4 = s4.iter().map(|&s| (v4_host(s), false));
+                for (server, v6) in v4.chain(s6.iter().map(|&s| (v6_host(s), true))) {
+                    let Some(b) = b.family(v6) else { continue };
+                    b.append(
+                        Nat,
+                        OUTPUT_DNS,
+                        vec![
+                            daddr(false, server),
+                            dport(proto, false, 53),
+                            Stmt::Redirect(DNS_PROXY_PORT),
+                        ],
+                    );
+                }
+            }
+        }
+        for owner in owner_matches(cfg, true) {
+            b.append(
+                Raw,
+                OUTPUT_DNS,
+                vec![
+                    dport(Proto::Udp, false, 53),
+                    owner.clone(),
+                    Stmt::CtZoneSet(1),
+                ],
+            );
+            b.append(
+                Raw,
+                OUTPUT_DNS,
+                vec![sport(Proto::Udp, DNS_PROXY_PORT), owner, Stmt::CtZoneSet(2)],
+            );
+        }
+        if servers {
+            b.append(Raw, PREROUTING, vec![Stmt::Jump(INBOUND)]);
+        }
+        if all {
+            b.append(
+                Raw,
+                OUTPUT_DNS,
+                vec![dport(Proto::Udp, false, 53), Stmt::CtZoneSet(2)],
+            );
+            b.append(
+                Raw,
+                INBOUND,
+                vec![sport(Proto::Udp, 53), Stmt::CtZoneSet(1)],
+            );
+        } else {
+            let v4 = s4.iter().map(|&s| (v4_host(s), true));
+            let v6 = s6.iter().map(|&s| (v6_host(s), false));
+            for (s, v4) in v4.chain(v6) {
+                let add = |b: &mut Builder, chain, stmts| {
+                    if v4 {
+                        b.append(Raw, chain, stmts);
+                    } else {
+                        b.append_v6(Raw, chain, stmts);
+                    }
+                };
+                add(
+                    b,
+                    OUTPUT_DNS,
+                    vec![
+                        dport(Proto::Udp, false, 53),
+                        daddr(false, s),
+                        Stmt::CtZoneSet(2),
+                    ],
+                );
+                add(
+                    b,
+                    INBOUND,
+                    vec![sport(Proto::Udp, 53), saddr(s), Stmt::CtZoneSet(1)],
+                );
+            }
+        }
+    }
+
+    /// Which destinations outbound capture leaves alone (loopback, the excluded CIDRs) and which it always
+    /// sends to the proxy (the always-captured ports).
+    fn outbound_destinations(&mut self, cfg: &Config) {
+        let b = self;
+        use TableId::Nat;
+        b.append(
+            Nat,
+            ISTIO_OUTPUT,
+            vec![daddr(false, cfg.loopback_cidr), Stmt::Return],
+        );
+        b.append_v6(
+            Nat,
+            ISTIO_OUTPUT,
+            vec![daddr(false, v6_loopback()), Stmt::Return],
+        );
+        for &c in &cfg.outbound_exclude.v4 {
+            b.append(Nat, ISTIO_OUTPUT, vec![daddr(false, c), Stmt::Return]);
+        }
+        for &c in &cfg.outbound_exclude.v6 {
+            b.append_v6(Nat, ISTIO_OUTPUT, vec![daddr(false, c), Stmt::Return]);
+        }
+        for &p in &cfg.outbound_ports {
+            b.append(
+                Nat,
+                ISTIO_OUTPUT,
+                vec![dport(Proto::Tcp, false, p), Stmt::Jump(REDIRECT)],
+            );
+        }
+    }
+
+    /// The included destinations go to the proxy, from the pod and from kube-virt interfaces
+    /// (`handleOutboundIncludeRules`).
+    fn outbound_include(&mut self, cfg: &Config) {
+        let b = self;
+        use TableId::Nat;
+        match &cfg.outbound_include {
+            OutboundInclude::All => {
+                b.append(Nat, ISTIO_OUTPUT, vec![Stmt::Jump(REDIRECT)]);
+                for k in &cfg.kube_virt_interfaces {
+                    b.insert(Nat, PREROUTING, 0, vec![iif(k), Stmt::Jump(REDIRECT)]);
+                }
+            }
+            OutboundInclude::List(list) => {
+                let v4 = list.v4.iter().map(|&c| (c, false));
+                for (c, v6) in v4.chain(list.v6.iter().map(|&c| (c, true))) {
+                    let Some(b) = b.family(v6) else { continue };
+                    for k in &cfg.kube_virt_interfaces {
+                        b.insert(
+                            Nat,
+                            PREROUTING,
+                            0,
+                            vec![iif(k), daddr(false, c), Stmt::Jump(REDIRECT)],
+                        );
+                    }
+                    b.append(
+                        Nat,
+                        ISTIO_OUTPUT,
+                        vec![daddr(false, c), Stmt::Jump(REDIRECT)],
+                    );
+                }
+            }
+        }
+    }
+
+    /// TPROXY marks, even with no inbound ports: the mark kept on the connection, the proxy's loopback
+    /// traffic marked, and the marked or passthrough traffic never captured inbound.
+    fn tproxy_marks(&mut self, cfg: &Config) {
+        let b = self;
+        use TableId::Mangle;
+        let m = cfg.tproxy_mark;
+        b.append(
+            Mangle,
+            PREROUTING,
+            vec![TCP, mark(false, m), Stmt::CtMarkSetMark],
+        );
+        b.append(
+            Mangle,
+            OUTPUT,
+            vec![oif("lo"), TCP, mark(false, m), Stmt::Return],
+        );
+        for owner in owner_matches(cfg, false) {
+            for lo in loopbacks(cfg) {
+                b.append(
+                    Mangle,
+                    OUTPUT,
+                    vec![
+                        oif("lo"),
+                        TCP,
+                        daddr(true, lo),
+                        owner.clone(),
+                        Stmt::SetMark(OUTBOUND_MARK),
                     ],
                 );
             }
         }
-        OwnerGroups::Only(groups) => {
-            let mut stmts: Vec<Stmt> = groups
-                .iter()
-                .map(|g| Stmt::SkGid {
-                    neq: true,
-                    group: Group::parse(g),
-                    meta: false,
-                })
-                .collect();
-            stmts.push(Stmt::Return);
-            b.append(Nat, ISTIO_OUTPUT, stmts);
-        }
-    }
-}
-
-/// Which destinations outbound capture leaves alone (loopback, the excluded CIDRs) and which it always
-/// sends to the proxy (the always-captured ports).
-fn outbound_destinations(b: &mut Builder, cfg: &Config) {
-    use TableId::Nat;
-    b.append(
-        Nat,
-        ISTIO_OUTPUT,
-        vec![daddr(false, cfg.loopback_cidr), Stmt::Return],
-    );
-    b.append_v6(
-        Nat,
-        ISTIO_OUTPUT,
-        vec![daddr(false, v6_loopback()), Stmt::Return],
-    );
-    for &c in &cfg.outbound_exclude.v4 {
-        b.append(Nat, ISTIO_OUTPUT, vec![daddr(false, c), Stmt::Return]);
-    }
-    for &c in &cfg.outbound_exclude.v6 {
-        b.append_v6(Nat, ISTIO_OUTPUT, vec![daddr(false, c), Stmt::Return]);
-    }
-    for &p in &cfg.outbound_ports {
         b.append(
-            Nat,
-            ISTIO_OUTPUT,
-            vec![dport(Proto::Tcp, false, p), Stmt::Jump(REDIRECT)],
+            Mangle,
+            OUTPUT,
+            vec![TCP, Stmt::CtMark(m), Stmt::MarkSetCtMark],
+        );
+        b.insert(Mangle, INBOUND, 0, vec![TCP, mark(false, m), Stmt::Return]);
+        b.insert(
+            Mangle,
+            INBOUND,
+            1,
+            vec![iif("lo"), TCP, saddr(passthrough_v4()), Stmt::Return],
+        );
+        b.insert_v6(
+            Mangle,
+            INBOUND,
+            1,
+            vec![iif("lo"), TCP, saddr(passthrough_v6()), Stmt::Return],
+        );
+        b.insert(
+            Mangle,
+            INBOUND,
+            2,
+            vec![iif("lo"), TCP, mark(true, OUTBOUND_MARK), Stmt::Return],
         );
     }
-}
-
-/// The included destinations go to the proxy, from the pod and from kube-virt interfaces
-/// (`handleOutboundIncludeRules`).
-fn outbound_include(b: &mut Builder, cfg: &Config) {
-    use TableId::Nat;
-    match &cfg.outbound_include {
-        OutboundInclude::All => {
-            b.append(Nat, ISTIO_OUTPUT, vec![Stmt::Jump(REDIRECT)]);
-            for k in &cfg.kube_virt_interfaces {
-                b.insert(Nat, PREROUTING, 0, vec![iif(k), Stmt::Jump(REDIRECT)]);
-            }
-        }
-        OutboundInclude::List(list) => {
-            let v4 = list.v4.iter().map(|&c| (c, false));
-            for (c, v6) in v4.chain(list.v6.iter().map(|&c| (c, true))) {
-                let Some(b) = b.family(v6) else { continue };
-                for k in &cfg.kube_virt_interfaces {
-                    b.insert(
-                        Nat,
-                        PREROUTING,
-                        0,
-                        vec![iif(k), daddr(false, c), Stmt::Jump(REDIRECT)],
-                    );
-                }
-                b.append(
-                    Nat,
-                    ISTIO_OUTPUT,
-                    vec![daddr(false, c), Stmt::Jump(REDIRECT)],
-                );
-            }
-        }
-    }
-}
-
-/// TPROXY marks, even with no inbound ports: the mark kept on the connection, the proxy's loopback
-/// traffic marked, and the marked or passthrough traffic never captured inbound.
-fn tproxy_marks(b: &mut Builder, cfg: &Config) {
-    use TableId::Mangle;
-    let m = cfg.tproxy_mark;
-    b.append(
-        Mangle,
-        PREROUTING,
-        vec![TCP, mark(false, m), Stmt::CtMarkSetMark],
-    );
-    b.append(
-        Mangle,
-        OUTPUT,
-        vec![oif("lo"), TCP, mark(false, m), Stmt::Return],
-    );
-    for owner in owner_matches(cfg, false) {
-        for lo in loopbacks(cfg) {
-            b.append(
-                Mangle,
-                OUTPUT,
-                vec![
-                    oif("lo"),
-                    TCP,
-                    daddr(true, lo),
-                    owner.clone(),
-                    Stmt::SetMark(OUTBOUND_MARK),
-                ],
-            );
-        }
-    }
-    b.append(
-        Mangle,
-        OUTPUT,
-        vec![TCP, Stmt::CtMark(m), Stmt::MarkSetCtMark],
-    );
-    b.insert(Mangle, INBOUND, 0, vec![TCP, mark(false, m), Stmt::Return]);
-    b.insert(
-        Mangle,
-        INBOUND,
-        1,
-        vec![iif("lo"), TCP, saddr(passthrough_v4()), Stmt::Return],
-    );
-    b.insert_v6(
-        Mangle,
-        INBOUND,
-        1,
-        vec![iif("lo"), TCP, saddr(passthrough_v6()), Stmt::Return],
-    );
-    b.insert(
-        Mangle,
-        INBOUND,
-        2,
-        vec![iif("lo"), TCP, mark(true, OUTBOUND_MARK), Stmt::Return],
-    );
 }
 
 /// The rules that capture inbound TCP to `port` (to every port when `None`): with TPROXY, established
@@ -907,107 +1008,6 @@ fn owner_matches(cfg: &Config, meta: bool) -> impl Iterator<Item = Stmt> + '_ {
         meta,
     });
     uids.chain(gids)
-}
-
-/// DNS capture to the agent, with conntrack zones (`SetupDNSRedir` and `addDNSConntrackZones` in
-/// Istio's `run.go`).
-fn dns_capture(b: &mut Builder, cfg: &Config) {
-    use TableId::{Nat, Raw};
-    let all = cfg.capture_all_dns;
-    let (s4, s6) = (&cfg.dns_servers_v4, &cfg.dns_servers_v6);
-    // Istio's `run.go` jumps to nat's `istio-output-dns` and raw's `istio-inbound` even when they get no
-    // rule (only IPv6 servers with IPv6 off); such a chain is not created and the kernel then refuses the
-    // whole transaction. A jump to an empty chain does nothing, so those jumps are left out exactly then,
-    // as istio-iptables' per-family jumps are.
-    let servers = all || !s4.is_empty() || (cfg.ipv6 && !s6.is_empty());
-    let owners = owner_matches(cfg, true).next().is_some();
-    if servers || owners {
-        b.append(Raw, OUTPUT, vec![Stmt::Jump(OUTPUT_DNS)]);
-    }
-    if servers {
-        b.append(Nat, ISTIO_OUTPUT, vec![Stmt::Jump(OUTPUT_DNS)]);
-    }
-    for proto in [Proto::Tcp, Proto::Udp] {
-        if all {
-            let mut stmts = Vec::new();
-            if proto == Proto::Tcp {
-                stmts.push(TCP);
-            }
-            stmts.extend([dport(proto, false, 53), Stmt::Redirect(DNS_PROXY_PORT)]);
-            b.append(Nat, OUTPUT_DNS, stmts);
-        } else {
-            let v4 = s4.iter().map(|&s| (v4_host(s), false));
-            for (server, v6) in v4.chain(s6.iter().map(|&s| (v6_host(s), true))) {
-                let Some(b) = b.family(v6) else { continue };
-                b.append(
-                    Nat,
-                    OUTPUT_DNS,
-                    vec![
-                        daddr(false, server),
-                        dport(proto, false, 53),
-                        Stmt::Redirect(DNS_PROXY_PORT),
-                    ],
-                );
-            }
-        }
-    }
-    for owner in owner_matches(cfg, true) {
-        b.append(
-            Raw,
-            OUTPUT_DNS,
-            vec![
-                dport(Proto::Udp, false, 53),
-                owner.clone(),
-                Stmt::CtZoneSet(1),
-            ],
-        );
-        b.append(
-            Raw,
-            OUTPUT_DNS,
-            vec![sport(Proto::Udp, DNS_PROXY_PORT), owner, Stmt::CtZoneSet(2)],
-        );
-    }
-    if servers {
-        b.append(Raw, PREROUTING, vec![Stmt::Jump(INBOUND)]);
-    }
-    if all {
-        b.append(
-            Raw,
-            OUTPUT_DNS,
-            vec![dport(Proto::Udp, false, 53), Stmt::CtZoneSet(2)],
-        );
-        b.append(
-            Raw,
-            INBOUND,
-            vec![sport(Proto::Udp, 53), Stmt::CtZoneSet(1)],
-        );
-    } else {
-        let v4 = s4.iter().map(|&s| (v4_host(s), true));
-        let v6 = s6.iter().map(|&s| (v6_host(s), false));
-        for (s, v4) in v4.chain(v6) {
-            let add = |b: &mut Builder, chain, stmts| {
-                if v4 {
-                    b.append(Raw, chain, stmts);
-                } else {
-                    b.append_v6(Raw, chain, stmts);
-                }
-            };
-            add(
-                b,
-                OUTPUT_DNS,
-                vec![
-                    dport(Proto::Udp, false, 53),
-                    daddr(false, s),
-                    Stmt::CtZoneSet(2),
-                ],
-            );
-            add(
-                b,
-                INBOUND,
-                vec![sport(Proto::Udp, 53), saddr(s), Stmt::CtZoneSet(1)],
-            );
-        }
-    }
 }
 
 #[cfg(test)]

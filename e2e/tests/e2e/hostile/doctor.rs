@@ -20,6 +20,7 @@ use rcgen::{
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{json, Value};
+use test_support::admission_review;
 
 use crate::doctor::{
     args, doctor, doctor_finds_errors, findings, the_error, webhook_config, SERVICE_NAME,
@@ -126,8 +127,11 @@ fn handle(
     }
     requests.lock().unwrap().push(raw.clone());
     let review: Value = serde_json::from_slice(&raw[head_end..]).unwrap_or(Value::Null);
-    let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "response": {"uid": review["request"]["uid"], "allowed": true}})
+    let uid = review["request"]["uid"].as_str().unwrap_or_default();
+    let body = admission_review::answer(
+        admission_review::API_VERSIONS[0],
+        json!({"uid": uid, "allowed": true}),
+    )
     .to_string();
     let out = match answer {
         Answer::Close | Answer::LengthKeepOpen => format!(
