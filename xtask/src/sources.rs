@@ -68,3 +68,46 @@ pub fn annotations() -> &'static [&'static Annotation] {
 pub fn injector_validated_annotations() -> Vec<&'static str> {
     inject::validated_annotations().collect()
 }
+
+#[cfg(test)]
+mod tests {
+    /// Each exposition lists every metric its file registers: a labelled family left without its
+    /// sample would be missing from docs/reference/metrics.md.
+    #[test]
+    fn each_exposition_lists_every_registered_metric() {
+        let files: [(&str, &str, &[&str], String); 2] = [
+            (
+                "crates/injector/src/shared/metrics.rs",
+                include_str!("../../crates/injector/src/shared/metrics.rs"),
+                &["sidecar_injection_", "injector_", "webhook_patch_"],
+                super::injector_metrics(),
+            ),
+            (
+                "crates/istio-cni/src/agent/metrics.rs",
+                include_str!("../../crates/istio-cni/src/agent/metrics.rs"),
+                &["istio_cni_"],
+                super::istio_cni_metrics(),
+            ),
+        ];
+        for (path, source, prefixes, exposition) in files {
+            let production = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
+            let mut registered: Vec<&str> = production
+                .split('"')
+                .skip(1)
+                .step_by(2)
+                .filter(|s| {
+                    prefixes.iter().any(|p| s.starts_with(p))
+                        && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                })
+                .collect();
+            registered.sort_unstable();
+            let mut listed: Vec<&str> = exposition
+                .lines()
+                .filter_map(|l| l.strip_prefix("# HELP "))
+                .filter_map(|l| l.split(' ').next())
+                .collect();
+            listed.sort_unstable();
+            assert_eq!(listed, registered, "{path}");
+        }
+    }
+}
