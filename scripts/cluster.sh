@@ -81,6 +81,8 @@
 # only when it starts nodes: an apiserver-only run never waits for the kubelet's build (minutes);
 # `build` builds all three (scripts/test.sh runs it before the tests).
 # With CLUSTER_NO_BUILD set, `up` fails instead of building (the e2e tests: scripts/test.sh builds first).
+# CLUSTER_APISERVER_EXTRA_ARGS (words split on blanks) are appended to kube-apiserver's flags, e.g.
+# `--feature-gates=MutatingAdmissionPolicy=true --runtime-config=admissionregistration.k8s.io/v1beta1=true`.
 # With CLUSTER_OWNER_PID set, `up` also leaves a watchdog that runs `down` when that process is gone, so a
 # test process that dies without its destructor leaves no cluster behind.
 set -euo pipefail
@@ -397,6 +399,7 @@ start_servers() {
   # --enable-aggregator-routing: the webhook (and aggregated API) service resolver then picks an address
   # from the Service's EndpointSlices instead of dialling its cluster IP, which the host does not route
   # (cmd/kube-apiserver/app/server.go buildServiceResolver; see docs/test-cluster.md, "Webhooks in service mode").
+  # shellcheck disable=SC2086 # CLUSTER_APISERVER_EXTRA_ARGS is split into words on purpose
   spawn "$dir/kube-apiserver.log" "$dir/kube-apiserver.pid" "$bin/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$etcd_port" \
     --bind-address="$api_address" --advertise-address="$api_address" --secure-port="$api_port" \
@@ -408,7 +411,7 @@ start_servers() {
     --enable-aggregator-routing=true \
     --audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$dir/audit.log" \
     "${api_flags[@]}" \
-    --v=0
+    --v=0 ${CLUSTER_APISERVER_EXTRA_ARGS:-}
 }
 
 # Waits for /readyz. Returns 0 when ready, 2 when a server lost a race for its port (the caller retries),
