@@ -15,6 +15,9 @@ pub const NETWORK_LABEL: &str = "topology.istio.io/network";
 
 /// What a previous injection added (see `status`).
 pub const STATUS_ANNOTATION: &str = annotations::STATUS.name;
+/// Ours, not Istio's: set by the MutatingAdmissionPolicy (`injector policy`) on the pods it injects, its
+/// value the revision, so that the webhook leaves them alone (`webhook-config --skip-policy-injected`).
+pub const POLICY_MARKER_ANNOTATION: &str = "policy.sidecar-inject.io/injected";
 /// The user's container customisations saved at the first injection (see `overrides`).
 pub const OVERRIDES_ANNOTATION: &str = "proxy.istio.io/overrides";
 pub const PROXY_CONFIG_ANNOTATION: &str = "proxy.istio.io/config";

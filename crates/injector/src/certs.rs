@@ -113,7 +113,7 @@ pub fn generate(args: &Args, existing_ca: Option<(String, String)>) -> anyhow::R
         Issuer::from_ca_cert_pem(&ca_cert_pem, ca_key).context("reading the CA certificate")?;
 
     let svc = &args.webhook.service;
-    let ns = &args.webhook.namespace;
+    let ns = &args.webhook.scope.namespace;
     let mut names = vec![
         format!("{svc}.{ns}.svc"),
         format!("{svc}.{ns}.svc.cluster.local"),
@@ -173,7 +173,7 @@ pub fn secret_yaml(args: &Args, cert_pem: &str, key_pem: &str) -> anyhow::Result
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(args.secret_name.clone()),
-            namespace: Some(args.webhook.namespace.clone()),
+            namespace: Some(args.webhook.scope.namespace.clone()),
             ..Default::default()
         },
         type_: Some("kubernetes.io/tls".to_string()),
@@ -236,7 +236,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "{} CA, serving certificate for {}.{}.svc, {} and {} written to {}",
         if g.new_ca { "new" } else { "reused" },
         args.webhook.service,
-        args.webhook.namespace,
+        args.webhook.scope.namespace,
         SECRET,
         WEBHOOK_CONFIG,
         args.out_dir.display()

@@ -315,7 +315,7 @@ fn entries_from(file: Option<(&Path, &str)>, settings: &Settings) -> Result<Rout
     let mut wc = webhook_config::Args::for_revision(&settings.revision, false)
         .map_err(|e| gen_err(e.to_string()))?;
     // Istio's charts emit `auto.` only for the default revision.
-    wc.enable_namespaces_by_default = by_default && wc.named_revision().is_none();
+    wc.scope.enable_namespaces_by_default = by_default && wc.named_revision().is_none();
     let configs = wc
         .configurations(None)
         .map_err(|e| gen_err(e.to_string()))?;

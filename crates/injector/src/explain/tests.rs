@@ -426,7 +426,7 @@ fn a_cronjob_is_routed_by_its_pod_templates_labels() {
 #[test]
 fn webhook_config_files_lists_and_match_conditions() {
     let mut wc = webhook_config::Args::for_revision("", false).unwrap();
-    wc.tags = vec!["prod".into()];
+    wc.scope.tags = vec!["prod".into()];
     let configs: Vec<Value> = wc
         .configurations(None)
         .unwrap()

@@ -429,6 +429,19 @@ fn answer_review(
     let copy = normalise(&mut env, &mut original);
     let pod: &Value = copy.as_ref().unwrap_or(&original);
 
+    // The revision's MutatingAdmissionPolicy injected it already (with `webhook-config
+    // --skip-policy-injected` the API server does not even call): injecting again would strip and
+    // re-render what the policy wrote.
+    if inject::pod::annotation(pod, inject::pod::POLICY_MARKER_ANNOTATION).is_some() {
+        return Err(Box::new(env.respond(
+            json!({"uid": env.uid, "allowed": true}),
+            OutcomeKind::Skipped,
+            format!(
+                "injected by the MutatingAdmissionPolicy ({})",
+                inject::pod::POLICY_MARKER_ANNOTATION
+            ),
+        )));
+    }
     let decision = engine.decide(pod, Mode::Webhook);
     if !decision.inject {
         return Err(Box::new(env.respond(
@@ -1027,5 +1040,34 @@ mod tests {
             v,
             admission_review::answer(API_VERSIONS[0], json!({"uid": "abc", "allowed": true}))
         );
+    }
+
+    #[test]
+    fn pods_the_policy_injected_are_allowed_without_patch() {
+        let e = Engine::new(inject::config::Settings::default());
+        let pod = |annotations: Value| {
+            pods::review(
+                "v1",
+                "abc",
+                "apps",
+                &json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "annotations": annotations},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+            )
+        };
+        let marked = pod(json!({inject::pod::POLICY_MARKER_ANNOTATION: "default"}));
+        let out = handle(&e, &serde_json::to_vec(&marked).unwrap(), "/inject");
+        assert_eq!(out.kind, OutcomeKind::Skipped);
+        assert!(
+            out.message.contains("MutatingAdmissionPolicy"),
+            "{}",
+            out.message
+        );
+        let v: Value = serde_json::from_slice(&out.response).unwrap();
+        assert_eq!(v["response"], json!({"uid": "abc", "allowed": true}));
+        // The same pod without the marker is injected.
+        let plain = pod(json!({}));
+        let out = handle(&e, &serde_json::to_vec(&plain).unwrap(), "/inject");
+        assert_eq!(out.kind, OutcomeKind::Injected);
     }
 }

@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
-    WebhookClientConfig,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    ServiceReference, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
@@ -47,13 +47,36 @@ pub struct Args {
     /// Service name in front of the injector.
     #[arg(long, default_value = "sidecar-injector")]
     pub service: String,
-    /// Namespace of the service and of the injector (excluded from injection).
-    #[arg(long, default_value = "sidecar-injector")]
-    pub namespace: String,
     /// The revision the injector serves: its entries select `istio.io/rev=<R>`; without it (or with
     /// `default`) the injector is the default revision and also serves `istio-injection=enabled`.
     #[arg(long)]
     pub revision: Option<String>,
+    #[command(flatten)]
+    pub scope: Scope,
+    /// The webhook's reinvocationPolicy.
+    #[arg(long, value_enum, default_value = "never")]
+    pub reinvocation_policy: ReinvocationPolicy,
+    /// Every entry skips the pods the revision's MutatingAdmissionPolicy injected (`injector policy`;
+    /// a matchCondition on its annotation): with both installed, the API server calls the webhook only
+    /// for the pods outside the policy's subset.
+    #[arg(long)]
+    pub skip_policy_injected: bool,
+    /// Service port the API server calls.
+    #[arg(long, default_value_t = 443, value_parser = clap::value_parser!(i32).range(1..=65535))]
+    pub port: i32,
+    /// Seconds the API server waits for the webhook.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=30))]
+    pub timeout_seconds: i32,
+}
+
+/// Which pods a revision's registrations select and what they are named and carry, besides the revision:
+/// the flags `injector policy` shares with `injector webhook-config` (the policy's bindings select what
+/// the webhook's entries select, and inject as the webhook does on `--path`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Scope {
+    /// Namespace of the service and of the injector (excluded from injection).
+    #[arg(long, default_value = "sidecar-injector")]
+    pub namespace: String,
     /// A revision tag pointing at this injector: one more configuration selecting `istio.io/rev=<T>`
     /// (repeatable; `default` also takes over the default revision's entries).
     #[arg(long = "tag")]
@@ -62,22 +85,14 @@ pub struct Args {
     /// `sidecarInjectorWebhook.enableNamespacesByDefault`); needs the default revision or a tag `default`.
     #[arg(long)]
     pub enable_namespaces_by_default: bool,
-    /// The webhook's reinvocationPolicy.
-    #[arg(long, value_enum, default_value = "never")]
-    pub reinvocation_policy: ReinvocationPolicy,
     /// Name of the revision's MutatingWebhookConfiguration (`-<revision>` is appended, tags add
     /// `<name>-tag-<T>`).
     #[arg(long, default_value = "sidecar-injector")]
     pub webhook_name: String,
-    /// URL path the API server calls.
+    /// URL path the API server calls (its `/inject/cluster/C/net/N` parameters become the proxy's
+    /// environment).
     #[arg(long, default_value = "/inject")]
     pub path: String,
-    /// Service port the API server calls.
-    #[arg(long, default_value_t = 443, value_parser = clap::value_parser!(i32).range(1..=65535))]
-    pub port: i32,
-    /// Seconds the API server waits for the webhook.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=30))]
-    pub timeout_seconds: i32,
 }
 
 /// `injector webhook-config` arguments.
@@ -157,6 +172,9 @@ pub const AUTO_EXCLUDED_NAMESPACES: &[&str] = &[
     "kube-node-lease",
     "local-path-storage",
 ];
+
+/// The name of the matchCondition of `--skip-policy-injected`.
+pub const SKIP_POLICY_INJECTED: &str = "not-injected-by-policy";
 
 /// The suffix of every entry name, which istiod's certificate patcher keys on.
 pub const ENTRY_SUFFIX: &str = "sidecar-injector.istio.io";
@@ -305,7 +323,7 @@ impl Args {
         let command = <Args as clap::Args>::augment_args(clap::Command::new("webhook-config"));
         let mut args = Args::from_arg_matches(&command.try_get_matches_from(["webhook-config"])?)?;
         args.revision = Some(revision.to_string()).filter(|r| !r.is_empty());
-        args.enable_namespaces_by_default = enable_namespaces_by_default;
+        args.scope.enable_namespaces_by_default = enable_namespaces_by_default;
         Ok(args)
     }
 
@@ -326,27 +344,27 @@ impl Args {
             }
         }
         // The longest name generated is `<webhook-name>-tag-<63-character tag>`; object names stop at 253.
-        if self.webhook_name.len() + "-tag-".len() + 63 > 253
-            || !self.webhook_name.split('.').all(dns_label)
+        if self.scope.webhook_name.len() + "-tag-".len() + 63 > 253
+            || !self.scope.webhook_name.split('.').all(dns_label)
         {
             return Err(WebhookConfigError::WebhookName {
-                value: self.webhook_name.clone(),
+                value: self.scope.webhook_name.clone(),
             });
         }
-        if !self.path.starts_with('/') {
+        if !self.scope.path.starts_with('/') {
             return Err(WebhookConfigError::Path {
-                value: self.path.clone(),
+                value: self.scope.path.clone(),
             });
         }
         let revision = self.named_revision().unwrap_or("default");
-        for (i, tag) in self.tags.iter().enumerate() {
+        for (i, tag) in self.scope.tags.iter().enumerate() {
             if !dns_label(tag) {
                 return Err(WebhookConfigError::Name {
                     flag: "--tag",
                     value: tag.clone(),
                 });
             }
-            if self.tags[..i].contains(tag) {
+            if self.scope.tags[..i].contains(tag) {
                 return Err(WebhookConfigError::DuplicateTag { tag: tag.clone() });
             }
             if tag == revision {
@@ -356,9 +374,9 @@ impl Args {
                 });
             }
         }
-        if self.enable_namespaces_by_default
+        if self.scope.enable_namespaces_by_default
             && self.named_revision().is_some()
-            && !self.tags.iter().any(|t| t == "default")
+            && !self.scope.tags.iter().any(|t| t == "default")
         {
             return Err(WebhookConfigError::AutoWithoutDefault {
                 revision: revision.to_string(),
@@ -375,15 +393,15 @@ impl Args {
                 ca_bundle: ca_bundle.map(|b| ByteString(b.to_vec())),
                 service: Some(ServiceReference {
                     name: self.service.clone(),
-                    namespace: self.namespace.clone(),
-                    path: Some(self.path.clone()),
+                    namespace: self.scope.namespace.clone(),
+                    path: Some(self.scope.path.clone()),
                     port: Some(self.port),
                 }),
                 url: None,
             },
             failure_policy: Some("Fail".to_string()),
             match_policy: Some("Equivalent".to_string()),
-            namespace_selector: Some(namespace_selector(entry, x, &self.namespace)),
+            namespace_selector: Some(namespace_selector(entry, x, &self.scope.namespace)),
             object_selector: Some(object_selector(entry, x)),
             reinvocation_policy: Some(self.reinvocation_policy.as_str().to_string()),
             rules: Some(vec![RuleWithOperations {
@@ -395,7 +413,15 @@ impl Args {
             }]),
             side_effects: "None".to_string(),
             timeout_seconds: Some(self.timeout_seconds),
-            match_conditions: None,
+            match_conditions: self.skip_policy_injected.then(|| {
+                vec![MatchCondition {
+                    name: SKIP_POLICY_INJECTED.to_string(),
+                    expression: format!(
+                        "!has(object.metadata.annotations) || !('{}' in object.metadata.annotations)",
+                        inject::pod::POLICY_MARKER_ANNOTATION
+                    ),
+                }]
+            }),
         }
     }
 
@@ -425,7 +451,7 @@ impl Args {
                 ..Default::default()
             },
             webhooks: Some(
-                entries(x, self.enable_namespaces_by_default)
+                entries(x, self.scope.enable_namespaces_by_default)
                     .into_iter()
                     .map(|e| self.webhook(e, x, ca_bundle))
                     .collect(),
@@ -441,14 +467,14 @@ impl Args {
         self.validate()?;
         let revision = self.named_revision();
         let name = match revision {
-            Some(rev) => format!("{}-{rev}", self.webhook_name),
-            None => self.webhook_name.clone(),
+            Some(rev) => format!("{}-{rev}", self.scope.webhook_name),
+            None => self.scope.webhook_name.clone(),
         };
         let mut out =
             vec![self.configuration(name, None, revision.unwrap_or("default"), ca_bundle)];
-        for tag in &self.tags {
+        for tag in &self.scope.tags {
             out.push(self.configuration(
-                format!("{}-tag-{tag}", self.webhook_name),
+                format!("{}-tag-{tag}", self.scope.webhook_name),
                 Some(tag),
                 tag,
                 ca_bundle,
@@ -767,6 +793,32 @@ mod tests {
             assert_eq!(w.side_effects, "None");
             assert!(w.client_config.ca_bundle.is_none());
         }
+    }
+
+    #[test]
+    fn skip_policy_injected_adds_one_match_condition_to_every_entry() {
+        let flags = ["--tag", "prod", "--enable-namespaces-by-default"];
+        let plain = configs(&flags);
+        let hooks = |c: &[MutatingWebhookConfiguration]| -> Vec<MutatingWebhook> {
+            c.iter()
+                .flat_map(|c| c.webhooks.clone().unwrap_or_default())
+                .collect()
+        };
+        assert!(hooks(&plain).iter().all(|w| w.match_conditions.is_none()));
+        let skip = configs(&[&flags[..], &["--skip-policy-injected"]].concat());
+        let mut skipped = hooks(&skip);
+        assert_eq!(skipped.len(), 7);
+        for w in &mut skipped {
+            let mc = w.match_conditions.take().expect("a match condition");
+            assert_eq!(mc.len(), 1, "{}", w.name);
+            assert_eq!(mc[0].name, SKIP_POLICY_INJECTED);
+            assert_eq!(
+                mc[0].expression,
+                "!has(object.metadata.annotations) || !('policy.sidecar-inject.io/injected' in object.metadata.annotations)"
+            );
+        }
+        // Nothing else changes.
+        assert_eq!(json_of(&skipped), json_of(&hooks(&plain)));
     }
 
     #[test]

@@ -284,7 +284,7 @@ mod tests {
 
     fn generated(revision: &str, auto: bool, tags: &[&str]) -> Vec<Entry> {
         let mut a = webhook_config::Args::for_revision(revision, auto).unwrap();
-        a.tags = tags.iter().map(|t| t.to_string()).collect();
+        a.scope.tags = tags.iter().map(|t| t.to_string()).collect();
         let configs = a.configurations(None).unwrap();
         let entries = crate::shared::webhook_entry::generated(&configs).unwrap();
         let want = a.named_revision().unwrap_or("default");
