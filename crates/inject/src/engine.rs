@@ -152,6 +152,22 @@ impl Engine {
         self
     }
 
+    /// The namespaces whose ProxyConfig resources can give their pods another ProxyConfig than the
+    /// mesh-wide one (`ProxyConfigResources::namespaces_with_own_config`); none without resources.
+    pub fn proxy_config_namespaces(&self) -> Vec<String> {
+        let root = self
+            .settings
+            .mesh
+            .field("rootNamespace")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        self.cluster
+            .proxy_configs
+            .as_ref()
+            .map(|p| p.namespaces_with_own_config(root))
+            .unwrap_or_default()
+    }
+
     /// Whether the webhook runs Istio's OpenShift steps (`PLATFORM=openshift`).
     pub fn openshift(&self) -> bool {
         self.cluster.openshift

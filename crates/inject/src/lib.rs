@@ -58,5 +58,9 @@ pub use config::{ConfigArgs, NativeSidecars, Settings};
 pub use decision::{Decision, Step};
 pub use engine::{Engine, EngineError, InjectRequest, Mode};
 pub use workload::{deploy_meta_from_pod, Workload};
+// `injector policy` reads the webhook's answer apart: the diff it reports, the probers' variable it
+// computes in CEL.
+pub use patch::create_patch_json;
+pub use probes::APP_PROBERS_ENV;
 // docs/reference/annotations.md is generated from it (xtask).
 pub use annotations::validated as validated_annotations;

@@ -114,6 +114,20 @@ impl ProxyConfigResources {
         self.by_namespace.get(namespace).map_or(0, |g| g.len())
     }
 
+    /// The namespaces whose pods can get another ProxyConfig than the mesh-wide one (mesh
+    /// `defaultConfig` with the root namespace's namespace-wide resource): every namespace holding a
+    /// resource, but the root namespace only when it holds a workload resource. Sorted.
+    pub fn namespaces_with_own_config(&self, root_namespace: &str) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .by_namespace
+            .iter()
+            .filter(|(ns, rs)| *ns != root_namespace || rs.iter().any(|r| r.selector.is_some()))
+            .map(|(ns, _)| ns.clone())
+            .collect();
+        out.sort();
+        out
+    }
+
     /// The oldest namespace-wide resource of `namespace`.
     fn namespace_wide(&self, namespace: &str) -> Option<&ProxyConfigResource> {
         self.by_namespace

@@ -25,6 +25,7 @@ pub mod doctor;
 pub mod error_report;
 pub mod explain;
 pub mod kube_inject;
+pub mod policy;
 pub mod serve;
 pub mod shared;
 

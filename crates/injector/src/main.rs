@@ -34,6 +34,9 @@ enum Command {
     Certs(injector::certs::Args),
     /// Print the MutatingWebhookConfigurations Istio's charts would register for this injector.
     WebhookConfig(injector::shared::webhook_config::CommandArgs),
+    /// Print the MutatingAdmissionPolicy (with its params and bindings) that injects, inside the API
+    /// server, the pods it can render exactly; the webhook injects the others.
+    Policy(injector::policy::Args),
     /// Check a deployed webhook: caBundle, serving certificate, TLS, a sample review, lock-out risks.
     Doctor(injector::doctor::Args),
     /// Explain offline why each workload of a manifest would or would not be injected, and where its traffic goes.
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => injector::serve::run(*args),
         Command::Certs(args) => injector::certs::run(args),
         Command::WebhookConfig(args) => injector::shared::webhook_config::run(args),
+        Command::Policy(args) => injector::policy::run(args),
         // doctor's findings decide its status: 1 when one is an error.
         Command::Doctor(args) => match injector::doctor::run(args) {
             Ok(ok) => {

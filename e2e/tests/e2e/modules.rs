@@ -141,11 +141,11 @@ fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 }
 
 /// The injector's layers, top down: the front ends (`serve`, with the webhook's review handling in
-/// `serve::admission`; `kube_inject`, `explain`, `doctor`, `certs`), then `cluster` (the API server
+/// `serve::admission`; `kube_inject`, `explain`, `doctor`, `certs`, `policy`), then `cluster` (the API server
 /// connection and what goes through it), then `shared` and `error_report` (what two front ends share,
 /// free of the cluster). A module names only modules of a lower layer: no front end another.
 const INJECTOR_LAYERS: [&[&str]; 3] = [
-    &["certs", "doctor", "explain", "kube_inject", "serve"],
+    &["certs", "doctor", "explain", "kube_inject", "policy", "serve"],
     &["cluster"],
     &["error_report", "shared"],
 ];

@@ -1,0 +1,319 @@
+//! The injector compiled into a MutatingAdmissionPolicy (KEP-3962), which the API server runs in
+//! process: no network call, so a pod in the policy's subset is injected while the webhook is down.
+//!
+//! - `params`: the configuration-wide parts, read off the engine's own injection of a canonical pod per
+//!   interception mode, as the params object's `spec`;
+//! - `cel`: the variables and the JSONPatch mutation that splice a pod's own parts (its containers,
+//!   ports, probes, workload, labels and Prometheus annotations) into them;
+//! - `subset`: the pods the policy injects, one table of rules written in CEL (`matchConditions`) and in
+//!   Rust (explain and the differential);
+//! - here: the objects (the params CRD and object, the policy, one binding per webhook entry, selecting
+//!   what `webhook_config` generates for the same revision and tags) and `injector policy`.
+//!
+//! The params kind is a CRD of ours, `InjectionParams`, whose `spec` keeps unknown fields: a ConfigMap
+//! holds only strings, and CEL has no JSON decoding, so the rendered containers and volumes could not
+//! come from one. With the CRD, the policy's text is the same for every configuration and a new
+//! configuration, ProxyConfig or node set changes only the params object.
+
+pub mod cel;
+pub mod params;
+pub mod subset;
+
+use serde_json::{json, Map, Value};
+
+use inject::cluster_state::{ClusterState, ProxyConfigArgs};
+use inject::config::{ConfigArgs, ConfigError, Settings};
+use inject::engine::{Engine, Mode};
+use sidecar_core::fields::Fields;
+use inject::kube_objects::ObjectsError;
+use crate::shared::webhook_config::{self, Scope, WebhookConfigError};
+
+pub use cel::MARKER_ANNOTATION;
+pub use params::{ParamsError, ParamsSpec};
+pub use subset::{Facts, Rule};
+
+/// The API group of the admission policies.
+const ADMISSION_GROUP: &str = "admissionregistration.k8s.io";
+
+/// The params CRD: `InjectionParams.policy.sidecar-inject.io/v1alpha1`, cluster-scoped.
+pub const PARAMS_GROUP: &str = "policy.sidecar-inject.io";
+pub const PARAMS_VERSION: &str = "v1alpha1";
+pub const PARAMS_KIND: &str = "InjectionParams";
+pub const PARAMS_PLURAL: &str = "injectionparams";
+
+/// Which version of the MutatingAdmissionPolicy API is written: `v1beta1` (Kubernetes 1.34 and 1.35,
+/// behind the `MutatingAdmissionPolicy` feature gate and `--runtime-config=admissionregistration.k8s.io/v1beta1=true`)
+/// or `v1` (GA from 1.36). The objects are the same in both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApiVersion {
+    V1beta1,
+    V1,
+}
+
+impl ApiVersion {
+    /// `admissionregistration.k8s.io/<version>`.
+    pub fn api_version(self) -> String {
+        let v = match self {
+            ApiVersion::V1beta1 => "v1beta1",
+            ApiVersion::V1 => "v1",
+        };
+        format!("{ADMISSION_GROUP}/{v}")
+    }
+}
+
+/// `injector policy` arguments: the injector's configuration (kube-inject's and serve's flags), its
+/// ProxyConfig resources, and the revision's scope as `injector webhook-config` takes it.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    #[command(flatten)]
+    pub cluster: ProxyConfigArgs,
+    #[command(flatten)]
+    pub scope: Scope,
+    /// The MutatingAdmissionPolicy API version written (`v1` from Kubernetes 1.36).
+    #[arg(long, value_enum, default_value = "v1beta1")]
+    pub api_version: ApiVersion,
+}
+
+/// Why no policy was generated.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The injector configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `--proxy-configs` holds an unusable object.
+    #[error(transparent)]
+    Objects(#[from] ObjectsError),
+    /// The revision, tags or names are refused (as `injector webhook-config` refuses them).
+    #[error(transparent)]
+    Scope(#[from] WebhookConfigError),
+    /// The flags could not be combined into the webhook configuration's.
+    #[error("the webhook configuration's flags: {0}")]
+    Flags(String),
+    /// The configuration cannot be compiled.
+    #[error(transparent)]
+    Params(#[from] ParamsError),
+    /// An object could not be written as YAML.
+    #[error("writing {what}: {reason}")]
+    Yaml { what: String, reason: String },
+}
+
+/// The objects of a compiled policy.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub crd: Value,
+    pub params: Value,
+    pub policy: Value,
+    pub bindings: Vec<Value>,
+}
+
+impl Compiled {
+    /// Every object, in the order they can be applied: the CRD, the params, the policy, its bindings.
+    pub fn objects(&self) -> Vec<&Value> {
+        [&self.crd, &self.params, &self.policy]
+            .into_iter()
+            .chain(&self.bindings)
+            .collect()
+    }
+
+    /// [`Compiled::objects`] as a YAML stream.
+    pub fn yaml(&self) -> Result<String, PolicyError> {
+        let mut out = String::new();
+        for (i, o) in self.objects().into_iter().enumerate() {
+            if i > 0 {
+                out.push_str("---\n");
+            }
+            let text = sidecar_core::yaml::to_string(o).map_err(|e| PolicyError::Yaml {
+                what: describe(o),
+                reason: e.to_string(),
+            })?;
+            out.push_str(&text);
+        }
+        Ok(out)
+    }
+}
+
+fn describe(o: &Value) -> String {
+    format!(
+        "{} {}",
+        o.field("kind").and_then(Value::as_str).unwrap_or(""),
+        sidecar_core::fields::path(o, ["metadata", "name"])
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    )
+}
+
+/// The params CRD.
+pub fn crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": format!("{PARAMS_PLURAL}.{PARAMS_GROUP}"),
+            "labels": {"app.kubernetes.io/name": "sidecar-injector"},
+        },
+        "spec": {
+            "group": PARAMS_GROUP,
+            "scope": "Cluster",
+            "names": {"kind": PARAMS_KIND, "listKind": format!("{PARAMS_KIND}List"),
+                      "plural": PARAMS_PLURAL, "singular": PARAMS_PLURAL},
+            "versions": [{
+                "name": PARAMS_VERSION,
+                "served": true,
+                "storage": true,
+                "schema": {"openAPIV3Schema": {
+                    "description": "The configuration-wide parts of sidecar injection, compiled by `injector policy` for the MutatingAdmissionPolicy of a revision.",
+                    "type": "object",
+                    "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                }},
+            }],
+        },
+    })
+}
+
+/// The objects' labels: the chart's name and the revision (and the tag of a tag's bindings).
+fn labels(revision: &str, tag: Option<&str>) -> Value {
+    let mut l = Map::new();
+    l.insert("app.kubernetes.io/name".into(), json!("sidecar-injector"));
+    l.insert("istio.io/rev".into(), json!(revision));
+    if let Some(t) = tag {
+        l.insert("istio.io/tag".into(), json!(t));
+    }
+    Value::Object(l)
+}
+
+/// Compiles `engine`'s configuration for the revision's scope (`webhook`, as `injector webhook-config`
+/// takes it): `excluded_namespaces` are left to the webhook besides Istio's never-injected ones.
+pub fn compile(
+    engine: &Engine,
+    webhook: &webhook_config::Args,
+    excluded_namespaces: &[String],
+    api: ApiVersion,
+) -> Result<Compiled, PolicyError> {
+    let configurations = webhook.configurations(None)?;
+    let spec = params::compile(engine, &webhook.scope.path, excluded_namespaces)?;
+    let revision = spec.revision.clone();
+    let name = configurations
+        .first()
+        .and_then(|c| c.metadata.name.clone())
+        .unwrap_or_else(|| webhook.scope.webhook_name.clone());
+    let params = json!({
+        "apiVersion": format!("{PARAMS_GROUP}/{PARAMS_VERSION}"),
+        "kind": PARAMS_KIND,
+        "metadata": {"name": name, "labels": labels(&revision, None)},
+        "spec": serde_json::to_value(&spec).map_err(|e| PolicyError::Yaml {
+            what: format!("{PARAMS_KIND} {name}"),
+            reason: e.to_string(),
+        })?,
+    });
+    let policy = json!({
+        "apiVersion": api.api_version(),
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": labels(&revision, None)},
+        "spec": {
+            "paramKind": {"apiVersion": format!("{PARAMS_GROUP}/{PARAMS_VERSION}"), "kind": PARAMS_KIND},
+            "matchConstraints": {
+                "matchPolicy": "Equivalent",
+                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                   "operations": ["CREATE"], "resources": ["pods"]}],
+            },
+            "matchConditions": subset::rules().iter()
+                .map(|r| json!({"name": r.name, "expression": r.cel}))
+                .collect::<Vec<_>>(),
+            "variables": cel::variables().iter()
+                .map(|v| json!({"name": v.name, "expression": v.expression}))
+                .collect::<Vec<_>>(),
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": cel::mutation()}}],
+            // A failing expression (a bug, or a pod over the cost budget) leaves the pod to the webhook.
+            "failurePolicy": "Ignore",
+            "reinvocationPolicy": "Never",
+        },
+    });
+    let mut bindings = Vec::new();
+    for c in &configurations {
+        let config_name = c.metadata.name.clone().unwrap_or_default();
+        let tag = c
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("istio.io/tag"))
+            .map(String::as_str);
+        for w in c.webhooks.iter().flatten() {
+            let kind = w
+                .name
+                .strip_suffix(webhook_config::ENTRY_SUFFIX)
+                .unwrap_or(&w.name)
+                .trim_end_matches('.')
+                .replace('.', "-");
+            bindings.push(json!({
+                "apiVersion": api.api_version(),
+                "kind": "MutatingAdmissionPolicyBinding",
+                "metadata": {"name": format!("{config_name}-{kind}"), "labels": labels(&revision, tag)},
+                "spec": {
+                    "policyName": name,
+                    "paramRef": {"name": name, "parameterNotFoundAction": "Allow"},
+                    "matchResources": {
+                        "matchPolicy": "Equivalent",
+                        "namespaceSelector": serde_json::to_value(&w.namespace_selector).unwrap_or(Value::Null),
+                        "objectSelector": serde_json::to_value(&w.object_selector).unwrap_or(Value::Null),
+                    },
+                },
+            }));
+        }
+    }
+    Ok(Compiled {
+        crd: crd(),
+        params,
+        policy,
+        bindings,
+    })
+}
+
+/// The webhook configuration's flags for `revision` with `scope`.
+fn webhook_args(revision: &str, scope: &Scope) -> Result<webhook_config::Args, PolicyError> {
+    let mut args = webhook_config::Args::for_revision(revision, scope.enable_namespaces_by_default)
+        .map_err(|e| PolicyError::Flags(e.to_string()))?;
+    args.scope = scope.clone();
+    Ok(args)
+}
+
+/// The engine and the namespaces excluded for the flags' configuration.
+pub fn load(args: &Args) -> Result<(Engine, webhook_config::Args, Vec<String>), PolicyError> {
+    let settings = Settings::load(&args.config)?;
+    let cluster = ClusterState::load(&args.cluster, None)?;
+    let webhook = webhook_args(&settings.revision, &args.scope)?;
+    let engine = Engine::new(settings).with_cluster(cluster);
+    let excluded = engine.proxy_config_namespaces();
+    Ok((engine, webhook, excluded))
+}
+
+/// Whether the policy of `spec` injects `pod` (normalised as the webhook normalises it: its namespace
+/// set): `Ok` when it does, else the first rule of the subset the pod does not meet.
+pub fn covers(engine: &Engine, spec: &ParamsSpec, pod: &Value) -> Result<(), Rule> {
+    let decision = engine.decide(pod, Mode::Webhook);
+    let facts = Facts {
+        pod,
+        params: spec,
+        decision: &decision,
+    };
+    match subset::first_unmet(&facts) {
+        None => Ok(()),
+        Some(rule) => Err(rule),
+    }
+}
+
+/// Runs `injector policy`: the YAML stream on stdout.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let (engine, webhook, excluded) = load(&args)?;
+    let compiled = compile(&engine, &webhook, &excluded, args.api_version)?;
+    std::io::stdout()
+        .lock()
+        .write_all(compiled.yaml()?.as_bytes())?;
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

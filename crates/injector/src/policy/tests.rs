@@ -1,0 +1,467 @@
+use serde_json::{json, Value};
+
+use super::params::{self, ParamsError};
+use super::*;
+use inject::config::Settings;
+
+fn engine(values: Value, mesh: Value, config: Value, native: bool) -> Engine {
+    fn doc<'a>(name: &'a str, v: &'a Value) -> Option<(&'a str, &'a Value)> {
+        (!v.is_null()).then_some((name, v))
+    }
+    let settings = Settings::from_documents(
+        doc("values", &values),
+        doc("mesh", &mesh),
+        doc("config", &config),
+        native,
+        "",
+        "",
+    )
+    .unwrap();
+    Engine::new(settings)
+}
+
+fn default_engine() -> Engine {
+    engine(Value::Null, Value::Null, Value::Null, true)
+}
+
+fn spec(e: &Engine) -> Result<ParamsSpec, ParamsError> {
+    params::compile(e, "/inject", &[])
+}
+
+fn compiled(flags: &[&str], api: ApiVersion) -> Compiled {
+    let mut wc = webhook_config::Args::for_revision("", false).unwrap();
+    let mut it = flags.iter();
+    while let Some(f) = it.next() {
+        match *f {
+            "--tag" => wc.scope.tags.push(it.next().unwrap().to_string()),
+            "--revision" => wc.revision = Some(it.next().unwrap().to_string()),
+            other => panic!("{other}"),
+        }
+    }
+    compile(&default_engine(), &wc, &[], api).unwrap()
+}
+
+#[test]
+fn the_default_configuration_compiles_to_a_crd_params_a_policy_and_a_binding_per_entry() {
+    let c = compiled(&[], ApiVersion::V1beta1);
+    assert_eq!(
+        c.crd["metadata"]["name"],
+        "injectionparams.policy.sidecar-inject.io"
+    );
+    assert_eq!(c.params["kind"], "InjectionParams");
+    assert_eq!(c.params["metadata"]["name"], "sidecar-injector");
+    assert_eq!(
+        c.policy["apiVersion"],
+        "admissionregistration.k8s.io/v1beta1"
+    );
+    assert_eq!(c.policy["spec"]["failurePolicy"], "Ignore");
+    let conditions: Vec<&str> = c.policy["spec"]["matchConditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    let rules: Vec<&str> = subset::rules().iter().map(|r| r.name).collect();
+    assert_eq!(conditions, rules);
+    let names: Vec<&str> = c
+        .bindings
+        .iter()
+        .map(|b| b["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "sidecar-injector-rev-namespace",
+            "sidecar-injector-rev-object",
+            "sidecar-injector-namespace",
+            "sidecar-injector-object"
+        ]
+    );
+    // Each binding selects what the webhook entry of the same name selects.
+    let mwcs = webhook_config::Args::for_revision("", false)
+        .unwrap()
+        .configurations(None)
+        .unwrap();
+    let entries = mwcs[0].webhooks.as_ref().unwrap();
+    for (b, w) in c.bindings.iter().zip(entries) {
+        let r = &b["spec"]["matchResources"];
+        assert_eq!(
+            r["namespaceSelector"],
+            serde_json::to_value(&w.namespace_selector).unwrap()
+        );
+        assert_eq!(
+            r["objectSelector"],
+            serde_json::to_value(&w.object_selector).unwrap()
+        );
+        assert_eq!(b["spec"]["policyName"], "sidecar-injector");
+        assert_eq!(
+            b["spec"]["paramRef"],
+            json!({"name": "sidecar-injector", "parameterNotFoundAction": "Allow"})
+        );
+    }
+    // The YAML stream holds the objects in order.
+    let yaml = c.yaml().unwrap();
+    assert_eq!(yaml.matches("\n---\n").count(), 6, "{yaml}");
+}
+
+#[test]
+fn v1_is_one_flag_away_and_a_tag_adds_its_bindings() {
+    let c = compiled(&["--revision", "canary", "--tag", "prod"], ApiVersion::V1);
+    for o in std::iter::once(&c.policy).chain(&c.bindings) {
+        assert_eq!(o["apiVersion"], "admissionregistration.k8s.io/v1");
+    }
+    assert_eq!(c.policy["metadata"]["name"], "sidecar-injector-canary");
+    let tagged: Vec<(&str, &str)> = c
+        .bindings
+        .iter()
+        .map(|b| {
+            (
+                b["metadata"]["name"].as_str().unwrap(),
+                b["metadata"]["labels"]["istio.io/tag"]
+                    .as_str()
+                    .unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tagged,
+        [
+            ("sidecar-injector-canary-rev-namespace", ""),
+            ("sidecar-injector-canary-rev-object", ""),
+            ("sidecar-injector-tag-prod-rev-namespace", "prod"),
+            ("sidecar-injector-tag-prod-rev-object", "prod"),
+        ]
+    );
+    let prod = &c.bindings[2]["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0];
+    assert_eq!(prod["values"], json!(["prod"]));
+}
+
+#[test]
+fn the_policys_text_does_not_depend_on_the_configuration() {
+    let a = compile(
+        &default_engine(),
+        &webhook_config::Args::for_revision("", false).unwrap(),
+        &[],
+        ApiVersion::V1beta1,
+    )
+    .unwrap();
+    let b = compile(
+        &engine(
+            json!({"global": {"proxy": {"logLevel": "debug"}}, "pilot": {"cni": {"enabled": true}}}),
+            json!({"enablePrometheusMerge": false}),
+            Value::Null,
+            false,
+        ),
+        &webhook_config::Args::for_revision("", false).unwrap(),
+        &[],
+        ApiVersion::V1beta1,
+    )
+    .unwrap();
+    assert_eq!(a.policy, b.policy);
+    assert_ne!(a.params, b.params);
+}
+
+#[test]
+fn the_settings_of_the_per_pod_paths_are_read_off_the_engine() {
+    let s = spec(&default_engine()).unwrap();
+    assert!(s.native && !s.proxy_first);
+    assert_eq!(s.status_port, 15020);
+    assert!(s.rewrite_probes && s.prometheus_merge && !s.tunnel_label);
+    assert_eq!(s.default_mode, "REDIRECT");
+    assert_eq!(s.revision, "default");
+    assert_eq!(s.decision.policy, "enabled");
+    assert!(s.excluded_namespaces.contains(&"kube-system".to_string()));
+    assert_eq!(s.modes.len(), 3);
+    let redirect = &s.modes["REDIRECT"];
+    assert_eq!(redirect.init.as_ref().unwrap()["name"], "istio-init");
+    assert_eq!(redirect.proxy["name"], "istio-proxy");
+    assert!(redirect.proxy.get("env").is_none());
+    let names = |l: &[Value]| -> Vec<String> {
+        l.iter()
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        names(&redirect.proxy_env.head).last().unwrap(),
+        "PROXY_CONFIG"
+    );
+    assert_eq!(names(&redirect.proxy_env.middle)[0], "GOMEMLIMIT");
+    assert_eq!(
+        names(&redirect.proxy_env.tail).last().unwrap(),
+        "TRUST_DOMAIN"
+    );
+    assert!(s.modes["NONE"].init.is_none());
+    let tproxy = &s.modes["TPROXY"];
+    assert_eq!(
+        tproxy.proxy["securityContext"]["capabilities"]["add"],
+        json!(["NET_ADMIN"])
+    );
+    for (mode, v) in &s.modes {
+        let status = v.annotations["sidecar.istio.io/status"].as_str().unwrap();
+        assert_eq!(status.contains("istio-init"), mode != "NONE", "{mode}");
+    }
+    assert_eq!(
+        names(&s.volumes),
+        [
+            "workload-socket",
+            "credential-socket",
+            "workload-certs",
+            "istio-envoy",
+            "istio-data",
+            "istio-podinfo",
+            "istio-token",
+            "istiod-ca-cert",
+            "istio-ca-crl"
+        ]
+    );
+
+    // Without native sidecars, holding the application; CNI; no probe rewrite, no metrics merge.
+    let s = spec(&engine(
+        json!({"global": {"proxy": {"holdApplicationUntilProxyStarts": true}},
+               "pilot": {"cni": {"enabled": true}},
+               "sidecarInjectorWebhook": {"rewriteAppHTTPProbe": false}}),
+        json!({"enablePrometheusMerge": false}),
+        Value::Null,
+        false,
+    ))
+    .unwrap();
+    assert!(!s.native && s.proxy_first);
+    assert!(!s.rewrite_probes && !s.prometheus_merge);
+    let redirect = &s.modes["REDIRECT"];
+    assert_eq!(redirect.init.as_ref().unwrap()["name"], "istio-validation");
+    for (mode, v) in &s.modes {
+        assert_eq!(
+            v.annotations["sidecar.istio.io/interceptionMode"], *mode,
+            "CNI writes the mode"
+        );
+    }
+}
+
+#[test]
+fn configurations_the_policy_cannot_reproduce_are_refused_naming_why() {
+    let err = spec(&engine(
+        Value::Null,
+        Value::Null,
+        json!({"defaultTemplates": ["sidecar", "grpc-agent"]}),
+        true,
+    ))
+    .unwrap_err();
+    assert!(matches!(err, ParamsError::Templates { .. }), "{err}");
+    assert!(err.to_string().contains("grpc-agent"), "{err}");
+    let err = spec(&engine(
+        json!({"global": {"mountMtlsCerts": true}}),
+        Value::Null,
+        Value::Null,
+        true,
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("spec.serviceAccountName"), "{err}");
+    let err = spec(&engine(
+        Value::Null,
+        json!({"extensionProviders": [{"name": "otel", "opentelemetry": {"service": "c", "port": 4317,
+               "serviceAttributeEnrichment": "OTEL_SEMANTIC_CONVENTIONS"}}]}),
+        Value::Null,
+        true,
+    ))
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("OTEL_RESOURCE_ATTRIBUTES"),
+        "{err}"
+    );
+}
+
+fn pod(meta: Value, spec: Value) -> Value {
+    let mut m = meta;
+    if m.get("namespace").is_none() {
+        m["namespace"] = json!("apps");
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": m, "spec": spec})
+}
+
+fn app() -> Value {
+    json!({"containers": [{"name": "app", "image": "app",
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}}}]})
+}
+
+#[test]
+fn the_subset_rules_decide_in_their_order() {
+    let e = default_engine();
+    let s = spec(&e).unwrap();
+    let unmet = |p: &Value| covers(&e, &s, p).err().map(|r| r.name);
+    assert_eq!(unmet(&pod(json!({"name": "p"}), app())), None);
+    let cases = [
+        (
+            pod(json!({"name": "p", "namespace": "kube-system"}), app()),
+            "namespace",
+        ),
+        (
+            pod(
+                json!({"annotations": {"sidecar.istio.io/status": "{}"}}),
+                app(),
+            ),
+            "not-injected",
+        ),
+        (
+            pod(
+                json!({"annotations": {"policy.sidecar-inject.io/injected": "default"}}),
+                app(),
+            ),
+            "not-injected",
+        ),
+        (
+            pod(
+                json!({}),
+                json!({"hostNetwork": true, "containers": [{"name": "a"}]}),
+            ),
+            "not-host-network",
+        ),
+        (
+            pod(
+                json!({"labels": {"sidecar.istio.io/inject": "false"}}),
+                app(),
+            ),
+            "injects",
+        ),
+        (
+            pod(json!({"labels": {"topology.istio.io/network": "n"}}), app()),
+            "labels",
+        ),
+        (
+            pod(
+                json!({"annotations": {"traffic.sidecar.istio.io/excludeOutboundPorts": "5432"}}),
+                app(),
+            ),
+            "annotations",
+        ),
+        (
+            pod(
+                json!({"annotations": {"prometheus_io_port": "9090"}}),
+                app(),
+            ),
+            "annotations",
+        ),
+        (
+            pod(
+                json!({"annotations": {"apm.datadoghq.com/env": "{}"}}),
+                app(),
+            ),
+            "annotations",
+        ),
+        (
+            pod(
+                json!({"annotations": {"prometheus.io/port": "15090"}}),
+                app(),
+            ),
+            "prometheus",
+        ),
+        (
+            pod(
+                json!({"annotations": {"prometheus.io/path": "/a\"b"}}),
+                app(),
+            ),
+            "prometheus",
+        ),
+        (
+            pod(
+                json!({}),
+                json!({"containers": [{"name": "istio-proxy", "image": "x"}]}),
+            ),
+            "names",
+        ),
+        (
+            pod(
+                json!({}),
+                json!({"containers": [{"name": "a"}], "volumes": [{"name": "istio-envoy"}]}),
+            ),
+            "names",
+        ),
+        (
+            pod(
+                json!({}),
+                json!({"containers": [{"name": "a", "readinessProbe": {"httpGet": {"path": "/\n", "port": 1}}}]}),
+            ),
+            "strings",
+        ),
+        (
+            pod(
+                json!({"ownerReferences": [{"kind": "Répl", "name": "x", "controller": true}]}),
+                app(),
+            ),
+            "workload",
+        ),
+    ];
+    for (p, want) in cases {
+        assert_eq!(unmet(&p), Some(want), "{p}");
+    }
+    // What the engine does not read passes: other annotations and labels, Prometheus keys it ignores,
+    // the inject annotation, exec probes, a metrics port equal to the status port.
+    for p in [
+        pod(
+            json!({"labels": {"app": "a", "x": "y"}, "annotations": {"prometheus.io/scheme": "https",
+                "sidecar.istio.io/inject": "true", "example.com/a": "\"quoted\""}}),
+            app(),
+        ),
+        pod(
+            json!({"annotations": {"prometheus.io/port": "15020", "prometheus.io/scrape": "true"}}),
+            json!({"containers": [{"name": "a", "livenessProbe": {"exec": {"command": ["\"x\""]}}}]}),
+        ),
+    ] {
+        assert_eq!(unmet(&p), None, "{p}");
+    }
+}
+
+#[test]
+fn a_policy_disabled_or_selected_out_configuration_injects_only_what_opts_in() {
+    let e = engine(
+        Value::Null,
+        Value::Null,
+        json!({"policy": "disabled", "alwaysInjectSelector": [{"matchLabels": {"mesh": "yes"}}]}),
+        true,
+    );
+    let s = spec(&e).unwrap();
+    assert_eq!(s.decision.policy, "disabled");
+    assert_eq!(s.decision.always.len(), 1);
+    let unmet = |labels: Value| {
+        covers(&e, &s, &pod(json!({"labels": labels}), app()))
+            .err()
+            .map(|r| r.name)
+    };
+    assert_eq!(unmet(json!({})), Some("injects"));
+    assert_eq!(unmet(json!({"mesh": "yes"})), None);
+    assert_eq!(unmet(json!({"sidecar.istio.io/inject": "true"})), None);
+}
+
+#[test]
+fn proxy_config_resources_leave_their_namespaces_to_the_webhook() {
+    let resources = inject::proxy_config_resources::ProxyConfigResources::from_objects(
+        vec![
+            json!({"apiVersion": "networking.istio.io/v1beta1", "kind": "ProxyConfig",
+                   "metadata": {"name": "mesh", "namespace": "istio-system"}, "spec": {"concurrency": 2}}),
+            json!({"apiVersion": "networking.istio.io/v1beta1", "kind": "ProxyConfig",
+                   "metadata": {"name": "ns", "namespace": "apps"}, "spec": {"concurrency": 3}}),
+        ],
+        "test",
+    )
+    .unwrap();
+    assert_eq!(
+        resources.namespaces_with_own_config("istio-system"),
+        ["apps"]
+    );
+    let with_workload = inject::proxy_config_resources::ProxyConfigResources::from_objects(
+        vec![
+            json!({"apiVersion": "networking.istio.io/v1beta1", "kind": "ProxyConfig",
+                   "metadata": {"name": "w", "namespace": "istio-system"},
+                   "spec": {"selector": {"matchLabels": {"a": "b"}}, "concurrency": 2}}),
+        ],
+        "test",
+    )
+    .unwrap();
+    assert_eq!(
+        with_workload.namespaces_with_own_config("istio-system"),
+        ["istio-system"]
+    );
+    let e = default_engine();
+    let s = params::compile(&e, "/inject", &["apps".to_string()]).unwrap();
+    let r = covers(&e, &s, &pod(json!({}), app())).unwrap_err();
+    assert_eq!(r.name, "namespace");
+}
