@@ -1,13 +1,9 @@
 //! The injector compiled into a MutatingAdmissionPolicy (KEP-3962), which the API server runs in
 //! process: no network call, so a pod in the policy's subset is injected while the webhook is down.
 //!
-//! - `params`: the configuration-wide parts, read off the engine's own injection of a canonical pod per
-//!   interception mode, as the params object's `spec`;
-//! - `cel`: the variables and the JSONPatch mutation that splice a pod's own parts (its containers,
-//!   ports, probes, workload, labels and Prometheus annotations) into them;
-//! - `subset`: the pods the policy injects, one table of rules written in CEL (`matchConditions`) and in
-//!   Rust (explain and the differential);
-//! - here: the objects (the params CRD and object, the policy, one binding per webhook entry, selecting
+//! The compiler is `shared::policy` (explain --policy uses it too): its `params` (the configuration-wide
+//! parts), `cel` (the per-pod JSONPatch) and `subset` (the pods the policy injects). Here:
+//! the objects (the params CRD and object, the policy, one binding per webhook entry, selecting
 //!   what `webhook_config` generates for the same revision and tags) and `injector policy`.
 //!
 //! The params kind is a CRD of ours, `InjectionParams`, whose `spec` keeps unknown fields: a ConfigMap
@@ -15,22 +11,17 @@
 //! come from one. With the CRD, the policy's text is the same for every configuration and a new
 //! configuration, ProxyConfig or node set changes only the params object.
 
-pub mod cel;
-pub mod params;
-pub mod subset;
-
 use serde_json::{json, Map, Value};
 
 use inject::cluster_state::{ClusterState, ProxyConfigArgs};
 use inject::config::{ConfigArgs, ConfigError, Settings};
-use inject::engine::{Engine, Mode};
+use inject::engine::Engine;
 use sidecar_core::fields::Fields;
 use inject::kube_objects::ObjectsError;
+use crate::shared::policy::{cel, params, subset};
 use crate::shared::webhook_config::{self, Scope, WebhookConfigError};
 
-pub use cel::MARKER_ANNOTATION;
-pub use params::{ParamsError, ParamsSpec};
-pub use subset::{Facts, Rule};
+pub use crate::shared::policy::{covers, Facts, ParamsError, ParamsSpec, Rule, MARKER_ANNOTATION};
 
 /// The API group of the admission policies.
 const ADMISSION_GROUP: &str = "admissionregistration.k8s.io";
@@ -286,21 +277,6 @@ pub fn load(args: &Args) -> Result<(Engine, webhook_config::Args, Vec<String>), 
     let engine = Engine::new(settings).with_cluster(cluster);
     let excluded = engine.proxy_config_namespaces();
     Ok((engine, webhook, excluded))
-}
-
-/// Whether the policy of `spec` injects `pod` (normalised as the webhook normalises it: its namespace
-/// set): `Ok` when it does, else the first rule of the subset the pod does not meet.
-pub fn covers(engine: &Engine, spec: &ParamsSpec, pod: &Value) -> Result<(), Rule> {
-    let decision = engine.decide(pod, Mode::Webhook);
-    let facts = Facts {
-        pod,
-        params: spec,
-        decision: &decision,
-    };
-    match subset::first_unmet(&facts) {
-        None => Ok(()),
-        Some(rule) => Err(rule),
-    }
 }
 
 /// Runs `injector policy`: the YAML stream on stdout.
