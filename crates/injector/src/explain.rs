@@ -14,7 +14,10 @@
 //!   `aliases`, the pod's `inject.istio.io/templates`), its templates and its `istio-init` (or, with
 //!   CNI, `istio-validation`) arguments, and the warnings of `warnings`;
 //! - **traffic**: each `--connection` walked through the rule model of those arguments by
-//!   iptables-init's library (`traffic`).
+//!   iptables-init's library (`traffic`);
+//! - **policy** (`--policy`): whether the MutatingAdmissionPolicy `injector policy` compiles from the
+//!   same configuration injects the pod (its bindings select what the entries select, then
+//!   `shared::policy::covers`, the Rust side of the subset table the policy's matchConditions are written from).
 //!
 //! `-o json` prints one object `{"items": [Item, ...]}`, one item per workload (a `List`'s items
 //! included) in input order:
@@ -31,6 +34,7 @@
 //! | `warnings` | list of strings | see `warnings` |
 //! | `init_args` | list of strings or `null` | the args of the injected `istio-init` (`istio-validation` with CNI), leading `istio-iptables` included |
 //! | `connections` | list of `{"spec", "verdict", "port", "table", "chain", "rule", "address"}` | one per `--connection`, as `iptables-init explain` prints them |
+//! | `policy` | `{"injects", "reason"}`, only with `--policy` | whether the revision's MutatingAdmissionPolicy injects the pod inside the API server (the webhook then skips it), else why it leaves it to the webhook (the rule of `shared::policy::subset` not met) |
 //!
 //! Exit status 0 when every document was explained (injected or not); a bad manifest, flag, file or
 //! connection spec is an error naming the document (or flag), the field and the value.
@@ -103,6 +107,10 @@ pub struct Args {
     pub kube: KubeArgs,
     #[command(flatten)]
     pub select: SelectArgs,
+    /// The revision's MutatingAdmissionPolicy (`injector policy`) is installed beside the webhook: say
+    /// for each pod whether the policy injects it inside the API server or leaves it to the webhook.
+    #[arg(long)]
+    pub policy: bool,
 }
 
 /// Why explain could not run; each names the flag or document, the field and the value.
@@ -117,6 +125,9 @@ pub enum ExplainError {
     /// The injector configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// `--policy`: the configuration cannot be compiled into a policy.
+    #[error("--policy: {0}")]
+    Policy(#[from] crate::shared::policy::ParamsError),
     /// `--proxy-configs` or `--namespaces` holds an unusable object.
     #[error(transparent)]
     Objects(#[from] ObjectsError),
@@ -147,6 +158,15 @@ pub struct Called {
     pub entry: String,
 }
 
+/// Whether the MutatingAdmissionPolicy injects the pod (`--policy`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PolicyVerdict {
+    /// The policy injects it, inside the API server; the webhook leaves it alone.
+    pub injects: bool,
+    /// Why not, or which binding selects it.
+    pub reason: String,
+}
+
 /// What explain found for one workload (the JSON item, see the module docs).
 #[derive(Debug, Clone, Serialize)]
 pub struct Item {
@@ -168,6 +188,9 @@ pub struct Item {
     pub warnings: Vec<String>,
     pub init_args: Option<Vec<String>>,
     pub connections: Vec<traffic::Verdict>,
+    /// `--policy` only: what the MutatingAdmissionPolicy does with the pod.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyVerdict>,
 }
 
 /// The steps of Istio's `injectRequired`, in its order, as the text output lists them.
@@ -206,6 +229,19 @@ impl Item {
                 if self.missed.is_empty() {
                     out.push_str(&format!("             {}\n", self.webhook_reason));
                 }
+            }
+        }
+        if let Some(p) = &self.policy {
+            if p.injects {
+                out.push_str(&format!(
+                    "  Policy:    injects it in the API server ({})\n",
+                    p.reason
+                ));
+            } else {
+                out.push_str(&format!(
+                    "  Policy:    leaves it to the webhook: {}\n",
+                    p.reason
+                ));
             }
         }
         match &self.decision {
@@ -340,6 +376,8 @@ struct Context {
     /// `--namespace-labels`.
     namespace_labels: Map<String, Value>,
     connections: Vec<traffic::Connection>,
+    /// `--policy`: the params the revision's policy is compiled to.
+    policy: Option<crate::shared::policy::ParamsSpec>,
 }
 
 impl Context {
@@ -414,6 +452,24 @@ impl Context {
             warnings: Vec::new(),
             init_args: None,
             connections: Vec::new(),
+            policy: self.policy.as_ref().map(|spec| {
+                let Some((entry, _)) = routing.called.first() else {
+                    return PolicyVerdict {
+                        injects: false,
+                        reason: "no binding selects it (the bindings select what the webhook's entries select)".to_string(),
+                    };
+                };
+                match crate::shared::policy::covers(&self.engine, spec, &pod) {
+                    Ok(()) => PolicyVerdict {
+                        injects: true,
+                        reason: format!("binding of {}; the webhook skips the pods it injected", entry.label()),
+                    },
+                    Err(rule) => PolicyVerdict {
+                        injects: false,
+                        reason: format!("{} (rule {})", rule.why, rule.name),
+                    },
+                }
+            }),
         };
         let Some((entry, _)) = routing.called.first() else {
             if let Some(w) = self.annotation_instead_of_label(&pod, &namespace, &ns_labels) {
@@ -570,12 +626,26 @@ fn context(args: &Args) -> Result<Context, ExplainError> {
         None => Map::new(),
     };
     let connections = traffic::parse(&args.connections)?;
+    let engine = Engine::new(settings).with_cluster(cluster);
+    let policy = if args.policy {
+        // Compiled for the path of the entries (the webhook's environment comes from it).
+        let path = entries
+            .entries()
+            .next()
+            .map(|e| e.path.clone())
+            .unwrap_or_else(|| "/inject".to_string());
+        let excluded = engine.proxy_config_namespaces();
+        Some(crate::shared::policy::params::compile(&engine, &path, &excluded)?)
+    } else {
+        None
+    };
     Ok(Context {
-        engine: Engine::new(settings).with_cluster(cluster),
+        engine,
         entries,
         namespaces,
         namespace_labels,
         connections,
+        policy,
     })
 }
 

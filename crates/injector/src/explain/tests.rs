@@ -19,6 +19,7 @@ fn ctx_with(
         namespace_labels: parse_namespace_labels(labels).unwrap(),
         connections: traffic::parse(&specs.iter().map(|s| s.to_string()).collect::<Vec<_>>())
             .unwrap(),
+        policy: None,
     }
 }
 
@@ -740,4 +741,66 @@ fn shell_words_are_quoted_only_when_needed() {
     assert_eq!(shell_word(""), "''");
     assert_eq!(shell_word("a b"), "'a b'");
     assert_eq!(shell_word("it's"), "'it'\\''s'");
+}
+
+/// `--policy`: the policy's verdict beside the webhook's, in text and JSON, and nothing without it.
+#[test]
+fn policy_says_whether_the_admission_policy_or_the_webhook_injects() {
+    let mut c = ctx("istio-injection=enabled");
+    c.policy = Some(crate::shared::policy::params::compile(&c.engine, "/inject", &[]).unwrap());
+    let yaml = [
+        deployment(json!({}), json!({})),
+        deployment(
+            json!({}),
+            json!({"traffic.sidecar.istio.io/excludeOutboundPorts": "5432"}),
+        ),
+    ]
+    .join("\n---\n");
+    let items = explain(&c, &yaml);
+    let policy: Vec<_> = items.iter().map(|i| i.policy.clone().unwrap()).collect();
+    assert!(policy[0].injects, "{:?}", policy[0]);
+    assert!(
+        policy[0]
+            .reason
+            .contains("namespace.sidecar-injector.istio.io"),
+        "{:?}",
+        policy[0]
+    );
+    assert!(!policy[1].injects);
+    assert!(
+        policy[1].reason.contains("(rule annotations)"),
+        "{:?}",
+        policy[1]
+    );
+    let text = text(&items);
+    assert!(
+        text.contains("  Policy:    injects it in the API server ("),
+        "{text}"
+    );
+    assert!(
+        text.contains("  Policy:    leaves it to the webhook: "),
+        "{text}"
+    );
+    assert_eq!(json(&items)["items"][0]["policy"]["injects"], json!(true));
+    // Both are injected, by one or the other.
+    assert!(items.iter().all(|i| i.injected));
+
+    // A namespace no entry selects: no binding selects it either.
+    let mut c = ctx("");
+    c.policy = Some(crate::shared::policy::params::compile(&c.engine, "/inject", &[]).unwrap());
+    let item = one(&c, &deployment(json!({}), json!({})));
+    let p = item.policy.unwrap();
+    assert!(
+        !p.injects && p.reason.contains("no binding selects it"),
+        "{p:?}"
+    );
+
+    // Without --policy, no field and no line.
+    let item = one(
+        &ctx("istio-injection=enabled"),
+        &deployment(json!({}), json!({})),
+    );
+    assert!(item.policy.is_none());
+    assert!(!item.text().contains("Policy:"));
+    assert!(json(&[item])["items"][0].get("policy").is_none());
 }
