@@ -2,7 +2,7 @@
 # The differential tests against Istio's own binaries, by hand. Every difference not in the
 # kind's allow-list is printed with the two command lines that reproduce it.
 #
-#   scripts/differential.sh [--kind rules|inject|template] [--seed N] [--cases N] [--minutes M] [--start N]
+#   scripts/differential.sh [--kind rules|inject|template|policy] [--seed N] [--cases N] [--minutes M] [--start N]
 #                           [--jobs J] [--apply-every K (rules)] [--istioctl-every K] [--keep DIR (inject, template)]
 #
 # rules (the default): generated istio-iptables configurations through `pilot-agent istio-iptables` and
@@ -12,8 +12,12 @@
 #   Istio's kube-inject code (tools/istio/cmd/inject-batch, every 50th case also through the real istioctl)
 #   and `injector kube-inject` (e2e/inject-differential-allow.tsv); the files of a differing case are kept
 #   under --keep (default $TMPDIR/inject-differential).
-# CI runs a fixed seed's few hundred cases of each kind in the e2e tests `rules_differential` and
-# `inject_differential`.
+# policy: generated pods and the corpus' cases through a real kube-apiserver (scripts/cluster.sh) with the
+#   MutatingAdmissionPolicy of `injector policy` and no webhook, with the webhook and no policy, and with both
+#   (e2e::policy_differential); flags --seed, --cases, --start, --per-config K (pods per configuration,
+#   default 100), --jobs J, --corpus 0|1. No allow-list: every difference is unexplained.
+# CI runs a fixed seed's few hundred cases of each kind in the e2e tests `rules_differential`,
+# `inject_differential` and `policy`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=rules
@@ -30,8 +34,13 @@ case "$kind" in
     cargo build -q --locked -p injector -p e2e --bins
     exec target/debug/inject-differential --kind "$kind" "${args[@]}"
     ;;
+  policy)
+    bash scripts/cluster.sh build >/dev/null
+    cargo build -q --locked -p injector -p e2e --bins
+    exec target/debug/policy-differential "${args[@]}"
+    ;;
   rules) ;;
-  *) echo "scripts/differential.sh: --kind $kind: expected rules, inject or template" >&2; exit 2 ;;
+  *) echo "scripts/differential.sh: --kind $kind: expected rules, inject, template or policy" >&2; exit 2 ;;
 esac
 set -- "${args[@]}"
 if [ "$(id -u)" -ne 0 ]; then

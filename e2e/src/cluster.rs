@@ -119,7 +119,17 @@ impl Cluster {
     /// every node is Ready and untainted, kube-proxy has synced on each, and the `default`
     /// ServiceAccount exists. Panics as [`Cluster::up`] does.
     pub fn up_with_nodes(nodes: usize) -> Cluster {
-        Cluster::try_up(nodes).unwrap_or_else(|e| {
+        Cluster::up_with_args(nodes, "")
+    }
+
+    /// [`Cluster::up`] with `apiserver_args` appended to kube-apiserver's flags (words split on blanks,
+    /// `CLUSTER_APISERVER_EXTRA_ARGS` of `scripts/cluster.sh`).
+    pub fn up_with(apiserver_args: &str) -> Cluster {
+        Cluster::up_with_args(0, apiserver_args)
+    }
+
+    fn up_with_args(nodes: usize, apiserver_args: &str) -> Cluster {
+        Cluster::try_up(nodes, apiserver_args).unwrap_or_else(|e| {
             panic!(
                 "this test needs a kube-apiserver{}: {e:#}\n(build it once with `bash scripts/cluster.sh build`; \
                  scripts/test.sh does; it never skips)",
@@ -128,7 +138,7 @@ impl Cluster {
         })
     }
 
-    fn try_up(nodes: usize) -> anyhow::Result<Cluster> {
+    fn try_up(nodes: usize, apiserver_args: &str) -> anyhow::Result<Cluster> {
         let parent = TempDir::new("cluster");
         let dir = parent.path().join("cp");
         let mut cmd = script_command("up", &dir);
@@ -136,6 +146,7 @@ impl Cluster {
             cmd.args(["--nodes", &nodes.to_string()]);
         }
         let out = cmd
+            .env("CLUSTER_APISERVER_EXTRA_ARGS", apiserver_args)
             // If this process dies without running Drop, the script's watchdog stops the servers.
             .env("CLUSTER_OWNER_PID", std::process::id().to_string())
             .output()

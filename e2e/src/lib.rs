@@ -64,6 +64,7 @@ pub mod load;
 pub mod netns;
 pub mod nettool;
 pub mod peers;
+pub mod policy_differential;
 pub mod product;
 pub mod rules_differential;
 

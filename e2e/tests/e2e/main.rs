@@ -28,6 +28,7 @@ mod kube_cli;
 mod modules;
 mod nftables;
 mod node;
+mod policy;
 mod readme;
 mod rules_differential;
 mod test_command;
