@@ -635,7 +635,9 @@ fn context(args: &Args) -> Result<Context, ExplainError> {
             .map(|e| e.path.clone())
             .unwrap_or_else(|| "/inject".to_string());
         let excluded = engine.proxy_config_namespaces();
-        Some(crate::shared::policy::params::compile(&engine, &path, &excluded)?)
+        Some(crate::shared::policy::params::compile(
+            &engine, &path, &excluded,
+        )?)
     } else {
         None
     };

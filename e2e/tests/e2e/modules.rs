@@ -145,7 +145,14 @@ fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 /// connection and what goes through it), then `shared` and `error_report` (what two front ends share,
 /// free of the cluster). A module names only modules of a lower layer: no front end another.
 const INJECTOR_LAYERS: [&[&str]; 3] = [
-    &["certs", "doctor", "explain", "kube_inject", "policy", "serve"],
+    &[
+        "certs",
+        "doctor",
+        "explain",
+        "kube_inject",
+        "policy",
+        "serve",
+    ],
     &["cluster"],
     &["error_report", "shared"],
 ];

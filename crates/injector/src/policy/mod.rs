@@ -13,13 +13,13 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::shared::policy::{cel, params, subset};
+use crate::shared::webhook_config::{self, Scope, WebhookConfigError};
 use inject::cluster_state::{ClusterState, ProxyConfigArgs};
 use inject::config::{ConfigArgs, ConfigError, Settings};
 use inject::engine::Engine;
-use sidecar_core::fields::Fields;
 use inject::kube_objects::ObjectsError;
-use crate::shared::policy::{cel, params, subset};
-use crate::shared::webhook_config::{self, Scope, WebhookConfigError};
+use sidecar_core::fields::Fields;
 
 pub use crate::shared::policy::{covers, Facts, ParamsError, ParamsSpec, Rule, MARKER_ANNOTATION};
 

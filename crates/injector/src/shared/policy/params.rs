@@ -17,11 +17,11 @@ use serde_json::{json, Map, Value};
 
 use inject::decision::{LabelSelector, Operator, Policy};
 use inject::engine::Engine;
-use sidecar_core::fields::{self, Fields};
 use inject::pod::{
     self, INIT_CONTAINER, INTERCEPTION_MODE_ANNOTATION, PROXY_CONTAINER, STATUS_ANNOTATION,
     VALIDATION_CONTAINER,
 };
+use sidecar_core::fields::{self, Fields};
 
 /// The proxy's environment entries the CEL computes per pod, in the order the sidecar template writes
 /// them (`render::context::proxy_env`); the probers' entry is written last by post-processing.

@@ -10,11 +10,11 @@ use serde_json::Value;
 use super::cel::MARKER_ANNOTATION;
 use super::params::ParamsSpec;
 use inject::decision::Decision;
-use sidecar_core::fields::{self, Fields};
 use inject::pod::{
     self, CORE_DUMP_CONTAINER, INIT_CONTAINER, INJECT_KEY, NETWORK_LABEL, PROXY_CONTAINER,
     STATUS_ANNOTATION, VALIDATION_CONTAINER,
 };
+use sidecar_core::fields::{self, Fields};
 
 /// What a rule looks at: the pod as the API server hands it to admission (its namespace set), the
 /// params, and the engine's webhook-mode decision for it.
