@@ -62,5 +62,7 @@ pub use workload::{deploy_meta_from_pod, Workload};
 // computes in CEL.
 pub use patch::create_patch_json;
 pub use probes::APP_PROBERS_ENV;
+// Go's fmt.Sprint of a values field, as the templates print it (the policy's init status port).
+pub use render::sprint as go_sprint;
 // docs/reference/annotations.md is generated from it (xtask).
 pub use annotations::validated as validated_annotations;

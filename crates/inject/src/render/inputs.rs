@@ -231,7 +231,7 @@ pub(crate) fn proxy_config_interception_mode(proxy_config: &Value) -> &str {
 }
 
 /// Go's `fmt.Sprint` of a value decoded from JSON (numbers are float64 there): `<nil>` for absent/null.
-pub(crate) fn sprint(v: Option<&Value>) -> Cow<'_, str> {
+pub fn sprint(v: Option<&Value>) -> Cow<'_, str> {
     match v {
         None | Some(Value::Null) => Cow::Borrowed("<nil>"),
         Some(Value::String(s)) => Cow::Borrowed(s),

@@ -29,7 +29,7 @@ use serde_json::Value;
 use inputs::Inputs;
 
 pub use error::RenderError;
-pub(crate) use inputs::sprint;
+pub use inputs::sprint;
 pub use inputs::TemplateData;
 pub use proxy_config_json::proxy_config_env;
 

@@ -10,13 +10,25 @@
 //! `/spec/initContainers` replaces the pod's own list).
 //!
 //! Each piece mirrors the webhook's function named beside it; the differential through the API server
-//! (`tests/src/policy_differential`) is what shows they agree.
+//! (`e2e/src/policy_differential`) is what shows they agree.
 
 use super::params::{
     APP_CONTAINERS_ENV, CANONICAL_NAME_LABEL, CANONICAL_REVISION_LABEL, OWNER_ENV, PORTS_ENV,
     PROBERS_ENV, PROMETHEUS_ENV, TLS_MODE_LABEL, TUNNEL_LABEL, WORKLOAD_NAME_ENV,
 };
-use inject::pod::STATUS_ANNOTATION;
+use super::params::{
+    EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
+    EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
+    INCLUDE_INBOUND_PORTS_ANNOTATION, INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+    INCLUDE_OUTBOUND_PORTS_ANNOTATION, KUBEVIRT_INTERFACES_ANNOTATION,
+    REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
+};
+use inject::pod::{
+    AGENT_LOG_LEVEL_ANNOTATION, COMPONENT_LOG_LEVEL_ANNOTATION, INTERCEPTION_MODE_ANNOTATION,
+    LOG_LEVEL_ANNOTATION, MERGE_METRICS_ANNOTATION, NATIVE_SIDECAR_ANNOTATION,
+    PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_MEMORY_ANNOTATION,
+    PROXY_MEMORY_LIMIT_ANNOTATION, REWRITE_PROBES_ANNOTATION, STATUS_ANNOTATION,
+};
 
 /// The annotation the policy adds to the pods it injects, so that the webhook (`injector
 /// webhook-config --skip-policy-injected`, and `serve` itself) leaves them alone; its value is the
@@ -106,6 +118,48 @@ fn rewrite_ops(h: &str, base: &str, url: &str, grpc_too: bool) -> String {
     }
 }
 
+/// The ops that set the resources of the container at `path` (a CEL string) to the resource
+/// annotations' (`render::shared::resources`: the values' resources replaced whole). Built op by op:
+/// a map literal with optional entries makes the 1.35 API server's CEL validator panic.
+fn resource_ops(path: &str) -> String {
+    let set = |k: &str, at: &str| {
+        format!(
+            "('{k}' in variables.annotations ? [{}] : [])",
+            patch(
+                "add",
+                &format!("{path} + '/resources/{at}'"),
+                Some(&format!("variables.annotations['{k}']"))
+            )
+        )
+    };
+    let block = |name: &str, cpu: &str, memory: &str| {
+        format!(
+            "('{cpu}' in variables.annotations || '{memory}' in variables.annotations ? [{}] + {} + {} : [])",
+            patch("add", &format!("{path} + '/resources/{name}'"), Some("{}")),
+            set(cpu, &format!("{name}/cpu")),
+            set(memory, &format!("{name}/memory")),
+        )
+    };
+    format!(
+        "(variables.resources ? [{}] + {} + {} : [])",
+        patch("add", &format!("{path} + '/resources'"), Some("{}")),
+        block("requests", PROXY_CPU_ANNOTATION, PROXY_MEMORY_ANNOTATION),
+        block(
+            "limits",
+            PROXY_CPU_LIMIT_ANNOTATION,
+            PROXY_MEMORY_LIMIT_ANNOTATION
+        ),
+    )
+}
+
+/// Go's `strconv.ParseBool` of annotation `key`, else `fallback` (a CEL bool).
+fn go_bool(key: &str, fallback: &str) -> String {
+    format!(
+        "variables.annotations[?'{key}'].orValue('') in ['1', 't', 'T', 'TRUE', 'true', 'True'] ? true : \
+         variables.annotations[?'{key}'].orValue('') in ['0', 'f', 'F', 'FALSE', 'false', 'False'] ? false : {fallback}"
+    )
+}
+
 /// A JSON string of a CEL string (the subset admits only strings that need no escaping).
 fn json_str(s: &str) -> String {
     format!("'\"' + {s} + '\"'")
@@ -172,7 +226,27 @@ pub fn variables() -> Vec<Variable> {
     let mut v = vec![
         var("annotations", "object.metadata.?annotations.orValue({})"),
         var("labels", "object.metadata.?labels.orValue({})"),
-        var("variant", "params.spec.modes[params.spec.defaultMode]"),
+        // The pod's choices among the configuration's variants: `sidecar.istio.io/interceptionMode`,
+        // and `sidecar.istio.io/nativeSidecar` as the template reads it (non-empty decides, anything
+        // but "false" is native).
+        var(
+            "native",
+            format!(
+                "variables.annotations[?'{NATIVE_SIDECAR_ANNOTATION}'].orValue('') != '' ? \
+                 variables.annotations['{NATIVE_SIDECAR_ANNOTATION}'] != 'false' : params.spec.native"
+            ),
+        ),
+        var(
+            "variant",
+            format!(
+                "params.spec.variants[string(variables.annotations[?'{INTERCEPTION_MODE_ANNOTATION}'].orValue(params.spec.defaultMode))]\
+                 [variables.native ? 'native' : 'classic']"
+            ),
+        ),
+        // `sidecar.istio.io/rewriteAppHTTPProbers` and `prometheus.istio.io/merge-metrics` (Go's
+        // ParseBool; anything else leaves the configuration's).
+        var("rewrite", go_bool(REWRITE_PROBES_ANNOTATION, "params.spec.rewriteProbes")),
+        var("merge", go_bool(MERGE_METRICS_ANNOTATION, "params.spec.prometheusMerge")),
         var("containers", "object.spec.?containers.orValue([])"),
         var("inits", "object.spec.?initContainers.orValue([])"),
         // Istio's `GetDeployMetaFromPod` (`workload::deploy_meta_from_pod`): [kind, apiVersion, name].
@@ -244,7 +318,7 @@ pub fn variables() -> Vec<Variable> {
         // already points at the agent.
         var(
             "prometheus",
-            "params.spec.prometheusMerge && \
+            "variables.merge && \
              !(variables.annotations[?'prometheus.io/scrape'].orValue('') in ['0', 'f', 'F', 'FALSE', 'false', 'False']) && \
              variables.annotations[?'prometheus.io/port'].orValue('') != string(params.spec.statusPort)",
         ),
@@ -280,7 +354,7 @@ pub fn variables() -> Vec<Variable> {
         var(
             "probersEnv",
             format!(
-                "params.spec.rewriteProbes && variables.probers.size() > 0 ? [{}] : []",
+                "variables.rewrite && variables.probers.size() > 0 ? [{}] : []",
                 env_entry(
                     PROBERS_ENV,
                     r#"'{' + variables.probers.map(e, '"' + e[0] + '":' + e[1]).join(',') + '}'"#
@@ -409,23 +483,113 @@ pub fn variables() -> Vec<Variable> {
     v.push(var(
         "probeOps",
         format!(
-            "params.spec.rewriteProbes ? {} + {} : []",
+            "variables.rewrite ? {} + {} : []",
             list_ops("containers", "containers"),
             list_ops("initContainers", "inits")
         ),
     ));
 
+    // The init container's arguments (`render::init_args`): the traffic annotations replace the
+    // configuration's values, the status port is appended to the excluded inbound ports
+    // (`exclude_inbound_port`), the agent's log level.
+    let ann = |k: &str| format!("variables.annotations[?'{k}']");
+    let exclude_inbound = format!(
+        "(params.spec.initStatusPort == '' || params.spec.initStatusPort == '0' || \
+           variables.annotations['{k}'].split(',').exists(e, e == params.spec.initStatusPort) ? \
+           variables.annotations['{k}'] : \
+           (variables.annotations['{k}'].split(',').map(e, e.trim()).filter(e, e != '') + [params.spec.initStatusPort]).join(','))",
+        k = EXCLUDE_INBOUND_PORTS_ANNOTATION
+    );
+    v.push(var(
+        "initArgs",
+        format!(
+            "!has(variables.variant.init) ? [] : \
+             variables.variant.initArgs.head + \
+             ['-i', string({i}.orValue(variables.variant.initArgs.includeIpRanges)), \
+              '-x', string({x}.orValue(variables.variant.initArgs.excludeIpRanges)), \
+              '-b', string({b}.orValue(variables.variant.initArgs.includeInboundPorts)), \
+              '-d', string({d_present} ? ({d} == '' ? '15090,15021' : '15090,15021,' + {d}) : variables.variant.initArgs.excludeInbound)] + \
+             ({q}.hasValue() ? ['-q', string({q}.value())] : has(variables.variant.initArgs.includeOutboundPorts) ? ['-q', string(variables.variant.initArgs.includeOutboundPorts)] : []) + \
+             ({o}.hasValue() ? ['-o', string({o}.value())] : has(variables.variant.initArgs.excludeOutboundPorts) ? ['-o', string(variables.variant.initArgs.excludeOutboundPorts)] : []) + \
+             ({reroute}.hasValue() ? ['-k', string({reroute}.value())] : {kubevirt}.hasValue() ? ['-k', string({kubevirt}.value())] : []) + \
+             ({c}.hasValue() ? ['-c', string({c}.value())] : []) + \
+             ['--log_output_level=' + string({agent}.orValue(variables.variant.initArgs.logLevel))] + \
+             variables.variant.initArgs.tail",
+            i = ann(INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION),
+            x = ann(EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION),
+            b = ann(INCLUDE_INBOUND_PORTS_ANNOTATION),
+            d_present = format!("'{EXCLUDE_INBOUND_PORTS_ANNOTATION}' in variables.annotations"),
+            d = exclude_inbound,
+            q = ann(INCLUDE_OUTBOUND_PORTS_ANNOTATION),
+            o = ann(EXCLUDE_OUTBOUND_PORTS_ANNOTATION),
+            reroute = ann(REROUTE_VIRTUAL_INTERFACES_ANNOTATION),
+            kubevirt = ann(KUBEVIRT_INTERFACES_ANNOTATION),
+            c = ann(EXCLUDE_INTERFACES_ANNOTATION),
+            agent = ann(AGENT_LOG_LEVEL_ANNOTATION),
+        ),
+    ));
+    // The proxy's arguments: the log levels of the annotations (`render::shared::proxy_args`).
+    v.push(var(
+        "proxyArgs",
+        format!(
+            "variables.variant.proxy.args.map(a, \
+               a.startsWith('--proxyLogLevel=') && {l}.hasValue() ? '--proxyLogLevel=' + {l}.value() : \
+               a.startsWith('--proxyComponentLogLevel=') && {cl}.hasValue() ? '--proxyComponentLogLevel=' + {cl}.value() : \
+               a.startsWith('--log_output_level=') && {agent}.hasValue() ? '--log_output_level=' + {agent}.value() : a)",
+            l = ann(LOG_LEVEL_ANNOTATION),
+            cl = ann(COMPONENT_LOG_LEVEL_ANNOTATION),
+            agent = ann(AGENT_LOG_LEVEL_ANNOTATION),
+        ),
+    ));
+    // The resource annotations replace both containers' resources whole (`render::shared::resources`).
+    v.push(var(
+        "resources",
+        format!(
+            "[{}].exists(k, k in variables.annotations)",
+            [
+                PROXY_CPU_ANNOTATION,
+                PROXY_MEMORY_ANNOTATION,
+                PROXY_CPU_LIMIT_ANNOTATION,
+                PROXY_MEMORY_LIMIT_ANNOTATION
+            ]
+            .map(lit)
+            .join(", "),
+        ),
+    ));
+
     // `reorderPod`: native, `istio-init` (or `istio-validation`) and `istio-proxy` first among the init
     // containers; otherwise `istio-validation` first, `istio-init` last, and `istio-proxy` last among
-    // the containers (first when holding the application). Then the proxy's environment at its index.
+    // the containers (first when holding the application). Then the per-pod fields of each at its
+    // index: the init container's arguments and resources, the proxy's environment, arguments and
+    // resources.
+    v.push(var(
+        "initPath",
+        "!has(variables.variant.init) ? '' : \
+         variables.native || variables.variant.init.name == 'istio-validation' ? '/spec/initContainers/0' : \
+         '/spec/initContainers/' + string(size(variables.inits))",
+    ));
+    v.push(var(
+        "proxyPath",
+        "variables.native ? '/spec/initContainers/' + (has(variables.variant.init) ? '1' : '0') : \
+         params.spec.proxyFirst ? '/spec/containers/0' : '/spec/containers/' + string(size(variables.containers))",
+    ));
+    let field = |container: &str, name: &str, value: &str| {
+        patch(
+            "add",
+            &format!("variables.{container}Path + '/{name}'"),
+            Some(value),
+        )
+    };
     v.push(var(
         "containerOps",
         format!(
             "(has(object.spec.initContainers) ? [] : [{new_inits}]) + \
-             (params.spec.native ? \
-               (variables.variant.init != null ? [{init_at_0}, {proxy_at_1}, {env_at_1}] : [{proxy_at_0}, {env_at_0}]) : \
-               (variables.variant.init == null ? [] : variables.variant.init.name == 'istio-validation' ? [{init_at_0}] : [{init_last}]) + \
-               (params.spec.proxyFirst ? [{c_proxy_first}, {c_env_first}] : [{c_proxy_last}, {c_env_last}]))",
+             (!has(variables.variant.init) ? [] : \
+               [variables.native || variables.variant.init.name == 'istio-validation' ? {init_at_0} : {init_last}, {init_args}] + \
+               {init_resources}) + \
+             [variables.native ? {proxy_native} : params.spec.proxyFirst ? {proxy_first} : {proxy_last}, \
+              {proxy_env}, {proxy_args}] + \
+             {proxy_resources}",
             new_inits = patch("add", "'/spec/initContainers'", Some("[]")),
             init_at_0 = patch(
                 "add",
@@ -437,46 +601,26 @@ pub fn variables() -> Vec<Variable> {
                 "'/spec/initContainers/-'",
                 Some("variables.variant.init")
             ),
-            proxy_at_1 = patch(
+            init_args = field("init", "args", "variables.initArgs"),
+            init_resources = resource_ops("variables.initPath"),
+            proxy_native = patch(
                 "add",
-                "'/spec/initContainers/1'",
+                "variables.proxyPath",
                 Some("variables.variant.proxy")
             ),
-            env_at_1 = patch(
-                "add",
-                "'/spec/initContainers/1/env'",
-                Some("variables.proxyEnv")
-            ),
-            proxy_at_0 = patch(
-                "add",
-                "'/spec/initContainers/0'",
-                Some("variables.variant.proxy")
-            ),
-            env_at_0 = patch(
-                "add",
-                "'/spec/initContainers/0/env'",
-                Some("variables.proxyEnv")
-            ),
-            c_proxy_first = patch(
+            proxy_first = patch(
                 "add",
                 "'/spec/containers/0'",
                 Some("variables.variant.proxy")
             ),
-            c_env_first = patch(
-                "add",
-                "'/spec/containers/0/env'",
-                Some("variables.proxyEnv")
-            ),
-            c_proxy_last = patch(
+            proxy_last = patch(
                 "add",
                 "'/spec/containers/-'",
                 Some("variables.variant.proxy")
             ),
-            c_env_last = patch(
-                "add",
-                "'/spec/containers/' + string(size(variables.containers)) + '/env'",
-                Some("variables.proxyEnv")
-            ),
+            proxy_env = field("proxy", "env", "variables.proxyEnv"),
+            proxy_args = field("proxy", "args", "variables.proxyArgs"),
+            proxy_resources = resource_ops("variables.proxyPath"),
         ),
     ));
 

@@ -18,10 +18,26 @@ use serde_json::{json, Map, Value};
 use inject::decision::{LabelSelector, Operator, Policy};
 use inject::engine::Engine;
 use inject::pod::{
-    self, INIT_CONTAINER, INTERCEPTION_MODE_ANNOTATION, PROXY_CONTAINER, STATUS_ANNOTATION,
-    VALIDATION_CONTAINER,
+    self, INIT_CONTAINER, INTERCEPTION_MODE_ANNOTATION, NATIVE_SIDECAR_ANNOTATION, PROXY_CONTAINER,
+    STATUS_ANNOTATION, VALIDATION_CONTAINER,
 };
+use sidecar_core::annotations;
 use sidecar_core::fields::{self, Fields};
+
+/// The traffic annotations the CEL turns into `istio-init` arguments, by name (their rows are
+/// `sidecar_core::annotations`' statics; `format!` needs constants).
+pub const EXCLUDE_INBOUND_PORTS_ANNOTATION: &str = annotations::EXCLUDE_INBOUND_PORTS.name;
+pub const EXCLUDE_INTERFACES_ANNOTATION: &str = annotations::EXCLUDE_INTERFACES.name;
+pub const EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str =
+    annotations::EXCLUDE_OUTBOUND_IP_RANGES.name;
+pub const EXCLUDE_OUTBOUND_PORTS_ANNOTATION: &str = annotations::EXCLUDE_OUTBOUND_PORTS.name;
+pub const INCLUDE_INBOUND_PORTS_ANNOTATION: &str = annotations::INCLUDE_INBOUND_PORTS.name;
+pub const INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION: &str =
+    annotations::INCLUDE_OUTBOUND_IP_RANGES.name;
+pub const INCLUDE_OUTBOUND_PORTS_ANNOTATION: &str = annotations::INCLUDE_OUTBOUND_PORTS.name;
+pub const KUBEVIRT_INTERFACES_ANNOTATION: &str = annotations::KUBEVIRT_INTERFACES.name;
+pub const REROUTE_VIRTUAL_INTERFACES_ANNOTATION: &str =
+    annotations::REROUTE_VIRTUAL_INTERFACES.name;
 
 /// The proxy's environment entries the CEL computes per pod, in the order the sidecar template writes
 /// them (`render::context::proxy_env`); the probers' entry is written last by post-processing.
@@ -100,12 +116,23 @@ pub struct ProxyEnv {
 #[serde(rename_all = "camelCase")]
 pub struct Variant {
     /// `istio-init` (`istio-validation` with CNI); `None` in mode `NONE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<Value>,
+    /// Its arguments taken apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_args: Option<InitArgs>,
     /// `istio-proxy` without `env`.
     pub proxy: Value,
     pub proxy_env: ProxyEnv,
     /// The annotations added whatever the pod (the status annotation among them).
     pub annotations: Map<String, Value>,
+}
+
+/// One mode's injection with and without native sidecars.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Variants {
+    pub native: Variant,
+    pub classic: Variant,
 }
 
 /// The params object's `spec`.
@@ -120,7 +147,8 @@ pub struct ParamsSpec {
     pub excluded_namespaces: Vec<String>,
     /// `istio-proxy` is a native sidecar (an init container after `istio-init`).
     pub native: bool,
-    /// Without native sidecars: `istio-proxy` first among the containers (hold the application).
+    /// Without native sidecars (the configuration's or a pod's choice): `istio-proxy` first among the
+    /// containers (hold the application).
     pub proxy_first: bool,
     /// The mesh status port the probes are rewritten to and the metrics are scraped on.
     pub status_port: i64,
@@ -132,10 +160,15 @@ pub struct ParamsSpec {
     pub tunnel_label: bool,
     /// Labels added whatever the pod.
     pub labels: Map<String, Value>,
+    /// CNI: `istio-validation`, and the traffic settings written as annotations.
+    pub cni: bool,
+    /// The status port the init container's `-d` excludes (the values', as the template reads it).
+    pub init_status_port: String,
     /// The mode of a pod without `sidecar.istio.io/interceptionMode`.
     pub default_mode: String,
-    /// The modes the policy renders (a pod asking for another one is left to the webhook).
-    pub modes: BTreeMap<String, Variant>,
+    /// Per interception mode, the injection with the proxy a native sidecar and without
+    /// (`sidecar.istio.io/nativeSidecar` chooses, else [`ParamsSpec::native`]).
+    pub variants: BTreeMap<String, Variants>,
     /// Volumes put before the pod's own.
     pub volumes: Vec<Value>,
     /// Image pull secrets put before the pod's own.
@@ -162,8 +195,9 @@ const HASH: &str = "5d4b7c9f8";
 /// Not a valid namespace name, so no ProxyConfig resource of the configuration can be in it.
 const NAMESPACE: &str = "canonical_namespace";
 
-/// The canonical pod, as the API server hands it to the webhook (defaulted where the engine reads).
-fn canonical_pod(mode: Option<&str>) -> Value {
+/// The canonical pod with `annotations`, as the API server hands it to the webhook (defaulted where the
+/// engine reads).
+fn canonical_pod(annotations: &[(&str, &str)]) -> Value {
     let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -185,8 +219,13 @@ fn canonical_pod(mode: Option<&str>) -> Value {
             }],
         },
     });
-    if let Some(m) = mode {
-        pod["metadata"]["annotations"] = json!({ INTERCEPTION_MODE_ANNOTATION: m });
+    if !annotations.is_empty() {
+        pod["metadata"]["annotations"] = Value::Object(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), Value::from(*v)))
+                .collect(),
+        );
     }
     pod
 }
@@ -218,16 +257,106 @@ fn requirements(selectors: &[LabelSelector]) -> Vec<Vec<Requirement>> {
         .collect()
 }
 
-/// The webhook's injection of the canonical pod sent to `path`.
-fn inject(engine: &Engine, mode: Option<&str>, path: &str) -> Result<(Value, Value), ParamsError> {
-    let pod = canonical_pod(mode);
+/// The webhook's injection of the canonical pod with `annotations`, sent to `path`.
+fn inject(
+    engine: &Engine,
+    annotations: &[(&str, &str)],
+    path: &str,
+) -> Result<(Value, Value), ParamsError> {
+    let pod = canonical_pod(annotations);
     let out = crate::shared::webhook_request::inject(engine, &pod, None, path).map_err(|e| {
         ParamsError::Inject {
-            mode: mode.unwrap_or("default mode").to_string(),
+            mode: if annotations.is_empty() {
+                "no annotations".to_string()
+            } else {
+                format!("{annotations:?}")
+            },
             reason: e.to_string(),
         }
     })?;
     Ok((pod, out))
+}
+
+/// The arguments of `istio-init` (`istio-validation`) around the values a pod's annotations replace
+/// (`render::init_args`): `head` through `-m MODE`, then `-i -x -b -d`, the optional `-q -o`, (a pod's
+/// `-k -c`), `--log_output_level=`, then `tail`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitArgs {
+    pub head: Vec<String>,
+    pub include_ip_ranges: String,
+    pub exclude_ip_ranges: String,
+    pub include_inbound_ports: String,
+    /// `-d`: Envoy's ports, the excluded ports and the status port.
+    pub exclude_inbound: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_outbound_ports: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude_outbound_ports: Option<String>,
+    pub log_level: String,
+    pub tail: Vec<String>,
+}
+
+const LOG_LEVEL_ARG: &str = "--log_output_level=";
+
+impl InitArgs {
+    /// The arguments of a pod without traffic annotations.
+    pub fn assemble(&self) -> Vec<String> {
+        let mut out = self.head.clone();
+        for (flag, v) in [
+            ("-i", &self.include_ip_ranges),
+            ("-x", &self.exclude_ip_ranges),
+            ("-b", &self.include_inbound_ports),
+            ("-d", &self.exclude_inbound),
+        ] {
+            out.extend([flag.to_string(), v.clone()]);
+        }
+        for (flag, v) in [
+            ("-q", &self.include_outbound_ports),
+            ("-o", &self.exclude_outbound_ports),
+        ] {
+            if let Some(v) = v {
+                out.extend([flag.to_string(), v.clone()]);
+            }
+        }
+        out.push(format!("{LOG_LEVEL_ARG}{}", self.log_level));
+        out.extend(self.tail.iter().cloned());
+        out
+    }
+
+    /// Takes the rendered arguments apart; `None` when they are not laid out as `render::init_args`
+    /// lays them out.
+    fn parse(args: &[String]) -> Option<InitArgs> {
+        let i = args.iter().position(|a| a == "-i")?;
+        let (head, rest) = args.split_at(i);
+        let (flags, rest) = rest.split_at(8.min(rest.len()));
+        let value =
+            |k: usize, flag: &str| (flags.get(k)? == flag).then(|| flags.get(k + 1).cloned())?;
+        let mut rest = rest.iter().peekable();
+        let mut optional = |flag: &str| {
+            if rest.peek().is_some_and(|a| *a == flag) {
+                rest.next();
+                rest.next().cloned()
+            } else {
+                None
+            }
+        };
+        let include_outbound_ports = optional("-q");
+        let exclude_outbound_ports = optional("-o");
+        let log_level = rest.next()?.strip_prefix(LOG_LEVEL_ARG)?.to_string();
+        let parsed = InitArgs {
+            head: head.to_vec(),
+            include_ip_ranges: value(0, "-i")?,
+            exclude_ip_ranges: value(2, "-x")?,
+            include_inbound_ports: value(4, "-b")?,
+            exclude_inbound: value(6, "-d")?,
+            include_outbound_ports,
+            exclude_outbound_ports,
+            log_level,
+            tail: rest.cloned().collect(),
+        };
+        (parsed.assemble() == args).then_some(parsed)
+    }
 }
 
 /// The entries of `list` in `spec` of the injected pod.
@@ -411,9 +540,28 @@ fn take_apart(before: &Value, after: &Value) -> Result<Rendered, ParamsError> {
                 .unwrap_or_default()
         )));
     }
+    let init_args = match &init {
+        None => None,
+        Some(c) => {
+            let args: Vec<String> = c
+                .field("args")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|a| a.as_str().unwrap_or_default().to_string())
+                .collect();
+            Some(InitArgs::parse(&args).ok_or_else(|| {
+                unsupported(format!(
+                    "gives {} arguments the policy does not know: {args:?}",
+                    pod::name_of(c)
+                ))
+            })?)
+        }
+    };
     Ok(Rendered {
         variant: Variant {
             init,
+            init_args,
             proxy,
             proxy_env,
             annotations,
@@ -438,7 +586,7 @@ pub fn compile(
     if templates != ["sidecar"] {
         return Err(ParamsError::Templates { templates });
     }
-    let (before, after) = inject(engine, None, path)?;
+    let (before, after) = inject(engine, &[], path)?;
     let default = take_apart(&before, &after)?;
     // The fixed parts must not depend on what the canonical pod leaves unset and a pod may set: its
     // service account (`global.mountMtlsCerts` names a Secret after it).
@@ -473,50 +621,79 @@ pub fn compile(
         .filter(|m| MODES.contains(m))
         .ok_or_else(|| unsupported("names no interception mode"))?
         .to_string();
-    let mut modes = BTreeMap::new();
+    let cni = default
+        .variant
+        .init
+        .as_ref()
+        .is_some_and(|c| pod::name_of(c) == VALIDATION_CONTAINER);
+
+    // Every mode, with and without native sidecars: the pod's annotations choose.
+    let mut variants = BTreeMap::new();
+    let mut proxy_first = default.proxy_first;
     for mode in MODES {
-        let (before, after) = inject(engine, Some(mode), path)?;
-        let mut r = take_apart(&before, &after)?;
-        // With CNI the template writes the pod's mode into this annotation, which the canonical pod of
-        // a mode carries itself (so `take_apart` counted it the pod's own).
-        if default
-            .variant
-            .annotations
-            .has_field(INTERCEPTION_MODE_ANNOTATION)
-        {
-            r.variant
-                .annotations
-                .insert(INTERCEPTION_MODE_ANNOTATION.to_string(), Value::from(mode));
+        let mut pair = Vec::new();
+        for native in [true, false] {
+            let flag = if native { "true" } else { "false" };
+            let (before, after) = inject(
+                engine,
+                &[
+                    (INTERCEPTION_MODE_ANNOTATION, mode),
+                    (NATIVE_SIDECAR_ANNOTATION, flag),
+                ],
+                path,
+            )?;
+            let mut r = take_apart(&before, &after)?;
+            // With CNI the template writes the pod's mode into this annotation, which the canonical
+            // pod of a mode carries itself (so `take_apart` counted it the pod's own).
+            if cni {
+                r.variant
+                    .annotations
+                    .insert(INTERCEPTION_MODE_ANNOTATION.to_string(), Value::from(mode));
+            }
+            if r.native != native {
+                return Err(unsupported(format!(
+                    "ignores {NATIVE_SIDECAR_ANNOTATION}: {flag}"
+                )));
+            }
+            if !native {
+                proxy_first = r.proxy_first;
+            }
+            if (&r.labels, &r.volumes, &r.image_pull_secrets)
+                != (
+                    &default.labels,
+                    &default.volumes,
+                    &default.image_pull_secrets,
+                )
+            {
+                return Err(unsupported(format!(
+                    "in mode {mode} (native sidecars {flag}) differs from the default beyond the containers"
+                )));
+            }
+            pair.push(r.variant);
         }
-        if (
-            r.native,
-            r.proxy_first,
-            &r.labels,
-            &r.volumes,
-            &r.image_pull_secrets,
-        ) != (
-            default.native,
-            default.proxy_first,
-            &default.labels,
-            &default.volumes,
-            &default.image_pull_secrets,
-        ) {
-            return Err(unsupported(format!(
-                "in mode {mode} differs from the default mode beyond the containers"
-            )));
-        }
-        modes.insert(mode.to_string(), r.variant);
+        let classic = pair
+            .pop()
+            .ok_or_else(|| unsupported("renders no variant"))?;
+        let native = pair
+            .pop()
+            .ok_or_else(|| unsupported("renders no variant"))?;
+        variants.insert(mode.to_string(), Variants { native, classic });
     }
-    if modes.get(&default_mode) != Some(&default.variant) {
+    let chosen = variants.get(&default_mode).map(|v| {
+        if default.native {
+            &v.native
+        } else {
+            &v.classic
+        }
+    });
+    if chosen != Some(&default.variant) {
         let json = |v: Option<&Variant>| serde_json::to_value(v).unwrap_or_default();
-        let patch = inject::create_patch_json(
-            &json(Some(&default.variant)),
-            &json(modes.get(&default_mode)),
-        )
-        .map(|p| String::from_utf8_lossy(&p).into_owned())
-        .unwrap_or_default();
+        let patch = inject::create_patch_json(&json(Some(&default.variant)), &json(chosen))
+            .map(|p| String::from_utf8_lossy(&p).into_owned())
+            .unwrap_or_default();
         return Err(unsupported(format!(
-            "of a pod without {INTERCEPTION_MODE_ANNOTATION} differs from one asking for {default_mode} ({patch})"
+            "of a pod without annotations differs from one asking for its mode {default_mode} and native sidecars {} ({patch})",
+            default.native
         )));
     }
 
@@ -560,14 +737,20 @@ pub fn compile(
         },
         excluded_namespaces: excluded,
         native: default.native,
-        proxy_first: default.proxy_first,
+        proxy_first,
         status_port,
         rewrite_probes,
         prometheus_merge,
         tunnel_label: pod::label(&after, TUNNEL_LABEL).is_some(),
         labels: default.labels,
+        cni,
+        init_status_port: inject::go_sprint(fields::path(
+            &settings.values,
+            ["global", "proxy", "statusPort"],
+        ))
+        .into_owned(),
         default_mode,
-        modes,
+        variants,
         volumes: default.volumes,
         image_pull_secrets: default.image_pull_secrets,
     })

@@ -9,10 +9,21 @@ use serde_json::Value;
 
 use super::cel::MARKER_ANNOTATION;
 use super::params::ParamsSpec;
+use super::params::{
+    EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
+    EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
+    INCLUDE_INBOUND_PORTS_ANNOTATION, INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+    INCLUDE_OUTBOUND_PORTS_ANNOTATION, KUBEVIRT_INTERFACES_ANNOTATION,
+    REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
+};
 use inject::decision::Decision;
 use inject::pod::{
-    self, CORE_DUMP_CONTAINER, INIT_CONTAINER, INJECT_KEY, NETWORK_LABEL, PROXY_CONTAINER,
-    STATUS_ANNOTATION, VALIDATION_CONTAINER,
+    self, AGENT_LOG_LEVEL_ANNOTATION, COMPONENT_LOG_LEVEL_ANNOTATION, CORE_DUMP_CONTAINER,
+    INIT_CONTAINER, INJECT_KEY, INTERCEPTION_MODE_ANNOTATION, LOG_LEVEL_ANNOTATION,
+    MERGE_METRICS_ANNOTATION, NATIVE_SIDECAR_ANNOTATION, NETWORK_LABEL, PROXY_CONTAINER,
+    PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_MEMORY_ANNOTATION,
+    PROXY_MEMORY_LIMIT_ANNOTATION, REWRITE_PROBES_ANNOTATION, STATUS_ANNOTATION,
+    VALIDATION_CONTAINER,
 };
 use sidecar_core::fields::{self, Fields};
 
@@ -36,8 +47,163 @@ pub struct Rule {
     pub holds: fn(&Facts<'_>) -> bool,
 }
 
-/// Annotations of Istio's the policy renders itself.
-pub const HANDLED_ANNOTATIONS: &[&str] = &[INJECT_KEY];
+/// What a handled annotation's value must be for the policy to render it as the webhook does: at least
+/// what the webhook accepts (`annotations::validate`, `render::init_args`' shapes), sometimes less
+/// (IPv4 only, no spaces, no leading zeros), so that the CEL's regular expression and the Rust check
+/// here are the same simple language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Any string (the value is copied verbatim).
+    Any,
+    /// `REDIRECT`, `TPROXY` or `NONE`.
+    Mode,
+    /// Go's `ParseBool` spellings.
+    Bool,
+    /// Ports `p[,p]*` (each at most 65535), or empty.
+    Ports,
+    /// [`Shape::Ports`] or `*`.
+    PortsOrStar,
+    /// IPv4 CIDRs `a.b.c.d/n[,...]`, or empty.
+    Cidrs,
+    /// [`Shape::Cidrs`] or `*`.
+    CidrsOrStar,
+    /// Interface names (a letter, then letters, digits, `_.-`; at most 15), comma separated, or empty.
+    Interfaces,
+    /// A log level `level` or `scope:level[,scope:level]`.
+    LogLevel,
+    /// A quantity: digits, a fraction, a suffix (`m`, `k`, `M`, `Ki`, `Mi`, …).
+    Quantity,
+}
+
+const OCTET: &str = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+
+impl Shape {
+    /// The CEL condition on the string `v`.
+    fn cel(self, v: &str) -> String {
+        let cidr = format!("{OCTET}\\.{OCTET}\\.{OCTET}\\.{OCTET}/(3[0-2]|[12][0-9]|[0-9])");
+        let iface = "[a-zA-Z][a-zA-Z0-9_.-]{0,14}";
+        let level = "[a-zA-Z0-9:_.][a-zA-Z0-9:_.-]*";
+        let ports = format!(
+            "({v}.matches('^([0-9]{{1,5}}(,[0-9]{{1,5}})*)?$') && ({v} == '' || {v}.split(',').all(p, int(p) <= 65535)))"
+        );
+        match self {
+            Shape::Any => "true".to_string(),
+            Shape::Mode => format!("{v} in ['REDIRECT', 'TPROXY', 'NONE']"),
+            Shape::Bool => format!("{v} in ['1', 't', 'T', 'TRUE', 'true', 'True', '0', 'f', 'F', 'FALSE', 'false', 'False']"),
+            Shape::Ports => ports,
+            Shape::PortsOrStar => format!("({v} == '*' || {ports})"),
+            Shape::Cidrs => format!("{v}.matches(r'^({cidr}(,{cidr})*)?$')"),
+            Shape::CidrsOrStar => format!("({v} == '*' || {v}.matches(r'^({cidr}(,{cidr})*)?$'))"),
+            Shape::Interfaces => format!("{v}.matches('^({iface}(,{iface})*)?$')"),
+            Shape::LogLevel => format!("{v}.matches('^{level}(,{level})*$')"),
+            Shape::Quantity => format!("{v}.matches(r'^[0-9]+(\\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$')"),
+        }
+    }
+
+    /// The same condition in Rust.
+    pub fn holds(self, v: &str) -> bool {
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        let list = |v: &str, item: &dyn Fn(&str) -> bool| v.is_empty() || v.split(',').all(item);
+        let port =
+            |p: &str| digits(p) && p.len() <= 5 && p.parse::<u32>().is_ok_and(|n| n <= 65535);
+        let decimal = |s: &str, max: u32| {
+            digits(s)
+                && (s.len() == 1 || !s.starts_with('0'))
+                && s.parse::<u32>().is_ok_and(|n| n <= max)
+        };
+        let cidr = |c: &str| {
+            c.split_once('/').is_some_and(|(addr, bits)| {
+                let octets: Vec<&str> = addr.split('.').collect();
+                octets.len() == 4
+                    && octets.iter().all(|o| o.len() <= 3 && decimal(o, 255))
+                    && bits.len() <= 2
+                    && decimal(bits, 32)
+            })
+        };
+        let iface = |n: &str| {
+            let b = n.as_bytes();
+            !b.is_empty()
+                && b.len() <= 15
+                && b[0].is_ascii_alphabetic()
+                && b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+        };
+        let level = |e: &str| {
+            let b = e.as_bytes();
+            !b.is_empty()
+                && b[0] != b'-'
+                && b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b':' | b'_' | b'.' | b'-'))
+        };
+        match self {
+            Shape::Any => true,
+            Shape::Mode => matches!(v, "REDIRECT" | "TPROXY" | "NONE"),
+            Shape::Bool => sidecar_core::goconv::parse_bool(v).is_some(),
+            Shape::Ports => list(v, &port),
+            Shape::PortsOrStar => v == "*" || list(v, &port),
+            Shape::Cidrs => list(v, &cidr),
+            Shape::CidrsOrStar => v == "*" || list(v, &cidr),
+            Shape::Interfaces => list(v, &iface),
+            Shape::LogLevel => !v.is_empty() && v.split(',').all(level),
+            Shape::Quantity => {
+                const SUFFIXES: [&str; 14] = [
+                    "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "",
+                ];
+                let end = v
+                    .find(|c: char| !c.is_ascii_digit() && c != '.')
+                    .unwrap_or(v.len());
+                let (number, suffix) = v.split_at(end);
+                let mut parts = number.splitn(2, '.');
+                let whole = parts.next().unwrap_or("");
+                let fraction = parts.next();
+                digits(whole) && fraction.is_none_or(digits) && SUFFIXES.contains(&suffix)
+            }
+        }
+    }
+}
+
+/// Annotations of Istio's the policy renders itself, with the shape of the values it renders.
+pub const HANDLED_ANNOTATIONS: &[(&str, Shape)] = &[
+    (INJECT_KEY, Shape::Any),
+    (INTERCEPTION_MODE_ANNOTATION, Shape::Mode),
+    (NATIVE_SIDECAR_ANNOTATION, Shape::Any),
+    (REWRITE_PROBES_ANNOTATION, Shape::Any),
+    (MERGE_METRICS_ANNOTATION, Shape::Bool),
+    (LOG_LEVEL_ANNOTATION, Shape::Any),
+    (COMPONENT_LOG_LEVEL_ANNOTATION, Shape::Any),
+    (AGENT_LOG_LEVEL_ANNOTATION, Shape::LogLevel),
+    (PROXY_CPU_ANNOTATION, Shape::Quantity),
+    (PROXY_MEMORY_ANNOTATION, Shape::Quantity),
+    (PROXY_CPU_LIMIT_ANNOTATION, Shape::Quantity),
+    (PROXY_MEMORY_LIMIT_ANNOTATION, Shape::Quantity),
+    (INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, Shape::CidrsOrStar),
+    (EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, Shape::Cidrs),
+    (INCLUDE_INBOUND_PORTS_ANNOTATION, Shape::PortsOrStar),
+    (EXCLUDE_INBOUND_PORTS_ANNOTATION, Shape::Ports),
+    (INCLUDE_OUTBOUND_PORTS_ANNOTATION, Shape::Ports),
+    (EXCLUDE_OUTBOUND_PORTS_ANNOTATION, Shape::Ports),
+    (KUBEVIRT_INTERFACES_ANNOTATION, Shape::Interfaces),
+    (REROUTE_VIRTUAL_INTERFACES_ANNOTATION, Shape::Interfaces),
+    (EXCLUDE_INTERFACES_ANNOTATION, Shape::Interfaces),
+];
+
+/// The traffic annotations, which CNI echoes onto the pod (`render::context::cni_annotations`): with
+/// CNI a pod with one is left to the webhook.
+const TRAFFIC_ANNOTATIONS: [&str; 9] = [
+    INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+    EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
+    INCLUDE_INBOUND_PORTS_ANNOTATION,
+    EXCLUDE_INBOUND_PORTS_ANNOTATION,
+    INCLUDE_OUTBOUND_PORTS_ANNOTATION,
+    EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
+    KUBEVIRT_INTERFACES_ANNOTATION,
+    REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
+    EXCLUDE_INTERFACES_ANNOTATION,
+];
+
+fn handled(k: &str) -> bool {
+    HANDLED_ANNOTATIONS.iter().any(|(h, _)| *h == k)
+}
 
 /// Annotations outside `istio.io` that the webhook's templates read, each only in some configurations
 /// (Datadog's and OpenTelemetry's, Multus'); a pod with one is left to the webhook.
@@ -193,23 +359,57 @@ pub fn rules() -> Vec<Rule> {
         },
         Rule {
             name: "annotations",
-            why: "it has an annotation the policy does not render (an Istio annotation other than sidecar.istio.io/inject, a Prometheus key spelled otherwise, or one of Datadog's, OpenTelemetry's or Multus')",
+            why: "it has an annotation the policy does not render (an Istio annotation but the inject, interception, native sidecar, probe rewrite, merge-metrics, log level, resource and traffic ones; a Prometheus key spelled otherwise; or one of Datadog's, OpenTelemetry's or Multus')",
             cel: format!(
                 "object.metadata.?annotations.orValue({{}}).all(k, \
                    (!k.contains('istio.io/') || k in {handled}) && \
                    (!k.matches('{PROMETHEUS_LIKE_CEL}') || k in {prom}) && \
                    !(k in {other}) && !k.startsWith('{OTEL_PREFIX}'))",
-                handled = cel_list(HANDLED_ANNOTATIONS),
+                handled = cel_list(&HANDLED_ANNOTATIONS.iter().map(|(k, _)| *k).collect::<Vec<_>>()),
                 prom = cel_list(&PROMETHEUS_KEYS),
                 other = cel_list(OTHER_READ_ANNOTATIONS),
             ),
             holds: |f| {
                 annotations(f.pod).all(|(k, _)| {
-                    (!k.contains("istio.io/") || HANDLED_ANNOTATIONS.contains(&k.as_str()))
+                    (!k.contains("istio.io/") || handled(k))
                         && (!prometheus_like(k) || PROMETHEUS_KEYS.contains(&k.as_str()))
                         && !OTHER_READ_ANNOTATIONS.contains(&k.as_str())
                         && !k.starts_with(OTEL_PREFIX)
                 })
+            },
+        },
+        Rule {
+            name: "annotation-values",
+            why: "an annotation the policy renders has a value outside what it renders (see policy::subset::Shape)",
+            cel: HANDLED_ANNOTATIONS
+                .iter()
+                .filter(|(_, shape)| *shape != Shape::Any)
+                .map(|(k, shape)| {
+                    format!(
+                        "(!('{k}' in object.metadata.?annotations.orValue({{}})) || {})",
+                        shape.cel(&format!("object.metadata.annotations['{k}']"))
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" && "),
+            holds: |f| {
+                HANDLED_ANNOTATIONS
+                    .iter()
+                    .all(|(k, shape)| pod::annotation(f.pod, k).is_none_or(|v| shape.holds(v)))
+            },
+        },
+        Rule {
+            name: "cni-traffic",
+            why: "with CNI, a traffic annotation is echoed onto the pod, which the policy does not render",
+            cel: format!(
+                "!params.spec.cni || !{}.exists(k, k in object.metadata.?annotations.orValue({{}}))",
+                cel_list(&TRAFFIC_ANNOTATIONS)
+            ),
+            holds: |f| {
+                !f.params.cni
+                    || !TRAFFIC_ANNOTATIONS
+                        .iter()
+                        .any(|k| pod::annotations(f.pod).is_some_and(|a| a.has_field(k)))
             },
         },
         Rule {
