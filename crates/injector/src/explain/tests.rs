@@ -752,7 +752,7 @@ fn policy_says_whether_the_admission_policy_or_the_webhook_injects() {
         deployment(json!({}), json!({})),
         deployment(
             json!({}),
-            json!({"traffic.sidecar.istio.io/excludeOutboundPorts": "5432"}),
+            json!({"sidecar.istio.io/proxyImage": "example/proxy:1"}),
         ),
     ]
     .join("\n---\n");

@@ -161,6 +161,16 @@ fn the_policys_text_does_not_depend_on_the_configuration() {
     assert_ne!(a.params, b.params);
 }
 
+/// The variant of `mode` a pod without `sidecar.istio.io/nativeSidecar` gets.
+fn chosen<'a>(s: &'a ParamsSpec, mode: &str) -> &'a params::Variant {
+    let v = &s.variants[mode];
+    if s.native {
+        &v.native
+    } else {
+        &v.classic
+    }
+}
+
 #[test]
 fn the_settings_of_the_per_pod_paths_are_read_off_the_engine() {
     let s = spec(&default_engine()).unwrap();
@@ -171,8 +181,8 @@ fn the_settings_of_the_per_pod_paths_are_read_off_the_engine() {
     assert_eq!(s.revision, "default");
     assert_eq!(s.decision.policy, "enabled");
     assert!(s.excluded_namespaces.contains(&"kube-system".to_string()));
-    assert_eq!(s.modes.len(), 3);
-    let redirect = &s.modes["REDIRECT"];
+    assert_eq!(s.variants.len(), 3);
+    let redirect = chosen(&s, "REDIRECT");
     assert_eq!(redirect.init.as_ref().unwrap()["name"], "istio-init");
     assert_eq!(redirect.proxy["name"], "istio-proxy");
     assert!(redirect.proxy.get("env").is_none());
@@ -190,13 +200,13 @@ fn the_settings_of_the_per_pod_paths_are_read_off_the_engine() {
         names(&redirect.proxy_env.tail).last().unwrap(),
         "TRUST_DOMAIN"
     );
-    assert!(s.modes["NONE"].init.is_none());
-    let tproxy = &s.modes["TPROXY"];
+    assert!(chosen(&s, "NONE").init.is_none());
+    let tproxy = chosen(&s, "TPROXY");
     assert_eq!(
         tproxy.proxy["securityContext"]["capabilities"]["add"],
         json!(["NET_ADMIN"])
     );
-    for (mode, v) in &s.modes {
+    for (mode, v) in s.variants.keys().map(|m| (m, chosen(&s, m))) {
         let status = v.annotations["sidecar.istio.io/status"].as_str().unwrap();
         assert_eq!(status.contains("istio-init"), mode != "NONE", "{mode}");
     }
@@ -227,9 +237,9 @@ fn the_settings_of_the_per_pod_paths_are_read_off_the_engine() {
     .unwrap();
     assert!(!s.native && s.proxy_first);
     assert!(!s.rewrite_probes && !s.prometheus_merge);
-    let redirect = &s.modes["REDIRECT"];
+    let redirect = chosen(&s, "REDIRECT");
     assert_eq!(redirect.init.as_ref().unwrap()["name"], "istio-validation");
-    for (mode, v) in &s.modes {
+    for (mode, v) in s.variants.keys().map(|m| (m, chosen(&s, m))) {
         assert_eq!(
             v.annotations["sidecar.istio.io/interceptionMode"], *mode,
             "CNI writes the mode"
@@ -328,7 +338,7 @@ fn the_subset_rules_decide_in_their_order() {
         ),
         (
             pod(
-                json!({"annotations": {"traffic.sidecar.istio.io/excludeOutboundPorts": "5432"}}),
+                json!({"annotations": {"sidecar.istio.io/proxyImage": "example/proxy:1"}}),
                 app(),
             ),
             "annotations",
