@@ -508,7 +508,7 @@ pub fn variables() -> Vec<Variable> {
              ['-i', string({i}.orValue(variables.variant.initArgs.includeIpRanges)), \
               '-x', string({x}.orValue(variables.variant.initArgs.excludeIpRanges)), \
               '-b', string({b}.orValue(variables.variant.initArgs.includeInboundPorts)), \
-              '-d', string({d_present} ? ({d} == '' ? '15090,15021' : '15090,15021,' + {d}) : variables.variant.initArgs.excludeInbound)] + \
+              '-d', string('{EXCLUDE_INBOUND_PORTS_ANNOTATION}' in variables.annotations ? ({d} == '' ? '15090,15021' : '15090,15021,' + {d}) : variables.variant.initArgs.excludeInbound)] + \
              ({q}.hasValue() ? ['-q', string({q}.value())] : has(variables.variant.initArgs.includeOutboundPorts) ? ['-q', string(variables.variant.initArgs.includeOutboundPorts)] : []) + \
              ({o}.hasValue() ? ['-o', string({o}.value())] : has(variables.variant.initArgs.excludeOutboundPorts) ? ['-o', string(variables.variant.initArgs.excludeOutboundPorts)] : []) + \
              ({reroute}.hasValue() ? ['-k', string({reroute}.value())] : {kubevirt}.hasValue() ? ['-k', string({kubevirt}.value())] : []) + \
@@ -518,7 +518,6 @@ pub fn variables() -> Vec<Variable> {
             i = ann(INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION),
             x = ann(EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION),
             b = ann(INCLUDE_INBOUND_PORTS_ANNOTATION),
-            d_present = format!("'{EXCLUDE_INBOUND_PORTS_ANNOTATION}' in variables.annotations"),
             d = exclude_inbound,
             q = ann(INCLUDE_OUTBOUND_PORTS_ANNOTATION),
             o = ann(EXCLUDE_OUTBOUND_PORTS_ANNOTATION),
