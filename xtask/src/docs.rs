@@ -83,6 +83,7 @@ fn injector_flags_page() -> Result<String, String> {
         "serve",
         "certs",
         "webhook-config",
+        "policy",
         "doctor",
         "explain",
     ] {

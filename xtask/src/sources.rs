@@ -33,6 +33,7 @@ pub fn injector_subcommand(name: &str) -> Option<clap::Command> {
         "webhook-config" => injector::shared::webhook_config::CommandArgs::augment_args(
             Command::new("webhook-config"),
         ),
+        "policy" => injector::policy::Args::augment_args(Command::new("policy")),
         "doctor" => injector::doctor::Args::augment_args(Command::new("doctor")),
         "explain" => injector::explain::Args::augment_args(Command::new("explain")),
         _ => return None,
