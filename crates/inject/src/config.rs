@@ -723,7 +723,7 @@ mod tests {
         .unwrap();
         std::fs::write(
             dir.join("config"),
-            "policy: disabled\ntemplates:\n  sidecar: x\n",
+            "policy: disabled\ntemplates:\n  waypoint: x\n",
         )
         .unwrap();
         std::fs::write(dir.join("mesh"), "defaultConfig:\n  drainDuration: 23s\n").unwrap();

@@ -1,0 +1,169 @@
+//! Istio's own release texts (`testdata/istio/releases/`): the configured text is what the pod gets,
+//! built-in names included, through the evaluator; the bounds hold on them.
+
+use inject::template_source::RenderPath;
+use inject::{Engine, Mode, Settings};
+use serde_json::{json, Value};
+use test_support::corpus::{read_inject, testdata_dir, yaml};
+
+use crate::with_request;
+
+/// Every release folder and the files of its four pod templates.
+const RELEASES: [&str; 4] = ["1.29.6", "1.30.3", "1.31.0-rc.0", "release-1.30-9739e10"];
+const TEXTS: [(&str, &str); 4] = [
+    ("sidecar", "injection-template.yaml"),
+    ("gateway", "gateway-injection-template.yaml"),
+    ("grpc-agent", "grpc-agent.yaml"),
+    ("grpc-simple", "grpc-simple.yaml"),
+];
+
+/// A release's four texts, as its chart writes them into the ConfigMap (trimmed).
+fn texts(release: &str) -> Value {
+    let dir = testdata_dir().join("releases").join(release);
+    let mut m = serde_json::Map::new();
+    for (name, file) in TEXTS {
+        let text = std::fs::read_to_string(dir.join(file)).expect("release text");
+        m.insert(name.to_string(), json!(format!("{}\n", text.trim())));
+    }
+    Value::Object(m)
+}
+
+fn settings(templates: Value) -> Settings {
+    let values: Value = serde_json::from_str(&read_inject("base-values.json").expect("values"))
+        .expect("values JSON");
+    let mesh = yaml(&read_inject("base-mesh.yaml").expect("mesh"), "mesh").expect("mesh YAML");
+    let mut config = yaml(
+        &read_inject("base-injector-config.yaml").expect("config"),
+        "config",
+    )
+    .expect("config YAML");
+    config["templates"] = templates;
+    Settings::from_documents(
+        Some(("values", &values)),
+        Some(("mesh", &mesh)),
+        Some(("config", &config)),
+        false,
+        "",
+        "",
+    )
+    .unwrap_or_else(|e| panic!("settings: {e}"))
+}
+
+/// The pod of Istio's `hello.yaml` Deployment.
+fn hello() -> Value {
+    let d = yaml(&read_inject("hello.yaml").expect("hello"), "hello").expect("hello YAML");
+    let t = &d["spec"]["template"];
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": t["metadata"], "spec": t["spec"]})
+}
+
+fn inject(engine: &Engine, pod: &Value) -> Result<Value, String> {
+    with_request(pod, Mode::KubeInject, |req| engine.inject(req)).map_err(|e| e.to_string())
+}
+
+fn env_names(pod: &Value) -> Vec<String> {
+    pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["name"] == "istio-proxy")
+        .flat_map(|c| c["env"].as_array().cloned().unwrap_or_default())
+        .filter_map(|e| e["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn every_release_text_loads_and_renders_through_the_evaluator() {
+    for release in RELEASES {
+        let s = settings(texts(release));
+        for (name, _) in TEXTS {
+            assert_eq!(
+                s.user_templates.path(name),
+                RenderPath::Evaluated,
+                "{release} {name}"
+            );
+        }
+        let pod = inject(&Engine::new(s), &hello()).unwrap_or_else(|e| panic!("{release}: {e}"));
+        // Every release text of 1.29-1.31 sets GOMAXPROCS from the CPU limit; the compiled template
+        // (Istio's master of late August 2026) does not.
+        assert!(
+            env_names(&pod).contains(&"GOMAXPROCS".to_string()),
+            "{release}"
+        );
+    }
+    let compiled = inject(&Engine::new(settings(json!({}))), &hello()).expect("compiled");
+    assert!(!env_names(&compiled).contains(&"GOMAXPROCS".to_string()));
+}
+
+#[test]
+fn one_changed_line_of_the_sidecar_text_is_in_the_pod() {
+    let mut t = texts("1.31.0-rc.0");
+    let text = t["sidecar"].as_str().expect("text").to_string();
+    assert!(text.contains("- name: GOMAXPROCS"));
+    t["sidecar"] = json!(text.replace("- name: GOMAXPROCS", "- name: ONE_CHANGED_LINE"));
+    let pod = inject(&Engine::new(settings(t)), &hello()).expect("inject");
+    let names = env_names(&pod);
+    assert!(names.contains(&"ONE_CHANGED_LINE".to_string()), "{names:?}");
+    assert!(!names.contains(&"GOMAXPROCS".to_string()), "{names:?}");
+}
+
+#[test]
+fn a_hostile_annotation_value_is_written_as_each_text_writes_it() {
+    // The release-1.30 branch's text quotes `sidecar.istio.io/*` values (`| quote`), as 1.31.1 does
+    // (istio#61215); 1.30.3's writes them between plain double quotes, so a value with a quote breaks
+    // out of its YAML string there, as in Istio.
+    // The texts use the annotation only when it contains a slash.
+    let hostile = "evil.io/x\"\n    evil: \"true";
+    let mut pod = hello();
+    pod["metadata"]["annotations"] = json!({"sidecar.istio.io/proxyImage": hostile});
+    let escaped = inject(&Engine::new(settings(texts("release-1.30-9739e10"))), &pod)
+        .expect("the quoting text renders");
+    let images: Vec<&str> = escaped["spec"]["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(
+            escaped["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten(),
+        )
+        .filter(|c| c["name"] == "istio-proxy" || c["name"] == "istio-init")
+        .filter_map(|c| c["image"].as_str())
+        .collect();
+    assert_eq!(images, [hostile, hostile], "{escaped:#}");
+    let plain = inject(&Engine::new(settings(texts("1.30.3"))), &pod).expect("renders");
+    for c in ["initContainers", "containers"] {
+        let proxy = plain["spec"][c]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["name"] == "istio-proxy" || c["name"] == "istio-init")
+            .expect("injected container");
+        // Broken out of its string: the image ends at the quote, and the key it smuggled in is no
+        // Container field, so Go's decode (and ours) drops it.
+        assert_eq!(proxy["image"], "evil.io/x");
+        assert!(proxy.get("evil").is_none(), "{proxy:#}");
+    }
+}
+
+#[test]
+fn the_evaluator_bounds_hold_on_istios_own_text() {
+    // A pod of 5,000 containers with 20 ports each: the text ranges over them several times
+    // (ISTIO_META_POD_PORTS, excludeInboundPort, the app container list). It renders or stops at a
+    // bound, never panics or runs away.
+    let ports: Vec<Value> = (1..=20)
+        .map(|p| json!({"containerPort": 1000 + p}))
+        .collect();
+    let containers: Vec<Value> = (0..5_000)
+        .map(|i| json!({"name": format!("c{i}"), "image": "i", "ports": ports}))
+        .collect();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "big", "namespace": "ns"}, "spec": {"containers": containers}});
+    match inject(&Engine::new(settings(texts("1.31.0-rc.0"))), &pod) {
+        Ok(out) => assert!(out["spec"]["containers"].as_array().map_or(0, Vec::len) > 5_000),
+        Err(e) => assert!(
+            e.contains("limit") || e.contains("bound") || e.contains("exceed"),
+            "{e}"
+        ),
+    }
+}
