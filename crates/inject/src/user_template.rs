@@ -341,11 +341,11 @@ impl UserTemplate {
 /// (an `omitempty` int32), `emptyDir:` (a nil pointer) and a container key no field has never reach the
 /// stored pod.
 fn go_decoded_containers(pod: &mut Value) {
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+    let Some(spec) = pod.field_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
     for list in ["initContainers", "containers"] {
-        if let Some(items) = spec.get_mut(list).and_then(Value::as_array_mut) {
+        if let Some(items) = spec.field_mut(list).and_then(Value::as_array_mut) {
             for c in items {
                 use sidecar_core::gotypes::{drop_omitted_zeros, CONTAINER};
                 drop_omitted_zeros(c, CONTAINER);
@@ -357,7 +357,7 @@ fn go_decoded_containers(pod: &mut Value) {
         }
     }
     // A volume's sources are `omitempty` pointers: the texts' `- emptyDir:` (a YAML null) is no source.
-    if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
+    if let Some(volumes) = spec.field_mut("volumes").and_then(Value::as_array_mut) {
         for v in volumes.iter_mut().filter_map(Value::as_object_mut) {
             v.retain(|_, x| !x.is_null());
         }

@@ -242,7 +242,7 @@ pub fn drop_omitted_zeros(v: &mut Value, fields: &[(&str, F)]) {
         return;
     };
     for (name, kind) in fields {
-        let Some(field) = obj.get_mut(*name) else {
+        let Some(field) = obj.field_mut(name) else {
             continue;
         };
         let omitted = match *kind {

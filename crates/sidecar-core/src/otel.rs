@@ -35,7 +35,7 @@ pub fn resource_attributes(
         return None;
     }
     let get = |m: Option<&Map<String, Value>>, k: &str| -> Option<String> {
-        m.and_then(|m| m.get(k))
+        m.and_then(|m| m.field(k))
             .and_then(Value::as_str)
             .filter(|v| !v.is_empty())
             .map(str::to_string)

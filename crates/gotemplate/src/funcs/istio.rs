@@ -210,8 +210,8 @@ fn append_multus_network<'a>(ex: &mut Exec<'a, '_>, a: Vec<Val<'a>>) -> R<Val<'a
             None => ("", network),
         };
         for net in &nets {
-            if net.get("name") == Some(&Json::String(name.to_string())) {
-                let net_ns = match net.get("namespace") {
+            if net.field("name") == Some(&Json::String(name.to_string())) {
+                let net_ns = match net.field("namespace") {
                     None | Some(Json::Null) => Some(""),
                     Some(Json::String(s)) => Some(s.as_str()),
                     Some(_) => None,
