@@ -42,7 +42,33 @@ pub const GATEWAY_CONTROLLER_TEMPLATES: [&str; 4] = [
 /// release, the text as the chart writes it into the ConfigMap, before its trim)`.
 /// `compiled_matches_evaluated` in the tests proves the claim on every golden case; a text not listed
 /// here is evaluated.
-pub const COMPILED_FROM: &[(&str, &str, &str)] = &[];
+pub const COMPILED_FROM: &[(&str, &str, &str)] = &[
+    (
+        "sidecar",
+        RELEASE,
+        include_str!("../../../testdata/istio/releases/1.31.0-rc.0/injection-template.yaml"),
+    ),
+    (
+        "gateway",
+        RELEASE,
+        include_str!(
+            "../../../testdata/istio/releases/1.31.0-rc.0/gateway-injection-template.yaml"
+        ),
+    ),
+    (
+        "grpc-agent",
+        RELEASE,
+        include_str!("../../../testdata/istio/releases/1.31.0-rc.0/grpc-agent.yaml"),
+    ),
+    (
+        "grpc-simple",
+        RELEASE,
+        include_str!("../../../testdata/istio/releases/1.31.0-rc.0/grpc-simple.yaml"),
+    ),
+];
+
+/// The Istio release whose texts the compiled templates are.
+pub const RELEASE: &str = "1.31.0-rc.0";
 
 /// The release whose text under `name` is `text` when the compiled template renders it exactly, compared
 /// as the chart writes it (Istio's `istiod-injector-configmap.yaml` trims the file).

@@ -54,7 +54,7 @@ fn success(cmd: &mut Command) -> String {
 fn binary_injects_from_file_and_stdin() {
     let dir = TempDir::new("cli");
     let input = inject_dir().join("hello.yaml");
-    let golden = std::fs::read_to_string(inject_dir().join("hello.yaml.injected")).expect("golden");
+    let golden = test_support::corpus::read_inject("hello.yaml.injected").expect("golden");
 
     let stdout = success(kube_inject_cmd("hello", &dir).arg("-f").arg(&input));
     compare_streams(&stdout, &golden).expect("file → stdout matches the golden");
@@ -155,7 +155,7 @@ fn binary_reads_istiod_environment_and_config_dir() {
                 .env_remove("REVISION")
                 .env(env, value),
         );
-        let want = std::fs::read_to_string(inject_dir().join(golden)).expect("golden");
+        let want = test_support::corpus::read_inject(golden).expect("golden");
         compare_streams(&stdout, &want).unwrap_or_else(|e| panic!("{env}={value}: {e}"));
     }
 }

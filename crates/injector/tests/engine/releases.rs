@@ -1,5 +1,6 @@
 //! Istio's own release texts (`testdata/istio/releases/`): the configured text is what the pod gets,
-//! built-in names included, through the evaluator; the bounds hold on them.
+//! built-in names included, compiled where the text is the compiled templates' own and evaluated
+//! otherwise; the two paths agree; the bounds hold on the evaluator.
 
 use inject::template_source::RenderPath;
 use inject::{Engine, Mode, Settings};
@@ -72,26 +73,35 @@ fn env_names(pod: &Value) -> Vec<String> {
 }
 
 #[test]
-fn every_release_text_loads_and_renders_through_the_evaluator() {
+fn every_release_text_loads_and_renders() {
     for release in RELEASES {
         let s = settings(texts(release));
+        // The compiled templates are 1.31.0-rc.0's texts: a text equal to that release's renders
+        // compiled (grpc-agent and grpc-simple have not changed since 1.29), any other through the
+        // evaluator.
+        let (mine, compiled) = (texts(release), texts(inject::template_source::RELEASE));
         for (name, _) in TEXTS {
-            assert_eq!(
-                s.user_templates.path(name),
-                RenderPath::Evaluated,
-                "{release} {name}"
-            );
+            let want = if mine[name] == compiled[name] {
+                RenderPath::Compiled
+            } else {
+                RenderPath::Evaluated
+            };
+            assert_eq!(s.user_templates.path(name), want, "{release} {name}");
         }
+        assert_eq!(
+            s.user_templates.path("sidecar") == RenderPath::Compiled,
+            release == "1.31.0-rc.0"
+        );
         let pod = inject(&Engine::new(s), &hello()).unwrap_or_else(|e| panic!("{release}: {e}"));
-        // Every release text of 1.29-1.31 sets GOMAXPROCS from the CPU limit; the compiled template
-        // (Istio's master of late August 2026) does not.
+        // Every release text of 1.29-1.31 sets GOMAXPROCS from the CPU limit (Istio's master of late
+        // August 2026 no longer does), and so does the compiled default.
         assert!(
             env_names(&pod).contains(&"GOMAXPROCS".to_string()),
             "{release}"
         );
     }
     let compiled = inject(&Engine::new(settings(json!({}))), &hello()).expect("compiled");
-    assert!(!env_names(&compiled).contains(&"GOMAXPROCS".to_string()));
+    assert!(env_names(&compiled).contains(&"GOMAXPROCS".to_string()));
 }
 
 #[test]
@@ -166,4 +176,53 @@ fn the_evaluator_bounds_hold_on_istios_own_text() {
             "{e}"
         ),
     }
+}
+
+/// Each text of [`inject::template_source::COMPILED_FROM`] renders through the evaluator exactly what its
+/// compiled template renders, on every case of `cases.json` and `cases-templates.json` that injects: the
+/// claim that lets the compiled template stand in for the text.
+#[test]
+fn the_compiled_templates_render_their_release_text_exactly() {
+    use inject::template_source::COMPILED_FROM;
+    assert!(!COMPILED_FROM.is_empty());
+    let mut texts = serde_json::Map::new();
+    for (name, _, text) in COMPILED_FROM {
+        texts.insert(name.to_string(), json!(text));
+    }
+    let mut compared = 0;
+    let mut cases = crate::parity::cases();
+    cases.extend(crate::parity::template_cases());
+    for case in cases {
+        if case.expected_error.is_some() || !case.runs_in("kube-inject") {
+            continue;
+        }
+        let input = case.input_text().expect("input");
+        let (compiled, _dir) = crate::parity::engine_for(&case).expect("engine");
+        let compiled = injector::kube_inject::inject_stream(&compiled, &input)
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        // The case's own templates (user templates) stay; the built-in names get the release's texts,
+        // which then render through the evaluator.
+        let mut evaluated = case.clone();
+        let mut templates = Value::Object(texts.clone());
+        if let Some(own) = case
+            .injector_config
+            .get("templates")
+            .and_then(Value::as_object)
+        {
+            for (k, v) in own {
+                templates[k] = v.clone();
+            }
+        }
+        if !evaluated.injector_config.is_object() {
+            evaluated.injector_config = json!({});
+        }
+        evaluated.injector_config["templates"] = templates;
+        let (engine, _dir2) = crate::parity::engine_for(&evaluated).expect("engine");
+        let out = injector::kube_inject::inject_stream(&engine, &input)
+            .unwrap_or_else(|e| panic!("{} (evaluated): {e}", case.name));
+        crate::parity::compare_streams(&out.text, &compiled.text)
+            .unwrap_or_else(|e| panic!("{}: evaluated against compiled: {e}", case.name));
+        compared += 1;
+    }
+    assert!(compared >= 70, "{compared} cases compared");
 }
