@@ -385,7 +385,8 @@ pub fn run_cases(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        let case = generate::case(kind, seed, index);
+        let mut case = generate::case(kind, seed, index);
+        programs.release.vary(&mut case);
         let t = texts(&case, &charts, base_values.as_ref())?;
         let [input, values, mesh, config] = write_files(work.path(), &case, &t)?;
         let istio = batch.run(index, &case, &t)?;

@@ -9,7 +9,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
+
+use super::generate::Case;
+use crate::rules_differential::generate::Rng;
 
 /// The pinned `istio.io/istio` module whose binaries run a release's texts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +163,51 @@ impl Release {
         Ok(Some(values))
     }
 
+    /// Adds to a tag's case the inputs the tags' texts differ on, drawn from a second generator of the
+    /// case's seed and index, so the pinned runs' cases stay what they were: an OpenTelemetry provider
+    /// with `OTEL_SEMANTIC_CONVENTIONS` (1.30's `otelResourceAttributes` env entry), an `app` label that
+    /// ends or starts in `-`, `_` or `.` (1.31 trims the canonical name with `trimAll "-_."` where 1.29
+    /// and 1.30 `trimSuffix "-"`), and `global.proxy_init.image` (1.31's `.ProxyInitImage`).
+    pub fn vary(&self, case: &mut Case) {
+        if !self.tag {
+            return;
+        }
+        let mut rng = Rng::new(
+            case.seed ^ 0x0072_656c_6561_7365 ^ case.index.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
+        if rng.chance(25) {
+            test_support::corpus::merge(
+                &mut case.mesh,
+                &json!({"extensionProviders": [{"name": "otel", "opentelemetry": {
+                    "service": "otel.istio-system.svc.cluster.local", "port": 4317,
+                    "serviceAttributeEnrichment": "OTEL_SEMANTIC_CONVENTIONS"}}]}),
+            );
+        }
+        if rng.chance(20) {
+            let image = rng.pick(&["init", "example.com/x/init:1"]);
+            test_support::corpus::merge(
+                &mut case.values,
+                &json!({"global": {"proxy_init": {"image": image}}}),
+            );
+        }
+        if rng.chance(30) {
+            let app = rng.pick(&["web_", "-web.", "a.b-"]);
+            let docs: Vec<String> = case
+                .input
+                .trim_end()
+                .split("\n---\n")
+                .map(|doc| match serde_json::from_str::<Value>(doc) {
+                    Ok(mut v) => {
+                        label_pods(&mut v, app);
+                        v.to_string()
+                    }
+                    Err(_) => doc.to_string(),
+                })
+                .collect();
+            case.input = docs.join("\n---\n") + "\n";
+        }
+    }
+
     /// What ran which texts, for the summary line.
     pub fn describe(&self, batch: &Path, istioctl: &Path) -> String {
         let texts = match self.dir() {
@@ -171,6 +219,26 @@ impl Release {
             batch.display(),
             istioctl.display()
         )
+    }
+}
+
+/// Sets the `app` label of every pod (template) in `v`: each object whose `spec` has `containers`.
+fn label_pods(v: &mut Value, app: &str) {
+    match v {
+        Value::Object(m) => {
+            if m.get("spec").is_some_and(|s| s.get("containers").is_some()) {
+                let meta = m.entry("metadata").or_insert_with(|| json!({}));
+                if let Some(meta) = meta.as_object_mut() {
+                    let labels = meta.entry("labels").or_insert_with(|| json!({}));
+                    if let Some(labels) = labels.as_object_mut() {
+                        labels.insert("app".into(), json!(app));
+                    }
+                }
+            }
+            m.values_mut().for_each(|x| label_pods(x, app));
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| label_pods(x, app)),
+        _ => {}
     }
 }
 
@@ -191,6 +259,25 @@ mod tests {
                 r.name
             );
         }
+    }
+
+    #[test]
+    fn only_a_tags_cases_are_varied() {
+        use crate::inject_differential::generate::{case, Kind};
+        let (mut otel, mut app, mut init) = (0, 0, 0);
+        for index in 0..40 {
+            let plain = case(Kind::Inject, 21, index);
+            let mut pinned = plain.clone();
+            PINNED.vary(&mut pinned);
+            assert_eq!(pinned.input, plain.input);
+            assert_eq!((&pinned.values, &pinned.mesh), (&plain.values, &plain.mesh));
+            let mut tagged = plain.clone();
+            RELEASES[4].vary(&mut tagged);
+            otel += usize::from(tagged.mesh.get("extensionProviders").is_some());
+            app += usize::from(tagged.input != plain.input);
+            init += usize::from(tagged.values["global"]["proxy_init"]["image"].is_string());
+        }
+        assert!(otel > 0 && app > 0 && init > 0, "{otel} {app} {init}");
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //!
 //! The `every_release_*` tests run each Istio release's own texts (`testdata/istio/releases/<tag>`, issue
 //! 30) in the injector config's `templates` of both sides, on the peer of the module that knows them,
-//! with the init containers' image compared. They fail until `injector` evaluates the chart names' texts
-//! it is given instead of its compiled-in templates: 1.29.6 and 1.30.3's `istio-init` image is
-//! `.ProxyImage` (with the image type), which the compiled template (1.31's `.ProxyInitImage`) is not.
+//! with the init containers' image compared and the inputs the tags' texts differ on added
+//! (`Release::vary`). They fail until `injector` evaluates the chart names' texts it is given instead of
+//! its compiled-in templates, which follow 1.31: 1.29.6 and 1.30.3's `istio-init` image is `.ProxyImage`,
+//! their canonical name is trimmed with `trimSuffix "-"`, and 1.29.6 has no `OTEL_RESOURCE_ATTRIBUTES`.
 
 use e2e::inject_differential::generate::Kind;
 use e2e::inject_differential::release::Release;
