@@ -3,6 +3,8 @@
 //! `injector kube-inject` with the same three files, the results compared.
 //!
 //! - [`generate`] draws the cases from a seed.
+//! - [`release`] picks the texts (a release tag's, or a pinned module's own chart) and the peer that runs
+//!   them.
 //! - Istio's side is `inject-batch` (`tools/istio/cmd/inject-batch`), which calls the library path of
 //!   `istioctl kube-inject` (`inject.IntoResourceFile`) for many cases in one process; every
 //!   `istioctl_every`-th case also runs through the real `istioctl kube-inject --revision default` and its
@@ -15,6 +17,7 @@
 
 pub mod allow;
 pub mod generate;
+pub mod release;
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
@@ -25,6 +28,7 @@ use anyhow::{bail, Context as _, Result};
 use serde_json::{json, Map, Value};
 
 use generate::{Case, Kind};
+use release::Release;
 
 /// The programs under comparison.
 #[derive(Debug, Clone)]
@@ -35,16 +39,30 @@ pub struct Programs {
     pub istioctl: PathBuf,
     /// `injector` (run as `injector kube-inject ...`).
     pub ours: PathBuf,
+    /// The texts both sides run (the peers above are this release's).
+    pub release: Release,
 }
 
 impl Programs {
-    /// The built peers and the built `injector`; panics when one is missing.
+    /// The built peers of `tools/istio` with its own chart texts, and the built `injector`; panics when one
+    /// is missing.
     pub fn built() -> Programs {
+        Programs::for_release(release::PINNED)
+    }
+
+    /// The built peers of `release` and the built `injector`; panics when one is missing.
+    pub fn for_release(release: Release) -> Programs {
         Programs {
-            batch: crate::peers::peer("inject-batch"),
-            istioctl: crate::peers::peer("istioctl"),
+            batch: crate::peers::peer(&release.peer.program("inject-batch")),
+            istioctl: crate::peers::peer(&release.peer.program("istioctl")),
             ours: crate::bin("injector"),
+            release,
         }
+    }
+
+    /// Which peer binaries run which texts, for a run's summary line.
+    pub fn describe(&self) -> String {
+        self.release.describe(&self.batch, &self.istioctl)
     }
 }
 
@@ -168,14 +186,22 @@ struct Texts {
     config: String,
 }
 
-fn texts(case: &Case, charts: &Map<String, Value>) -> Result<Texts> {
+/// The case's files over the run's texts (`charts`) and base values (`base_values`; `None`: the test
+/// environment's `base-values.json`).
+fn texts(case: &Case, charts: &Map<String, Value>, base_values: Option<&Value>) -> Result<Texts> {
+    use test_support::corpus::{merge, Config};
     let mut templates = charts.clone();
     templates.extend(case.templates.clone());
-    let config = test_support::corpus::Config::with(
-        &case.values,
-        &case.mesh,
+    let mut config = Config::base()?;
+    if let Some(values) = base_values {
+        config.values = values.clone();
+    }
+    merge(&mut config.values, &case.values);
+    merge(&mut config.mesh, &case.mesh);
+    merge(
+        &mut config.injector_config,
         &json!({ "templates": templates }),
-    )?;
+    );
     Ok(Texts {
         values: serde_json::to_string_pretty(&config.values)?,
         mesh: serde_json::to_string_pretty(&config.mesh)?,
@@ -244,7 +270,9 @@ fn drop_gomaxprocs(v: &mut Value) {
 /// `injection-template.yaml` gives them `.ProxyImage` (the proxy's image, with `global.proxy.image` and
 /// the image type) unless `global.proxy_init.image` holds a `/`; the chart of `testdata/istio`'s commit,
 /// which `injector` and the golden files follow, builds it from `global.proxy_init.image` (e.g.
-/// `hello.yaml.proxyImageName.injected`). A version skew; the golden parity tests check this image.
+/// `hello.yaml.proxyImageName.injected`). A version skew; the golden parity tests check this image. Not
+/// for a release tag's run: 1.29.6 and 1.30.3's texts say `.ProxyImage`, 1.31.0-rc.0's `.ProxyInitImage`,
+/// and `injector` must render whichever text it is given.
 fn drop_init_image(v: &mut Value) {
     match v {
         Value::Object(m) => {
@@ -301,8 +329,10 @@ fn drop_omitted_zeros(v: &mut Value, key: &str) {
     }
 }
 
-/// Compares two outcomes: `None` when equal (or both refused), else what differs.
-fn compare(istio: &Outcome, ours: &Outcome) -> Option<String> {
+/// Compares two outcomes: `None` when equal (or both refused), else what differs. `init_image_skew`: the
+/// init containers' `image` is left out ([`drop_init_image`]), for a pinned module's own chart texts; a
+/// release tag's run compares it, since the tag's texts are what both sides were given (issue 30).
+fn compare(istio: &Outcome, ours: &Outcome, init_image_skew: bool) -> Option<String> {
     match (istio.ok, ours.ok) {
         (false, false) => None,
         (true, true) => {
@@ -311,8 +341,10 @@ fn compare(istio: &Outcome, ours: &Outcome) -> Option<String> {
             match (a, b) {
                 (Ok(mut a), Ok(mut b)) => {
                     a.iter_mut().for_each(drop_gomaxprocs);
-                    a.iter_mut().for_each(drop_init_image);
-                    b.iter_mut().for_each(drop_init_image);
+                    if init_image_skew {
+                        a.iter_mut().for_each(drop_init_image);
+                        b.iter_mut().for_each(drop_init_image);
+                    }
                     b.iter_mut().for_each(|d| drop_omitted_zeros(d, ""));
                     test_support::semantic::compare_documents(&b, &a)
                 }
@@ -341,7 +373,8 @@ pub fn run_cases(
     deadline: Option<Instant>,
     keep: &Path,
 ) -> Result<Tally> {
-    let charts = chart_templates(&programs.batch)?;
+    let charts = programs.release.templates(&programs.batch)?;
+    let base_values = programs.release.values()?;
     let mut batch = Batch {
         path: programs.batch.clone(),
         proc: None,
@@ -352,8 +385,9 @@ pub fn run_cases(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        let case = generate::case(kind, seed, index);
-        let t = texts(&case, &charts)?;
+        let mut case = generate::case(kind, seed, index);
+        programs.release.vary(&mut case);
+        let t = texts(&case, &charts, base_values.as_ref())?;
         let [input, values, mesh, config] = write_files(work.path(), &case, &t)?;
         let istio = batch.run(index, &case, &t)?;
         let ours = run_command(
@@ -400,7 +434,7 @@ pub fn run_cases(
                 ));
             }
         }
-        match compare(&istio, &ours) {
+        match compare(&istio, &ours, !programs.release.tag) {
             None if what.is_empty() => {
                 tally.same += 1;
                 if !istio.ok {
@@ -417,12 +451,13 @@ pub fn run_cases(
                 _ => what.push(d),
             },
         }
-        let dir = keep.join(format!("{}-{seed}-{index}", kind_name(kind)));
+        let release = programs.release.name;
+        let dir = keep.join(format!("{}-{release}-{seed}-{index}", kind_name(kind)));
         std::fs::create_dir_all(&dir)?;
         write_files(&dir, &case, &t)?;
         let [r_istio, r_ours] = reproducer(programs, &dir, case.native);
         tally.differences.push(format!(
-            "difference ({} seed {seed} case {index}): {}\n  reproduce (Istio): {r_istio}\n  reproduce (ours):  {r_ours}\n  Istio: {}\n  ours:  {}",
+            "difference ({} release {release} seed {seed} case {index}): {}\n  reproduce (Istio): {r_istio}\n  reproduce (ours):  {r_ours}\n  Istio: {}\n  ours:  {}",
             kind_name(kind),
             what.join("; "),
             summary(&istio),
