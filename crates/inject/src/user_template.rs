@@ -135,6 +135,8 @@ thread_local! {
 pub struct Sources<'a> {
     pub config: Option<(&'a str, &'a Value)>,
     pub values: Option<(&'a str, &'a Value)>,
+    /// Evaluate a pod template's text even when it is the one the compiled template was built from.
+    pub evaluate_texts: bool,
 }
 
 fn texts<'a>(
@@ -186,7 +188,9 @@ impl UserTemplates {
                 continue;
             }
             if POD_TEMPLATES.contains(&name) && !from_values.contains_key(name) {
-                if let Some(release) = template_source::compiled_release(name, text) {
+                if let Some(release) = template_source::compiled_release(name, text)
+                    .filter(|_| !sources.evaluate_texts)
+                {
                     tracing::info!(
                         template = name,
                         release,
@@ -367,7 +371,7 @@ fn go_decoded_containers(pod: &mut Value) {
 /// A template's output as a partial pod: YAML 1.1, an empty output is no change. Errors are
 /// `(is a YAML error, message)`.
 fn overlay(name: &str, text: &str) -> Result<Value, (bool, String)> {
-    match sidecar_core::yaml::parse(text) {
+    match sidecar_core::yaml::parse_last_key_wins(text) {
         Ok(Value::Null) => Ok(Value::Object(Map::new())),
         Ok(v @ Value::Object(_)) => Ok(v),
         Ok(other) => Err((false, format!("template {name:?} gives {}", shown(&other)))),

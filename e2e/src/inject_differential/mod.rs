@@ -41,6 +41,9 @@ pub struct Programs {
     pub ours: PathBuf,
     /// The texts both sides run (the peers above are this release's).
     pub release: Release,
+    /// `injector --evaluate-texts`: the texts through the evaluator even where the compiled templates
+    /// render them (1.31.0-rc.0's), so both of our paths meet Istio.
+    pub evaluate_texts: bool,
 }
 
 impl Programs {
@@ -57,12 +60,21 @@ impl Programs {
             istioctl: crate::peers::peer(&release.peer.program("istioctl")),
             ours: crate::bin("injector"),
             release,
+            evaluate_texts: false,
         }
     }
 
     /// Which peer binaries run which texts, for a run's summary line.
     pub fn describe(&self) -> String {
-        self.release.describe(&self.batch, &self.istioctl)
+        let ours = if self.evaluate_texts {
+            "; ours with --evaluate-texts"
+        } else {
+            ""
+        };
+        format!(
+            "{}{ours}",
+            self.release.describe(&self.batch, &self.istioctl)
+        )
     }
 }
 
@@ -246,52 +258,6 @@ pub fn reproducer(programs: &Programs, dir: &Path, native: bool) -> [String; 2] 
     ]
 }
 
-/// Removes the `GOMAXPROCS` env entries (`resourceFieldRef: limits.cpu`) from Istio's output. The pinned
-/// Istio's chart templates (`injection-template.yaml`, `gateway-injection-template.yaml`) add them after
-/// `GOMEMLIMIT`; the chart of the commit `testdata/istio` comes from, which `injector` follows, does not
-/// (no golden file has it). A version skew, not a difference of behaviour; `testdata/istio/README.md` says so.
-fn drop_gomaxprocs(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            if let Some(Value::Array(env)) = m.get_mut("env") {
-                env.retain(|e| {
-                    !(e["name"] == json!("GOMAXPROCS")
-                        && e["valueFrom"]["resourceFieldRef"]["resource"] == json!("limits.cpu"))
-                });
-            }
-            m.values_mut().for_each(drop_gomaxprocs);
-        }
-        Value::Array(a) => a.iter_mut().for_each(drop_gomaxprocs),
-        _ => {}
-    }
-}
-
-/// Removes the `image` of the injected `istio-init` / `istio-validation` containers. The pinned Istio's
-/// `injection-template.yaml` gives them `.ProxyImage` (the proxy's image, with `global.proxy.image` and
-/// the image type) unless `global.proxy_init.image` holds a `/`; the chart of `testdata/istio`'s commit,
-/// which `injector` and the golden files follow, builds it from `global.proxy_init.image` (e.g.
-/// `hello.yaml.proxyImageName.injected`). A version skew; the golden parity tests check this image. Not
-/// for a release tag's run: 1.29.6 and 1.30.3's texts say `.ProxyImage`, 1.31.0-rc.0's `.ProxyInitImage`,
-/// and `injector` must render whichever text it is given.
-fn drop_init_image(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            if let Some(Value::Array(inits)) = m.get_mut("initContainers") {
-                for c in inits.iter_mut() {
-                    if c["name"] == json!("istio-init") || c["name"] == json!("istio-validation") {
-                        if let Some(o) = c.as_object_mut() {
-                            o.remove("image");
-                        }
-                    }
-                }
-            }
-            m.values_mut().for_each(drop_init_image);
-        }
-        Value::Array(a) => a.iter_mut().for_each(drop_init_image),
-        _ => {}
-    }
-}
-
 /// The probe fields that are non-pointer `int32` with `omitempty` in k8s.io/api `core/v1` `Probe`.
 const PROBE_INTS: [&str; 5] = [
     "initialDelaySeconds",
@@ -329,22 +295,17 @@ fn drop_omitted_zeros(v: &mut Value, key: &str) {
     }
 }
 
-/// Compares two outcomes: `None` when equal (or both refused), else what differs. `init_image_skew`: the
-/// init containers' `image` is left out ([`drop_init_image`]), for a pinned module's own chart texts; a
-/// release tag's run compares it, since the tag's texts are what both sides were given (issue 30).
-fn compare(istio: &Outcome, ours: &Outcome, init_image_skew: bool) -> Option<String> {
+/// Compares two outcomes: `None` when equal (or both refused), else what differs. Both sides ran the same
+/// texts (a release tag's, or the pinned module's own chart), so the outputs are compared whole: no
+/// entry or image is set aside as a version skew.
+fn compare(istio: &Outcome, ours: &Outcome) -> Option<String> {
     match (istio.ok, ours.ok) {
         (false, false) => None,
         (true, true) => {
             let a = test_support::pods::documents(&istio.output);
             let b = test_support::pods::documents(&ours.output);
             match (a, b) {
-                (Ok(mut a), Ok(mut b)) => {
-                    a.iter_mut().for_each(drop_gomaxprocs);
-                    if init_image_skew {
-                        a.iter_mut().for_each(drop_init_image);
-                        b.iter_mut().for_each(drop_init_image);
-                    }
+                (Ok(a), Ok(mut b)) => {
                     b.iter_mut().for_each(|d| drop_omitted_zeros(d, ""));
                     test_support::semantic::compare_documents(&b, &a)
                 }
@@ -405,7 +366,9 @@ pub fn run_cases(
                     "--native-sidecars",
                     if case.native { "true" } else { "false" },
                 ])
-                .env_remove("ENABLE_NATIVE_SIDECARS"),
+                .args(programs.evaluate_texts.then_some("--evaluate-texts"))
+                .env_remove("ENABLE_NATIVE_SIDECARS")
+                .env_remove("INJECTOR_EVALUATE_TEXTS"),
         )?;
         tally.cases += 1;
         let mut what = Vec::new();
@@ -434,7 +397,7 @@ pub fn run_cases(
                 ));
             }
         }
-        match compare(&istio, &ours, !programs.release.tag) {
+        match compare(&istio, &ours) {
             None if what.is_empty() => {
                 tally.same += 1;
                 if !istio.ok {

@@ -6,9 +6,10 @@
 //! The `every_release_*` tests run each Istio release's own texts (`testdata/istio/releases/<tag>`, issue
 //! 30) in the injector config's `templates` of both sides, on the peer of the module that knows them,
 //! with the init containers' image compared and the inputs the tags' texts differ on added
-//! (`Release::vary`). They fail until `injector` evaluates the chart names' texts it is given instead of
-//! its compiled-in templates, which follow 1.31: 1.29.6 and 1.30.3's `istio-init` image is `.ProxyImage`,
-//! their canonical name is trimmed with `trimSuffix "-"`, and 1.29.6 has no `OTEL_RESOURCE_ATTRIBUTES`.
+//! (`Release::vary`): 1.29.6 and 1.30.3's `istio-init` image is `.ProxyImage`, their canonical name is
+//! trimmed with `trimSuffix "-"`, and 1.29.6 has no `OTEL_RESOURCE_ATTRIBUTES`. `injector` evaluates
+//! those texts; 1.31.0-rc.0's are the compiled templates', so that release runs twice, compiled and
+//! with `--evaluate-texts`.
 
 use e2e::inject_differential::generate::Kind;
 use e2e::inject_differential::release::Release;
@@ -46,9 +47,10 @@ fn run_with(programs: &Programs, kind: Kind, cases: u64, istioctl_every: u64) ->
 }
 
 /// `release`'s texts through its peer and `injector`: no unexplained difference, and most cases compared.
-fn release_injects_as_istio_does(release: &str) {
+fn release_injects_as_istio_does(release: &str, evaluate_texts: bool) {
     let release = Release::parse(release).expect("a known release");
-    let programs = Programs::for_release(release);
+    let mut programs = Programs::for_release(release);
+    programs.evaluate_texts = evaluate_texts;
     let tally = run_with(
         &programs,
         Kind::Inject,
@@ -63,17 +65,22 @@ fn release_injects_as_istio_does(release: &str) {
 
 #[test]
 fn every_release_injects_as_istio_does_1_29_6() {
-    release_injects_as_istio_does("1.29.6");
+    release_injects_as_istio_does("1.29.6", false);
 }
 
 #[test]
 fn every_release_injects_as_istio_does_1_30_3() {
-    release_injects_as_istio_does("1.30.3");
+    release_injects_as_istio_does("1.30.3", false);
 }
 
 #[test]
 fn every_release_injects_as_istio_does_1_31_0_rc_0() {
-    release_injects_as_istio_does("1.31.0-rc.0");
+    release_injects_as_istio_does("1.31.0-rc.0", false);
+}
+
+#[test]
+fn every_release_injects_as_istio_does_1_31_0_rc_0_evaluated() {
+    release_injects_as_istio_does("1.31.0-rc.0", true);
 }
 
 #[test]

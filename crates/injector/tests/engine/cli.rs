@@ -226,3 +226,39 @@ fn binary_injects_the_gateway_charts_pod() {
         "istio-ingressgateway"
     );
 }
+
+/// `kube-inject` without `--revision` injects for the default revision, as `istioctl kube-inject` does
+/// since Istio 1.28 (istio#56874: its `RevisionOrDefault` falls back to `default`, which it then renders
+/// as the empty revision). istioctl asks a cluster for the default revision tag first; this offline
+/// command has no cluster and takes `default` at once.
+#[test]
+fn kube_inject_without_revision_injects_the_default_revision() {
+    let dir = TempDir::new("cli-revision");
+    let input = inject_dir().join("hello.yaml");
+    let without = success(
+        kube_inject_cmd("hello", &dir)
+            .arg("-f")
+            .arg(&input)
+            .env_remove("REVISION"),
+    );
+    let with_default = success(
+        kube_inject_cmd("hello", &dir)
+            .arg("-f")
+            .arg(&input)
+            .args(["--revision", "default"])
+            .env_remove("REVISION"),
+    );
+    assert_eq!(without, with_default);
+    assert!(
+        without.contains(r#"\"revision\":\"default\""#),
+        "the status annotation names the default revision: {without}"
+    );
+    let other = success(
+        kube_inject_cmd("hello", &dir)
+            .arg("-f")
+            .arg(&input)
+            .args(["--revision", "canary"])
+            .env_remove("REVISION"),
+    );
+    assert!(other.contains(r#"\"revision\":\"canary\""#), "{other}");
+}
