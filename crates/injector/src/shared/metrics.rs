@@ -388,5 +388,6 @@ pub fn exposition() -> String {
     metrics.cert_reload(ReloadResult::Success);
     metrics.cluster_watch_error("proxyconfigs");
     metrics.cluster_watch_objects("proxyconfigs", 0);
+    metrics.rendered(&[("sidecar".to_string(), "compiled")]);
     metrics.encode()
 }
