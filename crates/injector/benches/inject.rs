@@ -146,7 +146,7 @@ fn evaluating_engine(release: &str) -> Engine {
         let text = std::fs::read_to_string(dir.join(release).join(file)).unwrap_or_default();
         templates.insert(name.into(), json!(format!("{}\n", text.trim())));
     }
-    let config = json!({"templates": templates}).to_string();
+    let config = json!({"policy": "enabled", "templates": templates}).to_string();
     let args = inject::ConfigArgs {
         evaluate_texts: true,
         ..Default::default()
