@@ -37,6 +37,27 @@ pub fn read(path: &Path) -> Result<String, Error> {
     })
 }
 
+/// The pod templates of Istio's chart and their files in `releases/<release>/` (the chart's `files/`).
+pub const RELEASE_TEXT_FILES: [(&str, &str); 4] = [
+    ("sidecar", "injection-template.yaml"),
+    ("gateway", "gateway-injection-template.yaml"),
+    ("grpc-agent", "grpc-agent.yaml"),
+    ("grpc-simple", "grpc-simple.yaml"),
+];
+
+/// An Istio release's four pod-template texts from `releases/<release>/`, `{name: text}`, as its chart
+/// writes them into the injector ConfigMap: trimmed (`istiod-injector-configmap.yaml`'s `trim`).
+pub fn release_texts(release: &str) -> Result<serde_json::Map<String, Value>, Error> {
+    let dir = testdata_dir().join("releases").join(release);
+    RELEASE_TEXT_FILES
+        .iter()
+        .map(|(name, file)| {
+            let text = read(&dir.join(file))?;
+            Ok(((*name).to_string(), Value::String(text.trim().to_string())))
+        })
+        .collect()
+}
+
 /// The text of a file of `inject/`; a golden (`*.injected`) in the shape of the release text the compiled
 /// templates are built from ([`as_release_golden`]).
 pub fn read_inject(name: &str) -> Result<String, Error> {

@@ -134,18 +134,7 @@ fn assert_injects(engine: &Engine, webhook: &Webhook, body: &[u8], what: &str) {
 /// (`testdata/istio/releases/<release>`), all rendered through the evaluator (`--evaluate-texts`; for
 /// 1.31.0-rc.0 the compiled templates would render them otherwise).
 fn evaluating_engine(release: &str) -> Engine {
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/istio/releases");
-    let mut templates = serde_json::Map::new();
-    for (name, file) in [
-        ("sidecar", "injection-template.yaml"),
-        ("gateway", "gateway-injection-template.yaml"),
-        ("grpc-agent", "grpc-agent.yaml"),
-        ("grpc-simple", "grpc-simple.yaml"),
-    ] {
-        let text = std::fs::read_to_string(dir.join(release).join(file)).unwrap_or_default();
-        templates.insert(name.into(), json!(format!("{}\n", text.trim())));
-    }
+    let templates = test_support::corpus::release_texts(release).unwrap_or_default();
     let config = json!({"policy": "enabled", "templates": templates}).to_string();
     let args = inject::ConfigArgs {
         evaluate_texts: true,

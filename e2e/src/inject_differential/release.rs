@@ -114,15 +114,8 @@ impl Release {
         let Some(dir) = self.dir() else {
             return super::chart_templates(batch);
         };
-        CHART_FILES
-            .iter()
-            .map(|(name, file)| {
-                let path = dir.join(file);
-                let text = std::fs::read_to_string(&path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                Ok(((*name).to_string(), Value::String(text.trim().to_string())))
-            })
-            .collect()
+        test_support::corpus::release_texts(self.name)
+            .with_context(|| format!("the texts of {}", dir.display()))
     }
 
     /// The values document the cases' overrides are merged into: for a tag, the part of its chart's

@@ -372,17 +372,7 @@ fn assert_injects_as_kube_inject(s: &Setup) {
 #[test]
 fn istio_release_texts_through_the_apiserver_equal_istioctl() {
     let mut config = Config::base().expect("the base configuration");
-    let dir = corpus::testdata_dir().join("releases/1.30.3");
-    let mut templates = serde_json::Map::new();
-    for (name, file) in [
-        ("sidecar", "injection-template.yaml"),
-        ("gateway", "gateway-injection-template.yaml"),
-        ("grpc-agent", "grpc-agent.yaml"),
-        ("grpc-simple", "grpc-simple.yaml"),
-    ] {
-        let text = std::fs::read_to_string(dir.join(file)).unwrap();
-        templates.insert(name.into(), json!(format!("{}\n", text.trim())));
-    }
+    let templates = corpus::release_texts("1.30.3").unwrap();
     config.injector_config["templates"] = Value::Object(templates);
     let s = Setup::with_config(None, &[], config);
     let c = &s.cluster;

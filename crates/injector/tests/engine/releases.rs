@@ -5,28 +5,17 @@
 use inject::template_source::RenderPath;
 use inject::{Engine, Mode, Settings};
 use serde_json::{json, Value};
-use test_support::corpus::{read_inject, testdata_dir, yaml};
+use test_support::corpus::{read_inject, yaml};
 
 use crate::with_request;
 
-/// Every release folder and the files of its four pod templates.
+/// Every release folder of `testdata/istio/releases/`.
 const RELEASES: [&str; 4] = ["1.29.6", "1.30.3", "1.31.0-rc.0", "release-1.30-9739e10"];
-const TEXTS: [(&str, &str); 4] = [
-    ("sidecar", "injection-template.yaml"),
-    ("gateway", "gateway-injection-template.yaml"),
-    ("grpc-agent", "grpc-agent.yaml"),
-    ("grpc-simple", "grpc-simple.yaml"),
-];
+const TEXTS: [(&str, &str); 4] = test_support::corpus::RELEASE_TEXT_FILES;
 
 /// A release's four texts, as its chart writes them into the ConfigMap (trimmed).
 fn texts(release: &str) -> Value {
-    let dir = testdata_dir().join("releases").join(release);
-    let mut m = serde_json::Map::new();
-    for (name, file) in TEXTS {
-        let text = std::fs::read_to_string(dir.join(file)).expect("release text");
-        m.insert(name.to_string(), json!(format!("{}\n", text.trim())));
-    }
-    Value::Object(m)
+    Value::Object(test_support::corpus::release_texts(release).expect("release texts"))
 }
 
 fn settings(templates: Value) -> Settings {
