@@ -37,7 +37,9 @@ pub fn read(path: &Path) -> Result<String, Error> {
     })
 }
 
-/// The pod templates of Istio's chart and their files in `releases/<release>/` (the chart's `files/`).
+/// The pod templates of Istio's chart and their files in `releases/<release>/`, as the istiod chart's
+/// `istiod-injector-configmap.yaml` names them (`.Files.Get "files/<file>" | trim`); the same map as
+/// `chartTemplates` in `tools/istio/cmd/inject-batch/main.go`.
 pub const RELEASE_TEXT_FILES: [(&str, &str); 4] = [
     ("sidecar", "injection-template.yaml"),
     ("gateway", "gateway-injection-template.yaml"),

@@ -77,16 +77,6 @@ pub const RELEASES: [Release; 5] = [
 /// The default: `tools/istio`'s own chart texts, what the differential compared before releases.
 pub const PINNED: Release = RELEASES[0];
 
-/// The chart file of each built-in template, as the istiod chart's `istiod-injector-configmap.yaml`
-/// names them (`.Files.Get "files/<file>" | trim`); the same map as `chartTemplates` in
-/// `tools/istio/cmd/inject-batch/main.go`.
-const CHART_FILES: [(&str, &str); 4] = [
-    ("sidecar", "injection-template.yaml"),
-    ("gateway", "gateway-injection-template.yaml"),
-    ("grpc-simple", "grpc-simple.yaml"),
-    ("grpc-agent", "grpc-agent.yaml"),
-];
-
 impl Release {
     /// The release named `name`, or an error naming the value and the choices.
     pub fn parse(name: &str) -> Result<Release> {
