@@ -514,6 +514,12 @@ async fn bad_input_is_answered_and_the_server_keeps_serving() {
             "no failure counter for {t}:\n{m}"
         );
     }
+    // No template text is configured: every injected pod rendered the compiled sidecar template.
+    assert!(
+        m.contains("injector_template_renders_total{template=\"sidecar\",path=\"compiled\"}"),
+        "no render-path counter:\n{m}"
+    );
+    assert!(!m.contains("path=\"evaluated\""), "{m}");
     assert!(
         f.server
             .metric("sidecar_injection_requests_total")

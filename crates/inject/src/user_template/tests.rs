@@ -52,28 +52,38 @@ fn inject(engine: &Engine, pod: &Value, mode: Mode) -> Result<Value, crate::engi
 }
 
 #[test]
-fn chart_names_carry_the_chart_text_unless_values_lists_them() {
+fn a_configured_pod_template_text_renders_whatever_its_name() {
     let config = json!({"policy": "enabled", "templates": {
-        "sidecar": "{{ .Values.whatever | protoToJSON }}", "gateway": "x", "spire": SPIRE}});
-    let s = settings(config.clone(), json!({})).unwrap();
-    let names: Vec<&str> = s.user_templates.names().collect();
-    assert_eq!(names, ["spire"]);
-    assert!(s.user_templates.get("spire").unwrap().is_static());
-    let w = s.warnings.join("\n");
-    assert!(
-        w.contains("templates.gateway, templates.sidecar") && w.contains("compiled in"),
-        "{w}"
-    );
-
-    // Listed in values: the user's text replaces the built-in, and must be in the subset.
-    let values = json!({"sidecarInjectorWebhook": {"templates": {"sidecar": "x"}}});
-    let err = settings(config, values).unwrap_err().to_string();
+        "sidecar": "{{ .Values.whatever | protoToJSON }}", "gateway": "x: {{ nosuch }}", "spire": SPIRE,
+        "waypoint": "{{ whatever Istio's gateway controller runs }}"}});
+    // Istio's own built-in names are evaluated too, so a text outside the subset is refused at load with
+    // the file, the key, the line and the function.
+    let err = settings(config.clone(), json!({})).unwrap_err().to_string();
     assert!(
         err.contains("config.yaml")
-            && err.contains("templates.sidecar")
+            && err.contains("templates.gateway")
             && err.contains("line 1")
-            && err.contains("\"protoToJSON\""),
+            && err.contains("\"nosuch\""),
         "{err}"
+    );
+    let mut config = config;
+    config["templates"]["gateway"] = json!("metadata:\n  labels:\n    g: \"{{ .Revision }}\"\n");
+    let s = settings(config, json!({})).unwrap();
+    let names: Vec<&str> = s.user_templates.names().collect();
+    assert_eq!(names, ["gateway", "sidecar", "spire"]);
+    assert_eq!(
+        s.user_templates.path("gateway"),
+        crate::template_source::RenderPath::Evaluated
+    );
+    assert_eq!(
+        s.user_templates.path("grpc-agent"),
+        crate::template_source::RenderPath::Compiled
+    );
+    // The gateway controller's texts never render into pods: left alone, with a warning.
+    let w = s.warnings.join("\n");
+    assert!(
+        w.contains("templates.waypoint") && w.contains("gateway controller"),
+        "{w}"
     );
 }
 
@@ -88,14 +98,14 @@ fn values_templates_are_used_without_a_config_document_entry() {
     let s = Settings::from_documents(Some(("v", &values)), None, None, true, "", "").unwrap();
     assert_eq!(s.user_templates.names().collect::<Vec<_>>(), ["spire"]);
     // A refusal names the values file and key.
-    let values = json!({"sidecarInjectorWebhook": {"templates": {"t": "a: {{ template \"x\" }}"}}});
+    let values = json!({"sidecarInjectorWebhook": {"templates": {"t": "a: {{ if . }}{{ define \"x\" }}{{ end }}{{ end }}"}}});
     let err = Settings::from_documents(Some(("vals.json", &values)), None, None, true, "", "")
         .unwrap_err()
         .to_string();
     assert!(
         err.contains("vals.json")
             && err.contains("sidecarInjectorWebhook.templates.t")
-            && err.contains("unsupported action \"template\""),
+            && err.contains("unsupported action \"define\""),
         "{err}"
     );
 }
