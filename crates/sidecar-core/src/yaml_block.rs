@@ -94,6 +94,21 @@ impl<'a> Reader<'a> {
         None
     }
 
+    /// The next significant line of a block at `indent`: `Some(Some)` at that indentation, `Some(None)`
+    /// when the block has ended (the text, or a line less indented), None when a line is indented
+    /// deeper (outside the subset).
+    fn next_in_block(&mut self, indent: usize) -> Option<Option<(usize, Line<'a>)>> {
+        let Some(i) = self.next_significant() else {
+            return Some(None);
+        };
+        let line = self.lines[i];
+        match line.indent.cmp(&indent) {
+            std::cmp::Ordering::Less => Some(None),
+            std::cmp::Ordering::Equal => Some(Some((i, line))),
+            std::cmp::Ordering::Greater => None,
+        }
+    }
+
     /// The node that starts at the current (significant) line, whose indentation is `indent`.
     fn node(&mut self, indent: usize) -> Option<Value> {
         let line = self.lines[self.at];
@@ -111,17 +126,7 @@ impl<'a> Reader<'a> {
 
     fn sequence(&mut self, indent: usize) -> Option<Value> {
         let mut items = Vec::new();
-        loop {
-            let Some(i) = self.next_significant() else {
-                break;
-            };
-            let line = self.lines[i];
-            if line.indent < indent {
-                break;
-            }
-            if line.indent > indent {
-                return None;
-            }
+        while let Some((i, line)) = self.next_in_block(indent)? {
             if !is_dash(line.text) {
                 // A key at this indentation: the sequence sat at its key's indentation and has ended.
                 break;
@@ -152,17 +157,7 @@ impl<'a> Reader<'a> {
 
     fn mapping(&mut self, indent: usize) -> Option<Value> {
         let mut map = Map::new();
-        loop {
-            let Some(i) = self.next_significant() else {
-                break;
-            };
-            let line = self.lines[i];
-            if line.indent < indent {
-                break;
-            }
-            if line.indent > indent {
-                return None;
-            }
+        while let Some((_, line)) = self.next_in_block(indent)? {
             if is_dash(line.text) {
                 // A sequence at this indentation belongs to the key before it (handled there).
                 break;

@@ -360,7 +360,12 @@ fn istios_texts_print_yaml_the_block_reader_reads() {
     ];
     let mut read = 0;
     for release in ["1.29.6", "1.30.3", "1.31.0-rc.0", "release-1.30-9739e10"] {
-        for file in ["injection-template.yaml", "gateway-injection-template.yaml", "grpc-agent.yaml", "grpc-simple.yaml"] {
+        for file in [
+            "injection-template.yaml",
+            "gateway-injection-template.yaml",
+            "grpc-agent.yaml",
+            "grpc-simple.yaml",
+        ] {
             let text = std::fs::read_to_string(format!("{dir}/{release}/{file}")).unwrap();
             let t = Template::parse("t", text.trim()).unwrap();
             for pod in &pods {
@@ -374,8 +379,9 @@ fn istios_texts_print_yaml_the_block_reader_reads() {
                         "ProxyInitImage": "h/proxyv2:1", "ProxyUID": 1337, "ProxyGID": 1337,
                         "InboundTrafficPolicyMode": "passthrough", "CompliancePolicy": ""});
                     let out = t.execute(&root, &Limits::default()).unwrap();
-                    let fast = sidecar_core::yaml_block::parse(&out)
-                        .unwrap_or_else(|| panic!("{release}/{file}: outside the block reader's subset:\n{out}"));
+                    let fast = sidecar_core::yaml_block::parse(&out).unwrap_or_else(|| {
+                        panic!("{release}/{file}: outside the block reader's subset:\n{out}")
+                    });
                     let full = sidecar_core::yaml::parse_last_key_wins_full(&out).unwrap();
                     assert_eq!(fast, full, "{release}/{file}:\n{out}");
                     read += 1;

@@ -282,7 +282,10 @@ fn the_reader_takes_a_good_part_of_the_generated_documents() {
             assert_eq!(fast, parse_last_key_wins_full(&text).unwrap(), "{text}");
         }
     }
-    assert!(read * 4 >= total, "the reader took {read} of {total} documents");
+    assert!(
+        read * 4 >= total,
+        "the reader took {read} of {total} documents"
+    );
 }
 
 proptest! {
