@@ -27,3 +27,5 @@ pub mod proxy_config_json;
 pub mod validate;
 #[cfg(feature = "yaml")]
 pub mod yaml;
+#[cfg(feature = "yaml")]
+pub mod yaml_block;

@@ -339,3 +339,55 @@ fn a_static_pod_of_the_wrong_type_is_refused_at_load() {
         "{err}"
     );
 }
+
+/// Istio's own texts print YAML that the block reader (`sidecar_core::yaml_block`) reads, and reads as
+/// the full parser does: the fast path is the one their pods take.
+#[test]
+fn istios_texts_print_yaml_the_block_reader_reads() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/istio/releases");
+    let pods = [
+        json!({"metadata": {"name": "p", "namespace": "ns", "labels": {"app": "x"}},
+               "spec": {"containers": [{"name": "app", "image": "a:1", "ports": [{"containerPort": 80}]}]}}),
+        json!({"metadata": {"name": "p", "namespace": "ns", "annotations": {
+                   "sidecar.istio.io/userVolume": "[{\"name\":\"v\",\"emptyDir\":{}}]",
+                   "sidecar.istio.io/userVolumeMount": "[{\"name\":\"v\",\"mountPath\":\"/v\"}]",
+                   "sidecar.istio.io/proxyCPU": "200m",
+                   "traffic.sidecar.istio.io/excludeInboundPorts": "9000"}},
+               "spec": {"containers": [
+                   {"name": "a", "image": "a", "ports": [{"containerPort": 80, "name": "http"}, {"containerPort": 9000}],
+                    "readinessProbe": {"httpGet": {"path": "/r", "port": 80}}},
+                   {"name": "b", "image": "b"}]}}),
+    ];
+    let mut read = 0;
+    for release in ["1.29.6", "1.30.3", "1.31.0-rc.0", "release-1.30-9739e10"] {
+        for file in [
+            "injection-template.yaml",
+            "gateway-injection-template.yaml",
+            "grpc-agent.yaml",
+            "grpc-simple.yaml",
+        ] {
+            let text = std::fs::read_to_string(format!("{dir}/{release}/{file}")).unwrap();
+            let t = Template::parse("t", text.trim()).unwrap();
+            for pod in &pods {
+                for native in [true, false] {
+                    let root = json!({"TypeMeta": {"kind": "Pod", "apiVersion": "v1"},
+                        "DeploymentMeta": {"name": "p", "namespace": "ns"},
+                        "ObjectMeta": pod["metadata"], "Spec": pod["spec"],
+                        "ProxyConfig": crate::defaults::builtin_proxy_config(),
+                        "MeshConfig": crate::defaults::builtin_mesh(), "Values": crate::defaults::builtin_values(),
+                        "Revision": "default", "NativeSidecars": native, "ProxyImage": "h/proxyv2:1",
+                        "ProxyInitImage": "h/proxyv2:1", "ProxyUID": 1337, "ProxyGID": 1337,
+                        "InboundTrafficPolicyMode": "passthrough", "CompliancePolicy": ""});
+                    let out = t.execute(&root, &Limits::default()).unwrap();
+                    let fast = sidecar_core::yaml_block::parse(&out).unwrap_or_else(|| {
+                        panic!("{release}/{file}: outside the block reader's subset:\n{out}")
+                    });
+                    let full = sidecar_core::yaml::parse_last_key_wins_full(&out).unwrap();
+                    assert_eq!(fast, full, "{release}/{file}:\n{out}");
+                    read += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(read, 64);
+}
