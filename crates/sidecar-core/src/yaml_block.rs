@@ -3,7 +3,7 @@
 //! time (`bench/README.md`).
 //!
 //! It reads a strict subset and answers `None` for anything outside it, so the caller falls back to the
-//! full parser ([`crate::yaml::parse_last_key_wins`]); where it answers `Some`, the value is the one
+//! full parser (`yaml::parse_last_key_wins`); where it answers `Some`, the value is the one
 //! serde-saphyr gives for the same text with the options `yaml` uses (YAML 1.1 octals, the last of a
 //! repeated key). The subset:
 //!
