@@ -44,8 +44,10 @@ cleanup() {
 trap cleanup EXIT
 
 "$ours" certs --out-dir "$work/certs" --san localhost --san 127.0.0.1 2>/dev/null
-# The injector config with the chart's pod templates (Istio needs their text; injector has them compiled
-# in and says it does not use the given texts), as in the injection differential.
+# The injector config with the pinned module's chart texts, as in the injection differential: both
+# servers render those texts. They are not the texts injector's compiled templates were built from
+# (Istio 1.31.0-rc.0's), so injector runs them through its evaluator: this compares the evaluated path
+# with Istio's handler.
 python3 -c 'import json, sys, yaml
 cfg = yaml.safe_load(open(sys.argv[1]))
 cfg["templates"] = json.loads(sys.stdin.read())

@@ -630,8 +630,11 @@ start_node() {
   kubeconfig "$nd/kube-proxy.kubeconfig" kube-proxy
   # Beyond the traps of this machine (cgroup v1, cgroupfs): authentication by client certificate (the
   # apiserver's) and bearer token, authorization by the apiserver (SubjectAccessReview), as kubeadm sets
-  # a kubelet up; images are never collected (none can be pulled back) and eviction is lenient, since the
-  # disk and memory are shared.
+  # a kubelet up; images are never collected (none can be pulled back), and eviction is off: the disk and
+  # memory it measures are the host's, filled by the builds beside the tests, not by the pods. With the
+  # 1 % thresholds it had, a host with under 2.5 GB free put both nodes under DiskPressure, evicted the
+  # injector's pods and tainted the nodes against their replacements (a CI run failed so; a kubelet
+  # drops a "0%" threshold, pkg/kubelet/eviction/helpers.go parseThresholdStatement).
   cat >"$nd/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -651,7 +654,7 @@ clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: "1%", nodefs.available: "1%", nodefs.inodesFree: "1%", imagefs.available: "1%"}
+evictionHard: {memory.available: "0%", nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%", imagefs.inodesFree: "0%"}
 serializeImagePulls: false
 EOF
   spawn "$nd/kubelet.log" "$nd/kubelet.pid" nsenter --target "$holder" --mount --net --uts -- "${node_env[@]}" \

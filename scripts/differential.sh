@@ -4,6 +4,7 @@
 #
 #   scripts/differential.sh [--kind rules|inject|template|policy] [--seed N] [--cases N] [--minutes M] [--start N]
 #                           [--jobs J] [--apply-every K (rules)] [--istioctl-every K] [--keep DIR (inject, template)]
+#                           [--release pinned|pinned-next|1.29.6|1.30.3|1.31.0-rc.0 (inject, template)]
 #
 # rules (the default): generated istio-iptables configurations through `pilot-agent istio-iptables` and
 #   `iptables-init istio-iptables` (e2e/rules-differential-allow.tsv); defaults: seed 1, 1000 cases, every
@@ -11,7 +12,10 @@
 # inject, template: generated workloads and configurations (inject), or user templates (template), through
 #   Istio's kube-inject code (tools/istio/cmd/inject-batch, every 50th case also through the real istioctl)
 #   and `injector kube-inject` (e2e/inject-differential-allow.tsv); the files of a differing case are kept
-#   under --keep (default $TMPDIR/inject-differential).
+#   under --keep (default $TMPDIR/inject-differential). --release picks the texts both sides run: a
+#   release tag's (testdata/istio/releases/<tag>, with that chart's values defaults; 1.29.6 and 1.30.3 run
+#   on tools/istio's peers, 1.31.0-rc.0 on tools/istio-next's) or a pinned module's own chart (`pinned`,
+#   the default, or `pinned-next`).
 # policy: generated pods and the corpus' cases through a real kube-apiserver (scripts/cluster.sh) with the
 #   MutatingAdmissionPolicy of `injector policy` and no webhook, with the webhook and no policy, and with both
 #   (e2e::policy_differential); flags --seed, --cases, --start, --per-config K (pods per configuration,

@@ -110,6 +110,13 @@ build_images() {
   echo "images ($(( $(date +%s) - start )) s): $(grep -v _ARCHIVE= target/images.txt | tr '\n' ' ')"
 }
 
+# The free disk, before the builds and before the tests: the tests' nodes share it with the builds (a
+# full disk shows in the log, not only as a test's failure).
+disk_free() {
+  echo "disk $1: $(df -h --output=avail . | tail -1 | tr -d ' ') free of $(df -h --output=size . | tail -1 | tr -d ' ')"
+}
+
+step disk_free "before the builds"
 step cargo fmt --all -- --check
 step cargo build --workspace --bins --locked
 step build_cluster
@@ -121,6 +128,7 @@ step bash scripts/check-static-cni.sh
 step build_istio_peers
 step build_cni_tools
 step build_images
+step disk_free "before the tests"
 run_tests cargo test --workspace --locked
 # The netfilter end-to-end tests once more, against the binary the image ships (static musl release).
 E2E_IPTABLES_INIT="$(pwd)/target/x86_64-unknown-linux-musl/release/iptables-init" \

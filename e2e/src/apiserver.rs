@@ -424,6 +424,14 @@ impl ApiServer {
 }
 
 impl Conn {
+    /// True once the connection is gone (the server closed it, or it failed).
+    pub fn is_closed(&self) -> bool {
+        match self {
+            Conn::H1(s) => s.is_closed(),
+            Conn::H2(s) => s.is_closed(),
+        }
+    }
+
     pub async fn send(
         &mut self,
         method: &str,

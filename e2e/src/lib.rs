@@ -51,6 +51,7 @@ pub mod apiserver;
 pub mod cluster;
 pub mod cni;
 pub mod cni_agent;
+pub mod diagnosis;
 pub mod differential;
 pub mod helm;
 pub mod host_state;

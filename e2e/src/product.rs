@@ -337,6 +337,10 @@ impl Product {
             "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{}",
             release.name
         );
+        let selector = format!(
+            "app.kubernetes.io/name=sidecar-injector,istio.io/rev={}",
+            release.revision
+        );
         poll(&format!("injector {} ready", release.name), || {
             let d = self.get(&deployment)?;
             let want = d["spec"]["replicas"].as_u64().unwrap_or(1);
@@ -365,6 +369,12 @@ impl Product {
                 bail!("ready pods {ready:?}, caBundle records {recorded:?}");
             }
             Ok(ready)
+        })
+        .map_err(|e| {
+            anyhow!(
+                "{e:#}\n{}",
+                crate::diagnosis::pods(self, INJECTOR_NAMESPACE, &selector)
+            )
         })
     }
 
@@ -401,6 +411,12 @@ impl Product {
             } else {
                 bail!("daemonset status {s}")
             }
+        })
+        .map_err(|e| {
+            anyhow!(
+                "{e:#}\n{}",
+                crate::diagnosis::pods(self, CNI_NAMESPACE, "k8s-app=istio-cni-node")
+            )
         })
     }
 
@@ -518,6 +534,7 @@ impl Product {
                 bail!("{}", pod["status"])
             }
         })
+        .map_err(|e| anyhow!("{e:#}\n{}", crate::diagnosis::pod(self, ns, name)))
     }
 
     /// The one Ready, not terminating pod of `ns` matching `selector`, once there is exactly one.
@@ -543,6 +560,7 @@ impl Product {
                 ),
             }
         })
+        .map_err(|e| anyhow!("{e:#}\n{}", crate::diagnosis::pods(self, ns, selector)))
     }
 
     /// `kubectl exec -n ns pod -c container -- argv…`: its stdout.

@@ -37,9 +37,72 @@ pub fn read(path: &Path) -> Result<String, Error> {
     })
 }
 
-/// The text of a file of `inject/`.
+/// The pod templates of Istio's chart and their files in `releases/<release>/`, as the istiod chart's
+/// `istiod-injector-configmap.yaml` names them (`.Files.Get "files/<file>" | trim`); the same map as
+/// `chartTemplates` in `tools/istio/cmd/inject-batch/main.go`.
+pub const RELEASE_TEXT_FILES: [(&str, &str); 4] = [
+    ("sidecar", "injection-template.yaml"),
+    ("gateway", "gateway-injection-template.yaml"),
+    ("grpc-agent", "grpc-agent.yaml"),
+    ("grpc-simple", "grpc-simple.yaml"),
+];
+
+/// An Istio release's four pod-template texts from `releases/<release>/`, `{name: text}`, as its chart
+/// writes them into the injector ConfigMap: trimmed (`istiod-injector-configmap.yaml`'s `trim`).
+pub fn release_texts(release: &str) -> Result<serde_json::Map<String, Value>, Error> {
+    let dir = testdata_dir().join("releases").join(release);
+    RELEASE_TEXT_FILES
+        .iter()
+        .map(|(name, file)| {
+            let text = read(&dir.join(file))?;
+            Ok(((*name).to_string(), Value::String(text.trim().to_string())))
+        })
+        .collect()
+}
+
+/// The text of a file of `inject/`; a golden (`*.injected`) in the shape of the release text the compiled
+/// templates are built from ([`as_release_golden`]).
 pub fn read_inject(name: &str) -> Result<String, Error> {
-    read(&inject_dir().join(name))
+    let text = read(&inject_dir().join(name))?;
+    Ok(if name.ends_with(".injected") {
+        as_release_golden(&text)
+    } else {
+        text
+    })
+}
+
+/// A golden of `inject/` (Istio's master of 2026-08-22, whose texts no longer set `GOMAXPROCS`) in the
+/// shape of Istio 1.31.0-rc.0's text, which the compiled templates render: every `GOMEMLIMIT` env entry
+/// (the proxy's) followed by the `GOMAXPROCS` entry that text writes after it, at the same indent. This is
+/// the one difference between the two texts on these cases; `releases.rs` in the injector's tests proves
+/// the compiled and the evaluated 1.31 text agree on every case without it.
+pub fn as_release_golden(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = String::with_capacity(text.len() + 1024);
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        out.push_str(line);
+        out.push('\n');
+        i += 1;
+        if line.trim_start() != "- name: GOMEMLIMIT" {
+            continue;
+        }
+        let indent = line.len() - line.trim_start().len();
+        while i < lines.len() && lines[i].len() - lines[i].trim_start().len() > indent {
+            out.push_str(lines[i]);
+            out.push('\n');
+            i += 1;
+        }
+        let pad = " ".repeat(indent);
+        out.push_str(&format!(
+            "{pad}- name: GOMAXPROCS\n{pad}  valueFrom:\n{pad}    resourceFieldRef:\n{pad}      divisor: \"1\"\n{pad}      resource: limits.cpu\n"
+        ));
+    }
+    if !text.ends_with('\n') {
+        out.pop();
+    }
+    out
 }
 
 /// Parses one YAML document into JSON; `what` names it in the error.

@@ -7,7 +7,7 @@ use super::error::ExecError;
 use super::funcs::{Call, Func};
 use super::lex::Num;
 use super::limits::Limits;
-use super::parse::{Arg, Cmd, Node, Pipe};
+use super::parse::{Arg, Cmd, Node, Parsed, Pipe};
 use super::print;
 use super::schema::{self, IntK, Ty, ROOT};
 use super::state::{eval_err, unsupported, validate, Exec, E, P, R};
@@ -33,11 +33,13 @@ pub struct Cost {
 /// Evaluates the tree `root` of the template `name` over `data`, within `limits`.
 pub(crate) fn execute_metered<'a>(
     name: &str,
-    root: &'a [Node],
+    parsed: &'a Parsed,
     data: &'a Json,
     limits: &Limits,
 ) -> (Result<String, ExecError>, Cost) {
+    let root = &parsed.root;
     let mut ex = Exec {
+        defines: &parsed.defines,
         limits,
         out: String::new(),
         vars: Vec::new(),
@@ -146,11 +148,41 @@ impl<'a> Exec<'a, '_> {
                         return Ok(flow);
                     }
                 }
+                Node::Template { line, name, pipe } => {
+                    self.call_template(dot, *line, name, pipe.as_ref())?;
+                }
                 Node::Break => return Ok(Flow::Break),
                 Node::Continue => return Ok(Flow::Continue),
             }
         }
         Ok(Flow::Normal)
+    }
+
+    /// `{{template "name" pipe}}`: the named tree with the pipeline's value as dot and as `$`, and no
+    /// other variable (Go's `exec.go` `walkTemplate` runs it in a new state whose only variable is `$`).
+    /// It counts as a level of depth, which bounds recursion.
+    fn call_template(
+        &mut self,
+        dot: &Val<'a>,
+        line: usize,
+        name: &str,
+        pipe: Option<&'a Pipe>,
+    ) -> R<()> {
+        self.line = line;
+        let Some(body) = self.defines.get(name) else {
+            return eval_err(format!("template {name:?} not defined"));
+        };
+        let new_dot = match pipe {
+            Some(p) => self.pipeline(dot, p)?,
+            // Go's `evalPipeline` of no pipeline is the invalid value, printed `<no value>`.
+            None => Val::NoValue,
+        };
+        self.enter()?;
+        let vars = std::mem::replace(&mut self.vars, vec![("$", new_dot.clone())]);
+        let flow = self.walk(&new_dot, body);
+        self.vars = vars;
+        self.leave();
+        flow.map(|_| ())
     }
 
     /// Runs `f` as a control structure on `line`: one level deeper, and the variables it declares gone

@@ -22,7 +22,10 @@
 //! argument); parenthesised pipelines with field chains (`(index .X 0).Name`); variables `$x := …`,
 //! `$x = …`, `$` (the root); `{{ if }}`, `{{ else if }}`, `{{ else }}`, `{{ with }}`, `{{ else with }}`,
 //! `{{ range }}` over lists, maps (sorted key order) and integers, with `$v :=` or `$i, $v :=`, its
-//! `{{ else }}`, `{{ break }}` and `{{ continue }}`; declarations in `if`/`with`/`range` pipelines.
+//! `{{ else }}`, `{{ break }}` and `{{ continue }}`; declarations in `if`/`with`/`range` pipelines;
+//! `{{ define "name" }}` at the top level, `{{ template "name" pipeline }}` (the named body with the
+//! pipeline's value as dot and `$`, nothing else in scope, one level of depth per call) and
+//! `{{ block }}`, as Istio's own texts use them (`{{ template "resources" . }}`).
 //!
 //! **Fields and methods**: Go field names of Istio's `SidecarTemplateData` (see [`Template::execute`] for the
 //! data root), map keys written as fields (`.Values.global.hub`, `.ObjectMeta.Labels.app`), the proto
@@ -40,7 +43,10 @@
 //! **Istio functions**: `toYaml` (JSON then YAML, trailing newline kept), `indent` (every line but the
 //! first), `isset`, `annotation`, `valueOrDefault`, `toLower`, `contains` (needle first), `toJSON`,
 //! `fromJSON` (the string `{}` on invalid JSON), `structToJSON` (compact JSON in Go's field order),
-//! `omit`, `strdict`, `env KEY DEFAULT` (the injector's environment, as Istio reads istiod's).
+//! `omit`, `strdict`, `env KEY DEFAULT` (the injector's environment, as Istio reads istiod's),
+//! `protoToJSON` (of the ProxyConfig, Istio's defaults cleared), `omitNil`, `excludeInboundPort`,
+//! `appendMultusNetwork`, `directory`, `otelResourceAttributes`: every function the built-in texts of
+//! Istio 1.29, 1.30 and 1.31 call.
 //!
 //! **sprig functions**: `default empty coalesce ternary quote squote nindent join list append dict get
 //! hasKey toJson toString int int64 float64 lower upper trim trimAll trimPrefix trimSuffix hasPrefix
@@ -65,10 +71,10 @@
 //!
 //! # Refused at parse time ([`ParseError`])
 //!
-//! `{{ define }}`, `{{ template }}`, `{{ block }}`; every function not listed above — among them Helm's
+//! `{{ define }}` inside another action; every function not listed above — among them Helm's
 //! `include`, `tpl`, `required`, `fromYaml`, `lookup`, sprig's `keys` (random order) and `set` (mutates a
-//! shared map), Go's `call`, `slice`, `html`, `js`, `urlquery`, and Istio's other helpers (`protoToJSON`,
-//! `formatDuration`, `excludeInboundPort`, `applicationPorts`, …); `nil` as a command; arguments given to
+//! shared map), Go's `call`, `slice`, `html`, `js`, `urlquery`, and Istio's helpers no built-in text
+//! calls any more (`formatDuration`, `applicationPorts`, …); `nil` as a command; arguments given to
 //! a literal or a field that is not a function; complex and hexadecimal-float numbers; nesting deeper than
 //! [`MAX_PARSE_DEPTH`].
 //!

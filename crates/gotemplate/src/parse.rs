@@ -33,8 +33,24 @@ pub(crate) enum Node {
         body: Vec<Node>,
         els: Vec<Node>,
     },
+    /// `{{template "name" pipeline}}` (and the call half of `{{block}}`): the named template, run with
+    /// the pipeline's value (nil without one) as dot and `$`, resolved when executed as Go does.
+    Template {
+        line: usize,
+        name: String,
+        pipe: Option<Pipe>,
+    },
     Break,
     Continue,
+}
+
+/// A parsed text: its main tree and the trees its `{{define}}`s and `{{block}}`s name (Go's
+/// `parse.Parse` returns them as a map of trees; a later definition replaces an earlier one unless it is
+/// empty, as `text/template` `associate` does).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Parsed {
+    pub root: Vec<Node>,
+    pub defines: std::collections::BTreeMap<String, Vec<Node>>,
 }
 
 /// A pipeline: optional declaration, then commands joined by `|`.
@@ -71,7 +87,7 @@ pub(crate) enum Arg {
 }
 
 /// Parses a whole template text.
-pub(crate) fn parse(name: &str, text: &str) -> Result<Vec<Node>, ParseError> {
+pub(crate) fn parse(name: &str, text: &str) -> Result<Parsed, ParseError> {
     let toks = lex::lex(text).map_err(|(line, message)| ParseError::Syntax {
         template: name.to_string(),
         line,
@@ -84,10 +100,15 @@ pub(crate) fn parse(name: &str, text: &str) -> Result<Vec<Node>, ParseError> {
         vars: vec!["$".to_string()],
         depth: 0,
         range_depth: 0,
+        defines: Default::default(),
+        top: true,
     };
     let (nodes, end) = p.list()?;
     match end {
-        ListEnd::Eof => Ok(nodes),
+        ListEnd::Eof => Ok(Parsed {
+            root: nodes,
+            defines: p.defines,
+        }),
         ListEnd::Close(line) => Err(p.syntax(line, "unexpected {{end}}")),
         ListEnd::Else(line, _) => Err(p.syntax(line, "unexpected {{else}}")),
     }
@@ -107,6 +128,9 @@ struct Parser<'n> {
     vars: Vec<String>,
     depth: usize,
     range_depth: usize,
+    defines: std::collections::BTreeMap<String, Vec<Node>>,
+    /// True while parsing the top-level list, the only place Go accepts `{{define}}`.
+    top: bool,
 }
 
 impl Parser<'_> {
@@ -201,7 +225,22 @@ impl Parser<'_> {
                                     }
                                     return Ok((nodes, ListEnd::Else(line, kw)));
                                 }
-                                "if" | "with" | "range" => nodes.push(self.control(k, line)?),
+                                "if" | "with" | "range" => {
+                                    let top = std::mem::replace(&mut self.top, false);
+                                    let node = self.control(k, line);
+                                    self.top = top;
+                                    nodes.push(node?);
+                                }
+                                "define" if self.top => self.define(line)?,
+                                "template" => nodes.push(self.template_call(line)?),
+                                "block" => {
+                                    let call = self.template_call(line)?;
+                                    if let Node::Template { name, .. } = &call {
+                                        let name = name.clone();
+                                        self.define_body(line, name)?;
+                                    }
+                                    nodes.push(call);
+                                }
                                 "break" | "continue" => {
                                     if self.range_depth == 0 {
                                         return Err(self.syntax(
@@ -239,6 +278,69 @@ impl Parser<'_> {
                 }
             }
         }
+    }
+
+    /// The quoted name after `define`, `template` or `block`.
+    fn template_name(&mut self, line: usize, context: &str) -> Result<String, ParseError> {
+        match self.peek_non_space().cloned() {
+            Some(Tok::Str(name)) => {
+                self.pos += 1;
+                Ok(name)
+            }
+            other => {
+                let found = describe(other.as_ref());
+                Err(self.syntax(line, format!("unexpected {found} in {context} clause")))
+            }
+        }
+    }
+
+    /// `{{define "name"}}…{{end}}`, after the keyword (Go's `parse.go` `parseDefinition`).
+    fn define(&mut self, line: usize) -> Result<(), ParseError> {
+        let name = self.template_name(line, "define")?;
+        self.expect_right_delim("define clause")?;
+        self.define_body(line, name)
+    }
+
+    /// The body of a `define` or `block` up to its `{{end}}`, in a scope of its own: only `$` is
+    /// defined there, as in a separate template.
+    fn define_body(&mut self, line: usize, name: String) -> Result<(), ParseError> {
+        self.enter(line)?;
+        let vars = std::mem::replace(&mut self.vars, vec!["$".to_string()]);
+        let (range_depth, top) = (self.range_depth, self.top);
+        self.range_depth = 0;
+        self.top = false;
+        let body = self.list();
+        self.vars = vars;
+        self.range_depth = range_depth;
+        self.top = top;
+        self.depth -= 1;
+        let (body, end) = body?;
+        match end {
+            ListEnd::Close(_) => {}
+            ListEnd::Else(l, _) => return Err(self.syntax(l, "unexpected {{else}} in define")),
+            ListEnd::Eof => return Err(self.syntax(line, "unexpected EOF in define")),
+        }
+        // `text/template` `associate`: an empty redefinition keeps the earlier body.
+        let empty = body
+            .iter()
+            .all(|n| matches!(n, Node::Text(t) if t.trim().is_empty()));
+        if !(empty && self.defines.contains_key(&name)) {
+            self.defines.insert(name, body);
+        }
+        Ok(())
+    }
+
+    /// `{{template "name"}}` or `{{template "name" pipeline}}`, after the keyword (Go's `templateControl`).
+    fn template_call(&mut self, line: usize) -> Result<Node, ParseError> {
+        let name = self.template_name(line, "template")?;
+        let pipe = match self.peek_non_space() {
+            Some(Tok::RightDelim) => {
+                self.pos += 1;
+                None
+            }
+            _ => Some(self.pipeline("template clause", false)?),
+        };
+        Ok(Node::Template { line, name, pipe })
     }
 
     /// `if`, `with` or `range`, after the keyword; also the nested control of `else if` / `else with`.

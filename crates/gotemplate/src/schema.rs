@@ -195,7 +195,29 @@ opaque_ptr!(CAPS, "v1.Capabilities");
 opaque_ptr!(AFFINITY, "v1.Affinity");
 opaque_ptr!(DNS_CONFIG, "v1.PodDNSConfig");
 opaque_ptr!(DURATION, "durationpb.Duration");
-opaque_ptr!(TRACING, "v1alpha1.Tracing");
+/// `networking.v1alpha3.ClientTLSSettings`, as far as the texts read it (the lightstep CA path).
+static CLIENT_TLS_SETTINGS: Ty = Ty::Ptr(&Ty::Struct(&StructTy {
+    go: "v1alpha3.ClientTLSSettings",
+    proto: true,
+    complete: false,
+    fields: &[
+        f("ClientCertificate", "clientCertificate", &STR),
+        f("PrivateKey", "privateKey", &STR),
+        f("CaCertificates", "caCertificates", &STR),
+        f("CredentialName", "credentialName", &STR),
+        f("Sni", "sni", &STR),
+    ],
+}));
+/// `mesh.v1alpha1.Tracing`, as far as the texts read it (`.ProxyConfig.GetTracing.GetTlsSettings`).
+static TRACING: Ty = Ty::Ptr(&Ty::Struct(&StructTy {
+    go: "v1alpha1.Tracing",
+    proto: true,
+    complete: false,
+    fields: &[
+        f("TlsSettings", "tlsSettings", &CLIENT_TLS_SETTINGS),
+        f("MaxPathTagLength", "maxPathTagLength", &INT32),
+    ],
+}));
 opaque_ptr!(OBJ_TIME, "v1.Time");
 
 static OPAQUE_ITEMS: Ty = Ty::Slice(&Ty::Opaque("v1.Toleration"), "[]v1.Toleration");

@@ -26,6 +26,8 @@ pub(crate) fn unsupported<T>(m: impl Into<String>) -> R<T> {
 
 /// The evaluation state.
 pub(crate) struct Exec<'a, 'l> {
+    /// The trees the text's `{{define}}`s and `{{block}}`s name, for `{{template}}`.
+    pub defines: &'a std::collections::BTreeMap<String, Vec<super::parse::Node>>,
     pub limits: &'l Limits,
     pub out: String,
     pub vars: Vec<(&'a str, Val<'a>)>,

@@ -12,7 +12,7 @@ use super::parse;
 #[derive(Debug, Clone)]
 pub struct Template {
     name: String,
-    root: Vec<parse::Node>,
+    parsed: parse::Parsed,
     static_text: Option<String>,
 }
 
@@ -20,8 +20,9 @@ impl Template {
     /// Parses `text` (the template named `name`) into a tree, refusing anything outside the supported
     /// subset (see the `gotemplate` module documentation) with the name, the line and the construct.
     pub fn parse(name: &str, text: &str) -> Result<Template, ParseError> {
-        let root = parse::parse(name, text)?;
-        let static_text = root
+        let parsed = parse::parse(name, text)?;
+        let static_text = parsed
+            .root
             .iter()
             .map(|n| match n {
                 parse::Node::Text(t) => Some(t.as_str()),
@@ -30,7 +31,7 @@ impl Template {
             .collect::<Option<String>>();
         Ok(Template {
             name: name.to_string(),
-            root,
+            parsed,
             static_text,
         })
     }
@@ -81,7 +82,7 @@ impl Template {
         data: &serde_json::Value,
         limits: &Limits,
     ) -> (Result<String, ExecError>, Cost) {
-        exec::execute_metered(&self.name, &self.root, data, limits)
+        exec::execute_metered(&self.name, &self.parsed, data, limits)
     }
 }
 

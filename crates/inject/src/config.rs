@@ -76,6 +76,11 @@ pub struct ConfigArgs {
         default_value = ""
     )]
     pub compliance_policy: String,
+    /// Render every configured pod-template text through the evaluator, also a text the compiled
+    /// templates were built from (which otherwise renders compiled, the faster path with the same
+    /// output). For checking that claim on your own pods, and for the differentials.
+    #[arg(long = "evaluate-texts", env = "INJECTOR_EVALUATE_TEXTS")]
+    pub evaluate_texts: bool,
 }
 
 impl ConfigArgs {
@@ -304,13 +309,14 @@ impl Settings {
         injector_config: Option<(&str, &Value)>,
         args: &ConfigArgs,
     ) -> Result<Settings, ConfigError> {
-        let mut s = Settings::from_documents(
+        let mut s = Settings::from_documents_evaluating(
             values,
             mesh,
             injector_config,
             args.native_sidecars.resolve(),
             &args.revision,
             &args.compliance_policy,
+            args.evaluate_texts,
         )?;
         s.native_sidecars_auto = args.native_sidecars == NativeSidecars::Auto;
         Ok(s)
@@ -356,6 +362,29 @@ impl Settings {
         revision: &str,
         compliance_policy: &str,
     ) -> Result<Settings, ConfigError> {
+        Settings::from_documents_evaluating(
+            values,
+            mesh,
+            injector_config,
+            native_sidecars,
+            revision,
+            compliance_policy,
+            false,
+        )
+    }
+
+    /// [`Settings::from_documents`], rendering every configured pod-template text through the evaluator
+    /// when `evaluate_texts` ([`ConfigArgs::evaluate_texts`]).
+    #[allow(clippy::too_many_arguments)]
+    fn from_documents_evaluating(
+        values: Option<(&str, &Value)>,
+        mesh: Option<(&str, &Value)>,
+        injector_config: Option<(&str, &Value)>,
+        native_sidecars: bool,
+        revision: &str,
+        compliance_policy: &str,
+        evaluate_texts: bool,
+    ) -> Result<Settings, ConfigError> {
         let mut warnings = Vec::new();
 
         let mut merged_values = builtin_values().clone();
@@ -388,6 +417,7 @@ impl Settings {
                     .and_then(|(p, c)| c.field("templates").map(|t| (p, t))),
                 values: fields::path(&merged_values, ["sidecarInjectorWebhook", "templates"])
                     .map(|t| (values.map_or("values", |(p, _)| p), t)),
+                evaluate_texts,
             },
             &mut warnings,
         )?;
@@ -723,7 +753,7 @@ mod tests {
         .unwrap();
         std::fs::write(
             dir.join("config"),
-            "policy: disabled\ntemplates:\n  sidecar: x\n",
+            "policy: disabled\ntemplates:\n  waypoint: x\n",
         )
         .unwrap();
         std::fs::write(dir.join("mesh"), "defaultConfig:\n  drainDuration: 23s\n").unwrap();

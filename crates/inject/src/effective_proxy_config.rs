@@ -6,9 +6,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::config_types::{format_duration_nanos, parse_duration_nanos};
 use crate::defaults::{builtin_proxy_config, deep_merge};
 use sidecar_core::fields::Fields;
+use sidecar_core::proto_duration::{format_duration_nanos, parse_duration_nanos};
 
 /// Parses a `proxy.istio.io/config` value (YAML or JSON) into an overlay object.
 pub fn parse_overlay(text: &str) -> Result<Value, String> {

@@ -35,6 +35,7 @@ pub mod native_sidecars;
 pub mod openshift;
 pub mod pod;
 pub mod proxy_config_resources;
+pub mod template_source;
 pub mod workload;
 
 // The stages and their own vocabulary.

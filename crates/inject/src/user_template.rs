@@ -2,10 +2,10 @@
 //! `values.sidecarInjectorWebhook.templates`, which Istio's chart renders into it, its
 //! `istiod-injector-configmap.yaml`) that are not the chart's built-in texts.
 //!
-//! Istio executes whatever text is under a name; this injector compiles the chart's templates in, so each
-//! entry is classified once, at load: a name listed in `values.sidecarInjectorWebhook.templates` is the
-//! user's (a name equal to a built-in replaces the built-in), any other chart name carries the chart's own
-//! text (the compiled-in template is used, with a warning), and any other name is the user's.
+//! Istio executes whatever text is under a name, and so does this injector: each entry is classified once,
+//! at load ([`template_source`]). A pod template's text that is exactly the one its compiled template
+//! was built from renders compiled; every other text of a pod template, built-in names included, is
+//! evaluated; the gateway controller's texts are left alone.
 //!
 //! A user text is parsed once per configuration with [`gotemplate`](gotemplate): one without
 //! actions is a static overlay, its YAML parsed into a partial pod at load; one with actions is evaluated
@@ -18,25 +18,13 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use crate::render::TemplateData;
+use crate::template_source::{self, RenderPath, GATEWAY_CONTROLLER_TEMPLATES, POD_TEMPLATES};
 use gotemplate::{self, Limits, Template};
 use sidecar_core::fields::{self, Fields};
 
 mod pod_type;
 
 use pod_type::shown;
-
-/// The template names Istio's chart renders into `config.templates` (its `files/` folder): pod templates
-/// and the gateway controller's. A name among them that the user did not list carries the chart's text.
-pub const CHART_TEMPLATES: [&str; 8] = [
-    "sidecar",
-    "gateway",
-    "grpc-agent",
-    "grpc-simple",
-    "waypoint",
-    "kube-gateway",
-    "agentgateway",
-    "agentgateway-waypoint",
-];
 
 /// A user template was refused when the configuration was loaded; names the file, key, template, line and
 /// construct.
@@ -116,6 +104,8 @@ pub enum RenderError {
 #[derive(Debug, Clone, Default)]
 pub struct UserTemplates {
     by_name: Arc<BTreeMap<String, UserTemplate>>,
+    /// How each configured text renders; a built-in name without a text renders compiled.
+    paths: Arc<BTreeMap<String, RenderPath>>,
 }
 
 /// One parsed user template.
@@ -145,6 +135,8 @@ thread_local! {
 pub struct Sources<'a> {
     pub config: Option<(&'a str, &'a Value)>,
     pub values: Option<(&'a str, &'a Value)>,
+    /// Evaluate a pod template's text even when it is the one the compiled template was built from.
+    pub evaluate_texts: bool,
 }
 
 fn texts<'a>(
@@ -174,8 +166,8 @@ fn texts<'a>(
 }
 
 impl UserTemplates {
-    /// Classifies and parses the texts of a configuration; `warnings` gets the chart texts that are not
-    /// used because the compiled-in templates replace them.
+    /// Classifies and parses the texts of a configuration (see [`template_source`]); `warnings` gets
+    /// the gateway controller's texts, which are never rendered into pods.
     pub fn load(sources: Sources<'_>, warnings: &mut Vec<String>) -> Result<Self, LoadError> {
         let (config_file, config_map) = sources.config.unzip();
         let (values_file, values_map) = sources.values.unzip();
@@ -185,37 +177,68 @@ impl UserTemplates {
         let values_key = "sidecarInjectorWebhook.templates";
         let from_values = texts(values_file, values_key, values_map)?;
 
-        let mut chart_texts = Vec::new();
+        let mut controller_texts = Vec::new();
+        let mut paths = BTreeMap::new();
         // (name, text, file, key): the config's text wins, as istiod executes it; a name only in values
         // is used too, as the chart would have rendered it into the config.
         let mut user: Vec<(&str, &str, &str, String)> = Vec::new();
         for (&name, &text) in &from_config {
-            if CHART_TEMPLATES.contains(&name) && !from_values.contains_key(name) {
-                chart_texts.push(format!("templates.{name}"));
-            } else {
-                user.push((name, text, config_file, format!("templates.{name}")));
+            if GATEWAY_CONTROLLER_TEMPLATES.contains(&name) && !from_values.contains_key(name) {
+                controller_texts.push(format!("templates.{name}"));
+                continue;
             }
+            if POD_TEMPLATES.contains(&name) && !from_values.contains_key(name) {
+                if let Some(release) = template_source::compiled_release(name, text)
+                    .filter(|_| !sources.evaluate_texts)
+                {
+                    tracing::info!(
+                        template = name,
+                        release,
+                        path = "compiled",
+                        "{config_file}: templates.{name} is Istio {release}'s text: the compiled template renders it"
+                    );
+                    paths.insert(name.to_string(), RenderPath::Compiled);
+                    continue;
+                }
+                tracing::info!(
+                    template = name,
+                    path = "evaluated",
+                    "{config_file}: templates.{name}: the configured text renders, through the evaluator"
+                );
+            }
+            user.push((name, text, config_file, format!("templates.{name}")));
         }
         for (&name, &text) in &from_values {
             if !from_config.contains_key(name) {
                 user.push((name, text, values_file, format!("{values_key}.{name}")));
             }
         }
-        if !chart_texts.is_empty() {
+        if !controller_texts.is_empty() {
             warnings.push(format!(
-                "{config_file}: {}: not used: texts of Istio's chart built-ins, which are compiled in (list a \
-                 name in values {values_key} to use its text as a user template instead)",
-                chart_texts.join(", ")
+                "{config_file}: {}: not used: Istio's gateway controller renders these into Deployments, \
+                 never into pods",
+                controller_texts.join(", ")
             ));
         }
         let mut by_name = BTreeMap::new();
         for (name, text, file, key) in user {
             let t = UserTemplate::parse(name, text, file, &key)?;
             by_name.insert(name.to_string(), t);
+            paths.insert(name.to_string(), RenderPath::Evaluated);
         }
         Ok(UserTemplates {
             by_name: Arc::new(by_name),
+            paths: Arc::new(paths),
         })
+    }
+
+    /// How the template `name` renders: evaluated when a text of that name is configured and is not the
+    /// text its compiled template was built from; compiled otherwise.
+    pub fn path(&self, name: &str) -> RenderPath {
+        self.paths
+            .get(name)
+            .copied()
+            .unwrap_or(RenderPath::Compiled)
     }
 
     /// The user template of that name, if any (it replaces a built-in of the same name).
@@ -301,11 +324,12 @@ impl UserTemplate {
             Body::Actions(t) => {
                 let root = data_root(data, native_sidecars, webhook);
                 let text = t.execute(&root, &Limits::default())?;
-                let pod =
+                let mut pod =
                     overlay(&self.name, &text).map_err(|(_, message)| RenderError::Overlay {
                         name: self.name.clone(),
                         message,
                     })?;
+                go_decoded_containers(&mut pod);
                 pod_type::check(&pod).map_err(|error| RenderError::PodType {
                     name: self.name.clone(),
                     error,
@@ -316,10 +340,38 @@ impl UserTemplate {
     }
 }
 
+/// The containers of a rendered partial pod as Go's typed decode and print leave them: Istio's
+/// `applyOverlayYAML` unmarshals the merged pod into a `corev1.Pod`, so a text's `initialDelaySeconds: 0`
+/// (an `omitempty` int32), `emptyDir:` (a nil pointer) and a container key no field has never reach the
+/// stored pod.
+fn go_decoded_containers(pod: &mut Value) {
+    let Some(spec) = pod.field_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for list in ["initContainers", "containers"] {
+        if let Some(items) = spec.field_mut(list).and_then(Value::as_array_mut) {
+            for c in items {
+                use sidecar_core::gotypes::{drop_omitted_zeros, CONTAINER};
+                drop_omitted_zeros(c, CONTAINER);
+                // Go's decoder drops a key no field has; the merge directives (`$patch`, …) stay.
+                if let Some(c) = c.as_object_mut() {
+                    c.retain(|k, _| k.starts_with('$') || CONTAINER.iter().any(|(n, _)| n == k));
+                }
+            }
+        }
+    }
+    // A volume's sources are `omitempty` pointers: the texts' `- emptyDir:` (a YAML null) is no source.
+    if let Some(volumes) = spec.field_mut("volumes").and_then(Value::as_array_mut) {
+        for v in volumes.iter_mut().filter_map(Value::as_object_mut) {
+            v.retain(|_, x| !x.is_null());
+        }
+    }
+}
+
 /// A template's output as a partial pod: YAML 1.1, an empty output is no change. Errors are
 /// `(is a YAML error, message)`.
 fn overlay(name: &str, text: &str) -> Result<Value, (bool, String)> {
-    match sidecar_core::yaml::parse(text) {
+    match sidecar_core::yaml::parse_last_key_wins(text) {
         Ok(Value::Null) => Ok(Value::Object(Map::new())),
         Ok(v @ Value::Object(_)) => Ok(v),
         Ok(other) => Err((false, format!("template {name:?} gives {}", shown(&other)))),

@@ -10,7 +10,9 @@
 //! patches): `hello` (the same pod again and again, as a workload's replicas arrive: the cache answers
 //! from the third on), `hello-cold` (4096 distinct pods: never a cache hit, and more pods than the cache
 //! remembers, so none is stored either), `large` (one large pod, repeated: cache hits) and
-//! `grpc-agent-2000` (a `grpc-agent` pod of 2,000 containers, a new one each review). Figures are kept
+//! `grpc-agent-2000` (a `grpc-agent` pod of 2,000 containers, a new one each review). `hello-cold` also
+//! runs the distinct pods through Istio's 1.31.0-rc.0 and 1.30.3 texts on the evaluator
+//! (`inject-evaluated-<release>`), the render path a configured text takes. Figures are kept
 //! in `bench/README.md` and closing notes, not here.
 
 use criterion::{criterion_group, Criterion};
@@ -128,10 +130,32 @@ fn assert_injects(engine: &Engine, webhook: &Webhook, body: &[u8], what: &str) {
     );
 }
 
+/// An engine whose configuration carries `release`'s four pod-template texts
+/// (`testdata/istio/releases/<release>`), all rendered through the evaluator (`--evaluate-texts`; for
+/// 1.31.0-rc.0 the compiled templates would render them otherwise).
+fn evaluating_engine(release: &str) -> Engine {
+    let templates = test_support::corpus::release_texts(release).unwrap_or_default();
+    let config = json!({"policy": "enabled", "templates": templates}).to_string();
+    let args = inject::ConfigArgs {
+        evaluate_texts: true,
+        ..Default::default()
+    };
+    let settings = Settings::from_texts(None, None, Some(("config", &config)), &args)
+        .unwrap_or_else(|e| panic!("{release}: {e}"));
+    Engine::new(settings)
+}
+
 fn bench(c: &mut Criterion) {
     let engine = Engine::new(Settings::default());
     let webhook = Webhook::new(Default::default());
     let cold = distinct_hello_bodies(4096);
+    let evaluating: Vec<(&str, Engine)> = ["1.31.0-rc.0", "1.30.3"]
+        .into_iter()
+        .map(|r| (r, evaluating_engine(r)))
+        .collect();
+    for (release, e) in &evaluating {
+        assert_injects(e, &webhook, &cold[0], release);
+    }
     {
         let mut g = c.benchmark_group("hello-cold");
         let mut i = 0;
@@ -147,6 +171,16 @@ fn bench(c: &mut Criterion) {
                 webhook.handle(&engine, 0, black_box(&cold[i]), "/inject")
             })
         });
+        // The same distinct pods, rendered from Istio's texts by the evaluator: 1.31.0-rc.0's (the
+        // compiled templates' own text, so the two arms differ by the render path only) and 1.30.3's.
+        for (release, e) in &evaluating {
+            g.bench_function(format!("inject-evaluated-{release}"), |b| {
+                b.iter(|| {
+                    i = (i + 1) % cold.len();
+                    webhook.handle(e, 0, black_box(&cold[i]), "/inject")
+                })
+            });
+        }
         g.finish();
     }
     {

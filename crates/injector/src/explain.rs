@@ -31,6 +31,7 @@
 //! | `injected` | bool | a webhook is called **and** the decision injects **and** injection succeeds |
 //! | `decision` | `null` or `{"step", "inject", "reason"}` | `null` when no webhook is called; `step` is one of `host-network`, `ignored-namespace`, `label`, `annotation`, `never-selector`, `always-selector`, `policy`, `invalid-policy` |
 //! | `templates` | list of strings | the templates applied (empty when not injected) |
+//! | `render_paths` | list of strings | per template applied, how it rendered: `compiled` (the compiled template: no text configured, or the text it was built from) or `evaluated` (the configured text, through the evaluator) |
 //! | `warnings` | list of strings | see `warnings` |
 //! | `init_args` | list of strings or `null` | the args of the injected `istio-init` (`istio-validation` with CNI), leading `istio-iptables` included |
 //! | `connections` | list of `{"spec", "verdict", "port", "table", "chain", "rule", "address"}` | one per `--connection`, as `iptables-init explain` prints them |
@@ -185,6 +186,7 @@ pub struct Item {
     pub injected: bool,
     pub decision: Option<Decision>,
     pub templates: Vec<String>,
+    pub render_paths: Vec<&'static str>,
     pub warnings: Vec<String>,
     pub init_args: Option<Vec<String>>,
     pub connections: Vec<traffic::Verdict>,
@@ -270,9 +272,15 @@ impl Item {
             }
         }
         if self.injected {
+            let shown: Vec<String> = self
+                .templates
+                .iter()
+                .zip(&self.render_paths)
+                .map(|(t, p)| format!("{t} ({p})"))
+                .collect();
             out.push_str(&format!(
                 "  Result:    injected, templates: {}\n",
-                self.templates.join(", ")
+                shown.join(", ")
             ));
         } else {
             out.push_str("  Result:    not injected\n");
@@ -449,6 +457,7 @@ impl Context {
             injected: false,
             decision: None,
             templates: Vec::new(),
+            render_paths: Vec::new(),
             warnings: Vec::new(),
             init_args: None,
             connections: Vec::new(),
@@ -571,6 +580,12 @@ impl Context {
             };
         item.injected = true;
         item.templates = self.engine.templates(pod::annotations(pod), Mode::Webhook);
+        let user = &self.engine.settings.user_templates;
+        item.render_paths = item
+            .templates
+            .iter()
+            .map(|t| user.path(t).as_str())
+            .collect();
         warnings.extend(warnings::job_without_native_sidecar(kind, &injected));
         warnings.extend(warnings::init_containers_before_proxy(&injected));
         let inits = pod::containers(&injected, "initContainers");

@@ -233,6 +233,40 @@ pub fn go_struct(v: &Value, fields: &[(&str, F)]) -> Value {
     Value::Object(out)
 }
 
+/// Removes from `v` the fields of `fields` that Go's `omitempty` leaves out (`""`, 0, false, and the
+/// empty lists and maps), recursing into nested structs and lists of structs. Unlike [`go_struct`] it
+/// keeps every other key where it is and adds nothing, so a partial object stays partial: what a text's
+/// YAML such as `initialDelaySeconds: 0` becomes after Go decodes it into a typed struct and prints it.
+pub fn drop_omitted_zeros(v: &mut Value, fields: &[(&str, F)]) {
+    let Some(obj) = v.as_object_mut() else {
+        return;
+    };
+    for (name, kind) in fields {
+        let Some(field) = obj.field_mut(name) else {
+            continue;
+        };
+        let omitted = match *kind {
+            Str => field.as_str() == Some(""),
+            Int => is_zero_number(field),
+            Bool => field.as_bool() == Some(false),
+            Obj(fs) | ObjAlways(fs) => {
+                drop_omitted_zeros(field, fs);
+                false
+            }
+            List(fs) => {
+                if let Some(items) = field.as_array_mut() {
+                    items.iter_mut().for_each(|i| drop_omitted_zeros(i, fs));
+                }
+                false
+            }
+            _ => false,
+        };
+        if omitted {
+            obj.remove(*name);
+        }
+    }
+}
+
 /// A container as Go prints a typed `corev1.Container`.
 pub fn go_container(v: &Value) -> Value {
     go_struct(v, CONTAINER)

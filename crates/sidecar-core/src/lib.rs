@@ -21,6 +21,11 @@ pub mod fields;
 pub mod flags;
 pub mod goconv;
 pub mod gotypes;
+pub mod otel;
+pub mod proto_duration;
+pub mod proxy_config_json;
 pub mod validate;
 #[cfg(feature = "yaml")]
 pub mod yaml;
+#[cfg(feature = "yaml")]
+pub mod yaml_block;

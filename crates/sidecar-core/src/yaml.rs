@@ -103,6 +103,31 @@ pub fn parse(text: &str) -> Result<Value, YamlError> {
         .map_err(|e| YamlError::Parse(e.to_string()))
 }
 
+/// Parses a template's output as Istio's `inject.go` `applyOverlayYAML` reads it (sigs.k8s.io/yaml over
+/// go-yaml v2): as [`parse`], except that a key repeated in one mapping keeps its last value instead of
+/// being an error. Istio's own texts write such mappings: `- name: "{{ $index }}"` followed by a
+/// `sidecar.istio.io/userVolume` entry's own `name`.
+///
+/// The block YAML that templates print is read by [`crate::yaml_block`] when it is in that reader's
+/// subset, else by the full parser; both give the same value.
+pub fn parse_last_key_wins(text: &str) -> Result<Value, YamlError> {
+    match crate::yaml_block::parse(text) {
+        Some(v) => Ok(v),
+        None => parse_last_key_wins_full(text),
+    }
+}
+
+/// [`parse_last_key_wins`] by the full parser only.
+pub fn parse_last_key_wins_full(text: &str) -> Result<Value, YamlError> {
+    if is_blank_document(text) {
+        return Ok(Value::Null);
+    }
+    let mut o = parse_options();
+    o.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::LastWins;
+    serde_saphyr::from_str_with_options::<Value>(text, o)
+        .map_err(|e| YamlError::Parse(e.to_string()))
+}
+
 /// Parses one document of a stream (see [`documents`]) as [`parse`] does; an error's line numbers, and
 /// the lines its excerpt shows, count from the start of the stream.
 pub fn parse_at(doc: Document<'_>) -> Result<Value, YamlError> {

@@ -3,6 +3,8 @@
 //! `injector kube-inject` with the same three files, the results compared.
 //!
 //! - [`generate`] draws the cases from a seed.
+//! - [`release`] picks the texts (a release tag's, or a pinned module's own chart) and the peer that runs
+//!   them.
 //! - Istio's side is `inject-batch` (`tools/istio/cmd/inject-batch`), which calls the library path of
 //!   `istioctl kube-inject` (`inject.IntoResourceFile`) for many cases in one process; every
 //!   `istioctl_every`-th case also runs through the real `istioctl kube-inject --revision default` and its
@@ -15,6 +17,7 @@
 
 pub mod allow;
 pub mod generate;
+pub mod release;
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
@@ -25,6 +28,7 @@ use anyhow::{bail, Context as _, Result};
 use serde_json::{json, Map, Value};
 
 use generate::{Case, Kind};
+use release::Release;
 
 /// The programs under comparison.
 #[derive(Debug, Clone)]
@@ -35,16 +39,42 @@ pub struct Programs {
     pub istioctl: PathBuf,
     /// `injector` (run as `injector kube-inject ...`).
     pub ours: PathBuf,
+    /// The texts both sides run (the peers above are this release's).
+    pub release: Release,
+    /// `injector --evaluate-texts`: the texts through the evaluator even where the compiled templates
+    /// render them (1.31.0-rc.0's), so both of our paths meet Istio.
+    pub evaluate_texts: bool,
 }
 
 impl Programs {
-    /// The built peers and the built `injector`; panics when one is missing.
+    /// The built peers of `tools/istio` with its own chart texts, and the built `injector`; panics when one
+    /// is missing.
     pub fn built() -> Programs {
+        Programs::for_release(release::PINNED)
+    }
+
+    /// The built peers of `release` and the built `injector`; panics when one is missing.
+    pub fn for_release(release: Release) -> Programs {
         Programs {
-            batch: crate::peers::peer("inject-batch"),
-            istioctl: crate::peers::peer("istioctl"),
+            batch: crate::peers::peer(&release.peer.program("inject-batch")),
+            istioctl: crate::peers::peer(&release.peer.program("istioctl")),
             ours: crate::bin("injector"),
+            release,
+            evaluate_texts: false,
         }
+    }
+
+    /// Which peer binaries run which texts, for a run's summary line.
+    pub fn describe(&self) -> String {
+        let ours = if self.evaluate_texts {
+            "; ours with --evaluate-texts"
+        } else {
+            ""
+        };
+        format!(
+            "{}{ours}",
+            self.release.describe(&self.batch, &self.istioctl)
+        )
     }
 }
 
@@ -168,14 +198,22 @@ struct Texts {
     config: String,
 }
 
-fn texts(case: &Case, charts: &Map<String, Value>) -> Result<Texts> {
+/// The case's files over the run's texts (`charts`) and base values (`base_values`; `None`: the test
+/// environment's `base-values.json`).
+fn texts(case: &Case, charts: &Map<String, Value>, base_values: Option<&Value>) -> Result<Texts> {
+    use test_support::corpus::{merge, Config};
     let mut templates = charts.clone();
     templates.extend(case.templates.clone());
-    let config = test_support::corpus::Config::with(
-        &case.values,
-        &case.mesh,
+    let mut config = Config::base()?;
+    if let Some(values) = base_values {
+        config.values = values.clone();
+    }
+    merge(&mut config.values, &case.values);
+    merge(&mut config.mesh, &case.mesh);
+    merge(
+        &mut config.injector_config,
         &json!({ "templates": templates }),
-    )?;
+    );
     Ok(Texts {
         values: serde_json::to_string_pretty(&config.values)?,
         mesh: serde_json::to_string_pretty(&config.mesh)?,
@@ -220,50 +258,6 @@ pub fn reproducer(programs: &Programs, dir: &Path, native: bool) -> [String; 2] 
     ]
 }
 
-/// Removes the `GOMAXPROCS` env entries (`resourceFieldRef: limits.cpu`) from Istio's output. The pinned
-/// Istio's chart templates (`injection-template.yaml`, `gateway-injection-template.yaml`) add them after
-/// `GOMEMLIMIT`; the chart of the commit `testdata/istio` comes from, which `injector` follows, does not
-/// (no golden file has it). A version skew, not a difference of behaviour; `testdata/istio/README.md` says so.
-fn drop_gomaxprocs(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            if let Some(Value::Array(env)) = m.get_mut("env") {
-                env.retain(|e| {
-                    !(e["name"] == json!("GOMAXPROCS")
-                        && e["valueFrom"]["resourceFieldRef"]["resource"] == json!("limits.cpu"))
-                });
-            }
-            m.values_mut().for_each(drop_gomaxprocs);
-        }
-        Value::Array(a) => a.iter_mut().for_each(drop_gomaxprocs),
-        _ => {}
-    }
-}
-
-/// Removes the `image` of the injected `istio-init` / `istio-validation` containers. The pinned Istio's
-/// `injection-template.yaml` gives them `.ProxyImage` (the proxy's image, with `global.proxy.image` and
-/// the image type) unless `global.proxy_init.image` holds a `/`; the chart of `testdata/istio`'s commit,
-/// which `injector` and the golden files follow, builds it from `global.proxy_init.image` (e.g.
-/// `hello.yaml.proxyImageName.injected`). A version skew; the golden parity tests check this image.
-fn drop_init_image(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            if let Some(Value::Array(inits)) = m.get_mut("initContainers") {
-                for c in inits.iter_mut() {
-                    if c["name"] == json!("istio-init") || c["name"] == json!("istio-validation") {
-                        if let Some(o) = c.as_object_mut() {
-                            o.remove("image");
-                        }
-                    }
-                }
-            }
-            m.values_mut().for_each(drop_init_image);
-        }
-        Value::Array(a) => a.iter_mut().for_each(drop_init_image),
-        _ => {}
-    }
-}
-
 /// The probe fields that are non-pointer `int32` with `omitempty` in k8s.io/api `core/v1` `Probe`.
 const PROBE_INTS: [&str; 5] = [
     "initialDelaySeconds",
@@ -301,7 +295,9 @@ fn drop_omitted_zeros(v: &mut Value, key: &str) {
     }
 }
 
-/// Compares two outcomes: `None` when equal (or both refused), else what differs.
+/// Compares two outcomes: `None` when equal (or both refused), else what differs. Both sides ran the same
+/// texts (a release tag's, or the pinned module's own chart), so the outputs are compared whole: no
+/// entry or image is set aside as a version skew.
 fn compare(istio: &Outcome, ours: &Outcome) -> Option<String> {
     match (istio.ok, ours.ok) {
         (false, false) => None,
@@ -309,10 +305,7 @@ fn compare(istio: &Outcome, ours: &Outcome) -> Option<String> {
             let a = test_support::pods::documents(&istio.output);
             let b = test_support::pods::documents(&ours.output);
             match (a, b) {
-                (Ok(mut a), Ok(mut b)) => {
-                    a.iter_mut().for_each(drop_gomaxprocs);
-                    a.iter_mut().for_each(drop_init_image);
-                    b.iter_mut().for_each(drop_init_image);
+                (Ok(a), Ok(mut b)) => {
                     b.iter_mut().for_each(|d| drop_omitted_zeros(d, ""));
                     test_support::semantic::compare_documents(&b, &a)
                 }
@@ -341,7 +334,8 @@ pub fn run_cases(
     deadline: Option<Instant>,
     keep: &Path,
 ) -> Result<Tally> {
-    let charts = chart_templates(&programs.batch)?;
+    let charts = programs.release.templates(&programs.batch)?;
+    let base_values = programs.release.values()?;
     let mut batch = Batch {
         path: programs.batch.clone(),
         proc: None,
@@ -352,8 +346,9 @@ pub fn run_cases(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        let case = generate::case(kind, seed, index);
-        let t = texts(&case, &charts)?;
+        let mut case = generate::case(kind, seed, index);
+        programs.release.vary(&mut case);
+        let t = texts(&case, &charts, base_values.as_ref())?;
         let [input, values, mesh, config] = write_files(work.path(), &case, &t)?;
         let istio = batch.run(index, &case, &t)?;
         let ours = run_command(
@@ -371,7 +366,9 @@ pub fn run_cases(
                     "--native-sidecars",
                     if case.native { "true" } else { "false" },
                 ])
-                .env_remove("ENABLE_NATIVE_SIDECARS"),
+                .args(programs.evaluate_texts.then_some("--evaluate-texts"))
+                .env_remove("ENABLE_NATIVE_SIDECARS")
+                .env_remove("INJECTOR_EVALUATE_TEXTS"),
         )?;
         tally.cases += 1;
         let mut what = Vec::new();
@@ -417,12 +414,13 @@ pub fn run_cases(
                 _ => what.push(d),
             },
         }
-        let dir = keep.join(format!("{}-{seed}-{index}", kind_name(kind)));
+        let release = programs.release.name;
+        let dir = keep.join(format!("{}-{release}-{seed}-{index}", kind_name(kind)));
         std::fs::create_dir_all(&dir)?;
         write_files(&dir, &case, &t)?;
         let [r_istio, r_ours] = reproducer(programs, &dir, case.native);
         tally.differences.push(format!(
-            "difference ({} seed {seed} case {index}): {}\n  reproduce (Istio): {r_istio}\n  reproduce (ours):  {r_ours}\n  Istio: {}\n  ours:  {}",
+            "difference ({} release {release} seed {seed} case {index}): {}\n  reproduce (Istio): {r_istio}\n  reproduce (ours):  {r_ours}\n  Istio: {}\n  ours:  {}",
             kind_name(kind),
             what.join("; "),
             summary(&istio),

@@ -60,12 +60,15 @@ impl Setup {
     /// The same with the injector in its own network namespace, reached from the host (where the
     /// apiserver runs) over a veth pair at `link.addr`.
     pub(crate) fn with(link: Option<HostLink>, extra: &[&str]) -> Setup {
+        Setup::with_config(link, extra, Config::base().expect("the base configuration"))
+    }
+
+    /// [`Setup::with`] for the injector configuration `config`.
+    pub(crate) fn with_config(link: Option<HostLink>, extra: &[&str], config: Config) -> Setup {
         let cluster = Cluster::up();
         let dir = TempDir::new("kube-apiserver");
         let certs = injector_certs(&dir.path().join("certs"), SANS).expect("injector certs");
-        let cfg = Config::base()
-            .and_then(|c| c.write(&dir.path().join("cfg")))
-            .expect("config files");
+        let cfg = config.write(&dir.path().join("cfg")).expect("config files");
         let mut args = injector_args(&certs, &cfg);
         args.extend(extra.iter().map(|a| a.to_string()));
         let injector = match &link {
@@ -360,6 +363,76 @@ fn assert_injects_as_kube_inject(s: &Setup) {
         );
     }
     assert_eq!(checked, 4);
+}
+
+/// Istio 1.30.3's own texts in the injector's configuration (as its `istio-sidecar-injector` ConfigMap
+/// carries them): `injector serve` renders them through the evaluator, and each pod the apiserver stores
+/// equals what Istio's own `istioctl kube-inject` (the pinned release-1.30 module) writes for the same
+/// pod and the same three files, stored by the same apiserver.
+#[test]
+fn istio_release_texts_through_the_apiserver_equal_istioctl() {
+    let mut config = Config::base().expect("the base configuration");
+    let templates = corpus::release_texts("1.30.3").unwrap();
+    config.injector_config["templates"] = Value::Object(templates);
+    let s = Setup::with_config(None, &[], config);
+    let c = &s.cluster;
+    s.namespaces(&["plain", "reference"]);
+    let mwcs = s.url_configurations(&[], |_| {});
+    install(c, &mwcs, "injected", |r| r.as_ref().is_ok_and(injected));
+    let istioctl = e2e::peers::peer("istioctl");
+    for (file, name) in [
+        ("hello.yaml", "hello"),
+        ("hello-probes.yaml", "probes"),
+        ("traffic-params.yaml", "traffic"),
+    ] {
+        let pod = corpus_pod(file, name);
+        let stored = create(c, "injected", &pod, &[]).unwrap();
+        assert!(injected(&stored), "{file}: not injected: {stored}");
+        let plain = create(c, "plain", &pod, &[]).unwrap();
+        let mut as_received = comparable(&plain);
+        as_received["metadata"]["namespace"] = json!("injected");
+        let input = s.dir.path().join(format!("{name}-istioctl-input.json"));
+        std::fs::write(&input, serde_json::to_vec(&as_received).unwrap()).unwrap();
+        let out = run_ok(
+            Command::new(&istioctl)
+                .args(["kube-inject", "--revision", "default", "-f"])
+                .arg(&input)
+                .arg("--injectConfigFile")
+                .arg(&s.cfg.injector_config)
+                .arg("--meshConfigFile")
+                .arg(&s.cfg.mesh)
+                .arg("--valuesFile")
+                .arg(&s.cfg.values)
+                .env("ENABLE_NATIVE_SIDECARS", "true"),
+            "istioctl kube-inject",
+        );
+        let mut offline = pods::documents(&String::from_utf8(out.stdout).unwrap())
+            .unwrap()
+            .remove(0);
+        offline["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("namespace");
+        let reference = create(c, "reference", &offline, &[]).unwrap();
+        let (got, want) = (comparable(&stored), comparable(&reference));
+        assert!(
+            semantic::equal(&got, &want),
+            "{file}: the pod the apiserver stored differs from istioctl's:\n{}",
+            semantic::diff(&got, &want, 12)
+        );
+        // 1.30.3's text sets GOMAXPROCS, which the compiled templates place too; its istio-init takes
+        // the proxy's image (`.ProxyImage`), where 1.31's takes `.ProxyInitImage`.
+        assert!(stored.to_string().contains("GOMAXPROCS"), "{file}");
+    }
+    let m = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(s.injector.metrics_text())
+        .unwrap();
+    assert!(
+        m.contains("injector_template_renders_total{template=\"sidecar\",path=\"evaluated\"}")
+            && !m.contains("path=\"compiled\""),
+        "every pod rendered 1.30.3's text through the evaluator:\n{m}"
+    );
 }
 
 /// `failurePolicy: Fail` with the webhook down: the apiserver refuses the pod and says which webhook

@@ -878,3 +878,81 @@ fn the_injector_runs_as_its_chart_installs_it() {
     })
     .unwrap();
 }
+
+/// A wait that fails carries why: the report names a container that exited, with its exit code and the
+/// last lines it wrote, and a container whose image is not on the node (a CI log shows only the message).
+#[test]
+fn a_failed_wait_says_why_the_pod_is_not_ready() {
+    let p = product();
+    let ns = "diagnosis";
+    p.namespace(ns, json!({})).unwrap();
+    let mut exits = p.testproxy_spec(&["--no-such-flag".into()], &[], None);
+    exits["restartPolicy"] = json!("Never");
+    let mut missing = p.testproxy_spec(&[], &[], None);
+    missing["containers"][0]["image"] = json!("localhost/sidecar-inject/not-built:dev");
+    missing["containers"][0]["imagePullPolicy"] = json!("Never");
+    for (name, spec) in [("exits", exits), ("missing", missing)] {
+        p.create(
+            &format!("/api/v1/namespaces/{ns}/pods"),
+            &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}),
+        )
+        .unwrap();
+    }
+    p.wait_pod(ns, "exits", |pod| pod["status"]["phase"] == "Failed")
+        .unwrap();
+    p.wait_pod(ns, "missing", |pod| {
+        container_status(pod, "app")
+            .is_some_and(|c| c["state"]["waiting"]["reason"] == "ErrImageNeverPull")
+    })
+    .unwrap();
+    let exits = e2e::diagnosis::pod(&p, ns, "exits");
+    assert!(exits.contains("terminated Error (exit 2)"), "{exits}");
+    assert!(
+        exits.contains("unexpected argument '--no-such-flag'"),
+        "{exits}"
+    );
+    let missing = e2e::diagnosis::pod(&p, ns, "missing");
+    assert!(
+        missing.contains("now waiting ErrImageNeverPull"),
+        "{missing}"
+    );
+    assert!(
+        missing.contains("ErrImageNeverPull Pod/missing"),
+        "{missing}"
+    );
+}
+
+/// The test nodes never evict: the disk and memory a kubelet measures are the host's, which the builds
+/// beside the tests fill, and a kubelet with thresholds put both nodes under DiskPressure on a host with
+/// 2.3 GB free, evicting the injector's pods (scripts/cluster.sh `start_node`).
+#[test]
+fn the_nodes_never_evict_for_the_hosts_disk_or_memory() {
+    let p = product();
+    for node in &p.cluster.nodes {
+        let config = p
+            .get(&format!("/api/v1/nodes/{}/proxy/configz", node.name))
+            .unwrap();
+        let hard = &config["kubeletconfig"]["evictionHard"];
+        let thresholds = hard.as_object().unwrap();
+        for signal in [
+            "memory.available",
+            "nodefs.available",
+            "nodefs.inodesFree",
+            "imagefs.available",
+            "imagefs.inodesFree",
+        ] {
+            assert_eq!(
+                thresholds.get(signal),
+                Some(&json!("0%")),
+                "{}: {hard}",
+                node.name
+            );
+        }
+        let n = p.get(&format!("/api/v1/nodes/{}", node.name)).unwrap();
+        for c in n["status"]["conditions"].as_array().unwrap() {
+            if c["type"] != "Ready" {
+                assert_eq!(c["status"], "False", "{}: {c}", node.name);
+            }
+        }
+    }
+}

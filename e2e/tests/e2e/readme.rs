@@ -380,7 +380,7 @@ fn readme_run_it_locally_runs_as_written() {
     assert_eq!(names, ["istio-init", "istio-proxy"], "{at}");
     // The sample configuration was read: its proxy image tag is in the patch.
     assert!(
-        r.stdout[patch_start..patch_end].contains("docker.io/istio/proxyv2:1.28.0"),
+        r.stdout[patch_start..patch_end].contains("docker.io/istio/proxyv2:1.31.0-rc.0"),
         "{at}: examples/values.json not applied"
     );
     assert!(

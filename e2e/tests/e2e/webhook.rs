@@ -514,6 +514,12 @@ async fn bad_input_is_answered_and_the_server_keeps_serving() {
             "no failure counter for {t}:\n{m}"
         );
     }
+    // No template text is configured: every injected pod rendered the compiled sidecar template.
+    assert!(
+        m.contains("injector_template_renders_total{template=\"sidecar\",path=\"compiled\"}"),
+        "no render-path counter:\n{m}"
+    );
+    assert!(!m.contains("path=\"evaluated\""), "{m}");
     assert!(
         f.server
             .metric("sidecar_injection_requests_total")
@@ -806,6 +812,42 @@ async fn user_template_refused_at_reload_keeps_the_old_configuration() {
 
 /// SIGTERM under load: requests in flight complete with valid answers, no answered request is broken, the
 /// process exits 0.
+/// SIGTERM tells the kept-alive connections to go elsewhere at once (HTTP/2 GOAWAY, HTTP/1 closed when
+/// idle), not at the end of the drain delay, when a request the API server was writing met the closed
+/// socket and a pod create failed ("write: broken pipe" in `node::no_pod_creation_lost_during_an_injector_rollout`).
+/// The listener stays open for the delay: a connection made then is answered, then closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_sends_kept_alive_connections_elsewhere_at_once() {
+    let f = fixture(
+        Value::Null,
+        Value::Null,
+        &["--drain-delay-secs", "3600", "--shutdown-timeout-secs", "5"],
+    );
+    let review = pods::review("v1", "drain", "default", &hello_pod());
+    let mut h1 = f.api.connect(Http::H1).await.unwrap();
+    let mut h2 = f.api.connect(Http::H2).await.unwrap();
+    for c in [&mut h1, &mut h2] {
+        let v = f.api.review(c, &review).await.unwrap();
+        assert_eq!(v["response"]["allowed"], json!(true));
+    }
+    f.server.signal_term();
+    wait_until(
+        "both kept-alive connections closed by the injector",
+        e2e::PATIENCE,
+        || async { h1.is_closed() && h2.is_closed() },
+    )
+    .await;
+    let mut late = f.api.connect(Http::H2).await.unwrap();
+    let v = f.api.review(&mut late, &review).await.unwrap();
+    assert_eq!(v["response"]["allowed"], json!(true));
+    wait_until(
+        "the connection made while draining closed after its answer",
+        e2e::PATIENCE,
+        || async { late.is_closed() },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_requests_in_flight() {
     let mut f = fixture(Value::Null, Value::Null, &["--shutdown-timeout-secs", "10"]);

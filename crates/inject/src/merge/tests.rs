@@ -406,7 +406,7 @@ mod props {
     use super::*;
     use proptest::prelude::*;
 
-    use crate::render::proxy_config_json::drop_nulls;
+    use sidecar_core::proxy_config_json::drop_nulls;
 
     fn arb_env() -> impl Strategy<Value = Vec<Value>> {
         prop::collection::btree_map("[A-E]", prop::option::of("[a-c]{0,2}"), 0..5).prop_map(|m| {

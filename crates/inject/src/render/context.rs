@@ -386,6 +386,8 @@ fn proxy_env<'a>(
     out.push(env("ISTIO_META_POD_PORTS", pod_ports(containers)));
     out.push(env("ISTIO_META_APP_CONTAINERS", app_containers.join(",")));
     out.push(resource_env("GOMEMLIMIT", "limits.memory"));
+    // Istio 1.29-1.31's texts (not master's since August 2026) bound the Go runtime by the CPU limit.
+    out.push(resource_env("GOMAXPROCS", "limits.cpu"));
     shared::push_compliance_env(inp, &mut out);
     shared::push_cluster_env(inp, &mut out);
     out.push(env("ISTIO_META_INTERCEPTION_MODE", inp.interception_mode));
@@ -414,83 +416,15 @@ fn proxy_env<'a>(
             }
         }
     }
-    if let Some(attrs) = otel_resource_attributes(inp, containers) {
+    if let Some(attrs) = sidecar_core::otel::resource_attributes(
+        inp.mesh,
+        inp.annotations,
+        inp.labels,
+        inp.data.deploy_namespace,
+        containers,
+    ) {
         out.push(env("OTEL_RESOURCE_ATTRIBUTES", attrs));
     }
     shared::push_proxy_metadata_env(inp, &mut out);
     Ok(out)
-}
-
-/// `otelResourceAttributes`: only when a mesh extension provider asks for OpenTelemetry semantic
-/// conventions.
-fn otel_resource_attributes(inp: &Inputs<'_>, containers: &[Value]) -> Option<String> {
-    const SEMCONV: &str = "OTEL_SEMANTIC_CONVENTIONS";
-    let enabled = inp
-        .mesh
-        .field("extensionProviders")
-        .and_then(Value::as_array)?
-        .iter()
-        .any(|p| {
-            let otel = p.field("opentelemetry");
-            otel.is_some()
-                && (otel
-                    .and_then(|o| o.field("serviceAttributeEnrichment"))
-                    .and_then(Value::as_str)
-                    == Some(SEMCONV)
-                    || p.field("serviceAttributeEnrichment")
-                        .and_then(Value::as_str)
-                        == Some(SEMCONV))
-        });
-    if !enabled {
-        return None;
-    }
-    let ns = inp.data.deploy_namespace;
-    let mut parts: Vec<String> = Vec::with_capacity(3);
-    if let Some(v) =
-        non_empty(inp.ann("resource.opentelemetry.io/service.namespace")).or(non_empty(Some(ns)))
-    {
-        parts.push(format!("service.namespace={v}"));
-    }
-    let version: Option<Cow<'_, str>> =
-        non_empty(inp.ann("resource.opentelemetry.io/service.version"))
-            .or(non_empty(inp.label("app.kubernetes.io/version")))
-            .map(Cow::Borrowed)
-            .or_else(|| {
-                if containers.len() != 1 {
-                    return None;
-                }
-                let image = containers[0].field("image").and_then(Value::as_str)?;
-                image_version(image)
-            });
-    if let Some(v) = version {
-        parts.push(format!("service.version={v}"));
-    }
-    let instance = match non_empty(inp.ann("resource.opentelemetry.io/service.instance.id")) {
-        Some(v) => Some(v.to_string()),
-        None => containers
-            .first()
-            .and_then(|c| c.field("name"))
-            .and_then(Value::as_str)
-            .map(|c| format!("{ns}.$(POD_NAME).{c}")),
-    };
-    if let Some(v) = instance {
-        parts.push(format!("service.instance.id={v}"));
-    }
-    (!parts.is_empty()).then(|| parts.join(","))
-}
-
-/// The version part of an image reference: `tag@digest`, `digest` or `tag`.
-fn image_version(image: &str) -> Option<Cow<'_, str>> {
-    let (name, digest) = match image.split_once('@') {
-        Some((n, d)) => (n, Some(d)),
-        None => (image, None),
-    };
-    let last_segment = name.rsplit('/').next().unwrap_or(name);
-    let tag = last_segment.split_once(':').map(|(_, t)| t);
-    match (tag, digest) {
-        (Some(t), Some(d)) => Some(Cow::Owned(format!("{t}@{d}"))),
-        (None, Some(d)) => Some(Cow::Borrowed(d)),
-        (Some(t), None) => Some(Cow::Borrowed(t)),
-        (None, None) => None,
-    }
 }

@@ -1,6 +1,6 @@
 //! Why rendering failed.
 
-use super::proxy_config_json::ProxyConfigError;
+use sidecar_core::proxy_config_json::ProxyConfigError;
 
 /// Why rendering failed.
 #[derive(Debug, thiserror::Error)]

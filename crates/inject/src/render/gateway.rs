@@ -90,6 +90,8 @@ fn proxy_env<'a>(
     out.push(env("PROXY_CONFIG", shared::proxy_config_value(inp)?));
     out.push(env("ISTIO_META_POD_PORTS", pod_ports(containers)));
     out.push(resource_env("GOMEMLIMIT", "limits.memory"));
+    // Istio 1.29-1.31's texts (not master's since August 2026) bound the Go runtime by the CPU limit.
+    out.push(resource_env("GOMAXPROCS", "limits.cpu"));
     shared::push_compliance_env(inp, &mut out);
     out.push(env("ISTIO_META_APP_CONTAINERS", app_containers.join(",")));
     shared::push_cluster_env(inp, &mut out);

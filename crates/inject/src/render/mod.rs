@@ -20,7 +20,6 @@ mod grpc_simple;
 pub(crate) mod image;
 mod init_args;
 mod inputs;
-pub(crate) mod proxy_config_json;
 mod shared;
 
 use askama::Template;
@@ -31,7 +30,7 @@ use inputs::Inputs;
 pub use error::RenderError;
 pub use inputs::sprint;
 pub use inputs::TemplateData;
-pub use proxy_config_json::proxy_config_env;
+pub use sidecar_core::proxy_config_json::proxy_config_env;
 
 /// Names of the compiled-in templates (Istio's chart ships the same four pod templates).
 pub fn template_names() -> &'static [&'static str] {

@@ -10,7 +10,6 @@ use serde_json::{Map, Value};
 use super::error::RenderError;
 use super::image;
 use super::inputs::{sprint, Inputs};
-use super::proxy_config_json::proxy_config_env;
 use crate::pod::{
     BOOTSTRAP_OVERRIDE_ANNOTATION, COMPONENT_LOG_LEVEL_ANNOTATION, LOG_LEVEL_ANNOTATION,
     PROXY_CONTAINER, PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_ANNOTATION,
@@ -20,6 +19,7 @@ use crate::pod::{
 };
 use sidecar_core::fields::Fields;
 use sidecar_core::goconv::template_truthy;
+use sidecar_core::proxy_config_json::proxy_config_env;
 
 /// One env entry of a template's container.
 pub(crate) struct Env<'a> {

@@ -52,28 +52,38 @@ fn inject(engine: &Engine, pod: &Value, mode: Mode) -> Result<Value, crate::engi
 }
 
 #[test]
-fn chart_names_carry_the_chart_text_unless_values_lists_them() {
+fn a_configured_pod_template_text_renders_whatever_its_name() {
     let config = json!({"policy": "enabled", "templates": {
-        "sidecar": "{{ .Values.whatever | protoToJSON }}", "gateway": "x", "spire": SPIRE}});
-    let s = settings(config.clone(), json!({})).unwrap();
-    let names: Vec<&str> = s.user_templates.names().collect();
-    assert_eq!(names, ["spire"]);
-    assert!(s.user_templates.get("spire").unwrap().is_static());
-    let w = s.warnings.join("\n");
-    assert!(
-        w.contains("templates.gateway, templates.sidecar") && w.contains("compiled in"),
-        "{w}"
-    );
-
-    // Listed in values: the user's text replaces the built-in, and must be in the subset.
-    let values = json!({"sidecarInjectorWebhook": {"templates": {"sidecar": "x"}}});
-    let err = settings(config, values).unwrap_err().to_string();
+        "sidecar": "{{ .Values.whatever | protoToJSON }}", "gateway": "x: {{ nosuch }}", "spire": SPIRE,
+        "waypoint": "{{ whatever Istio's gateway controller runs }}"}});
+    // Istio's own built-in names are evaluated too, so a text outside the subset is refused at load with
+    // the file, the key, the line and the function.
+    let err = settings(config.clone(), json!({})).unwrap_err().to_string();
     assert!(
         err.contains("config.yaml")
-            && err.contains("templates.sidecar")
+            && err.contains("templates.gateway")
             && err.contains("line 1")
-            && err.contains("\"protoToJSON\""),
+            && err.contains("\"nosuch\""),
         "{err}"
+    );
+    let mut config = config;
+    config["templates"]["gateway"] = json!("metadata:\n  labels:\n    g: \"{{ .Revision }}\"\n");
+    let s = settings(config, json!({})).unwrap();
+    let names: Vec<&str> = s.user_templates.names().collect();
+    assert_eq!(names, ["gateway", "sidecar", "spire"]);
+    assert_eq!(
+        s.user_templates.path("gateway"),
+        crate::template_source::RenderPath::Evaluated
+    );
+    assert_eq!(
+        s.user_templates.path("grpc-agent"),
+        crate::template_source::RenderPath::Compiled
+    );
+    // The gateway controller's texts never render into pods: left alone, with a warning.
+    let w = s.warnings.join("\n");
+    assert!(
+        w.contains("templates.waypoint") && w.contains("gateway controller"),
+        "{w}"
     );
 }
 
@@ -88,14 +98,14 @@ fn values_templates_are_used_without_a_config_document_entry() {
     let s = Settings::from_documents(Some(("v", &values)), None, None, true, "", "").unwrap();
     assert_eq!(s.user_templates.names().collect::<Vec<_>>(), ["spire"]);
     // A refusal names the values file and key.
-    let values = json!({"sidecarInjectorWebhook": {"templates": {"t": "a: {{ template \"x\" }}"}}});
+    let values = json!({"sidecarInjectorWebhook": {"templates": {"t": "a: {{ if . }}{{ define \"x\" }}{{ end }}{{ end }}"}}});
     let err = Settings::from_documents(Some(("vals.json", &values)), None, None, true, "", "")
         .unwrap_err()
         .to_string();
     assert!(
         err.contains("vals.json")
             && err.contains("sidecarInjectorWebhook.templates.t")
-            && err.contains("unsupported action \"template\""),
+            && err.contains("unsupported action \"define\""),
         "{err}"
     );
 }
@@ -328,4 +338,56 @@ fn a_static_pod_of_the_wrong_type_is_refused_at_load() {
             && err.contains("static template \"t\" does not decode as a Pod: metadata: expected an object, got [1,2,3]"),
         "{err}"
     );
+}
+
+/// Istio's own texts print YAML that the block reader (`sidecar_core::yaml_block`) reads, and reads as
+/// the full parser does: the fast path is the one their pods take.
+#[test]
+fn istios_texts_print_yaml_the_block_reader_reads() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/istio/releases");
+    let pods = [
+        json!({"metadata": {"name": "p", "namespace": "ns", "labels": {"app": "x"}},
+               "spec": {"containers": [{"name": "app", "image": "a:1", "ports": [{"containerPort": 80}]}]}}),
+        json!({"metadata": {"name": "p", "namespace": "ns", "annotations": {
+                   "sidecar.istio.io/userVolume": "[{\"name\":\"v\",\"emptyDir\":{}}]",
+                   "sidecar.istio.io/userVolumeMount": "[{\"name\":\"v\",\"mountPath\":\"/v\"}]",
+                   "sidecar.istio.io/proxyCPU": "200m",
+                   "traffic.sidecar.istio.io/excludeInboundPorts": "9000"}},
+               "spec": {"containers": [
+                   {"name": "a", "image": "a", "ports": [{"containerPort": 80, "name": "http"}, {"containerPort": 9000}],
+                    "readinessProbe": {"httpGet": {"path": "/r", "port": 80}}},
+                   {"name": "b", "image": "b"}]}}),
+    ];
+    let mut read = 0;
+    for release in ["1.29.6", "1.30.3", "1.31.0-rc.0", "release-1.30-9739e10"] {
+        for file in [
+            "injection-template.yaml",
+            "gateway-injection-template.yaml",
+            "grpc-agent.yaml",
+            "grpc-simple.yaml",
+        ] {
+            let text = std::fs::read_to_string(format!("{dir}/{release}/{file}")).unwrap();
+            let t = Template::parse("t", text.trim()).unwrap();
+            for pod in &pods {
+                for native in [true, false] {
+                    let root = json!({"TypeMeta": {"kind": "Pod", "apiVersion": "v1"},
+                        "DeploymentMeta": {"name": "p", "namespace": "ns"},
+                        "ObjectMeta": pod["metadata"], "Spec": pod["spec"],
+                        "ProxyConfig": crate::defaults::builtin_proxy_config(),
+                        "MeshConfig": crate::defaults::builtin_mesh(), "Values": crate::defaults::builtin_values(),
+                        "Revision": "default", "NativeSidecars": native, "ProxyImage": "h/proxyv2:1",
+                        "ProxyInitImage": "h/proxyv2:1", "ProxyUID": 1337, "ProxyGID": 1337,
+                        "InboundTrafficPolicyMode": "passthrough", "CompliancePolicy": ""});
+                    let out = t.execute(&root, &Limits::default()).unwrap();
+                    let fast = sidecar_core::yaml_block::parse(&out).unwrap_or_else(|| {
+                        panic!("{release}/{file}: outside the block reader's subset:\n{out}")
+                    });
+                    let full = sidecar_core::yaml::parse_last_key_wins_full(&out).unwrap();
+                    assert_eq!(fast, full, "{release}/{file}:\n{out}");
+                    read += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(read, 64);
 }

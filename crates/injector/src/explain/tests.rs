@@ -89,6 +89,7 @@ fn json_items_have_every_schema_field() {
         "injected",
         "decision",
         "templates",
+        "render_paths",
         "warnings",
         "init_args",
         "connections",
@@ -117,6 +118,7 @@ fn json_items_have_every_schema_field() {
         json!({"step": "policy", "inject": true, "reason": "policy enabled"})
     );
     assert_eq!(a["templates"], json!(["sidecar"]));
+    assert_eq!(a["render_paths"], json!(["compiled"]));
     assert_eq!(a["init_args"][0], json!("istio-iptables"));
     let conn = &a["connections"][0];
     let ckeys: Vec<&str> = conn
@@ -274,6 +276,25 @@ fn templates_come_from_the_configuration_and_the_pod() {
     );
     assert!(it.injected);
     assert_eq!(it.templates, ["sidecar", "grpc-agent"]);
+    assert_eq!(it.render_paths, ["compiled", "compiled"]);
+    assert!(it
+        .text()
+        .contains("templates: sidecar (compiled), grpc-agent (compiled)"));
+    // A configured text of a built-in name renders through the evaluator, and explain says so.
+    let cfg = json!({"policy": "enabled", "templates": {"sidecar": "metadata:\n  labels:\n    x: \"{{ .Revision }}\"\n"}});
+    let c2 = ctx_with(
+        settings(None, Some(cfg), true, ""),
+        None,
+        "istio-injection=enabled",
+        &[],
+    );
+    let it = one(&c2, &deployment(json!({}), json!({})));
+    assert_eq!(it.render_paths, ["evaluated"]);
+    assert!(
+        it.text().contains("templates: sidecar (evaluated)"),
+        "{}",
+        it.text()
+    );
     // An unknown template: the webhook answers with an error.
     let it = one(
         &c,

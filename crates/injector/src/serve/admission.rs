@@ -244,6 +244,9 @@ pub struct ReviewOutcome {
     pub pod: String,
     /// Why (skip reason or error text); empty when injected.
     pub message: String,
+    /// When injected, each template applied and how it rendered (`compiled` or `evaluated`), for the
+    /// `injector_template_renders_total` metric.
+    pub render_paths: Vec<(String, &'static str)>,
 }
 
 fn undecodable(message: String) -> ReviewOutcome {
@@ -256,6 +259,7 @@ fn undecodable(message: String) -> ReviewOutcome {
         namespace: String::new(),
         pod: String::new(),
         message,
+        render_paths: Vec::new(),
     }
 }
 
@@ -276,12 +280,13 @@ impl Envelope<'_> {
             namespace: self.namespace.clone(),
             pod: self.pod.clone(),
             message,
+            render_paths: Vec::new(),
         }
     }
 
     /// The success response around `patch` (base64), written directly: the patch is the bulk of it
     /// and is not worth building as a JSON value first.
-    fn injected(&self, patch: &str) -> ReviewOutcome {
+    fn injected(&self, patch: &str, render_paths: &[(String, &'static str)]) -> ReviewOutcome {
         let mut out = Vec::with_capacity(patch.len() + 160);
         out.extend_from_slice(b"{\"kind\":\"AdmissionReview\",\"apiVersion\":");
         // Writing a string into a Vec cannot fail.
@@ -299,6 +304,7 @@ impl Envelope<'_> {
             namespace: self.namespace.clone(),
             pod: self.pod.clone(),
             message: String::new(),
+            render_paths: render_paths.to_vec(),
         }
     }
 
@@ -450,6 +456,15 @@ fn answer_review(
             decision.reason,
         )));
     }
+    // The templates the pod gets and their render paths: a handful of names from the configuration.
+    let paths: Vec<(String, &'static str)> = engine
+        .templates(inject::pod::annotations(pod), Mode::Webhook)
+        .into_iter()
+        .map(|t| {
+            let p = engine.settings.user_templates.path(&t).as_str();
+            (t, p)
+        })
+        .collect();
 
     let Some((cache, generation)) = cache else {
         if stage == Stage::Cheap {
@@ -457,7 +472,7 @@ fn answer_review(
         }
         return Err(Box::new(
             match patch(engine, &original, copy.as_ref(), path) {
-                Ok(p) => env.injected(&p),
+                Ok(p) => env.injected(&p, &paths),
                 Err(message) => env.fail(message),
             },
         ));
@@ -471,17 +486,17 @@ fn answer_review(
     if stage == Stage::Cheap {
         // A miss is counted by the whole answer that follows, so each review counts once.
         return Ok(match cache.get_hit(&key) {
-            Some(p) => Answer::Done(env.injected(&p)),
+            Some(p) => Answer::Done(env.injected(&p, &paths)),
             None => Answer::NeedsInjection,
         });
     }
     if let Some(p) = cache.get(&key) {
-        return Err(Box::new(env.injected(&p)));
+        return Err(Box::new(env.injected(&p, &paths)));
     }
     Ok(Answer::Done(
         match patch(engine, &key.key().pod, copy.as_ref(), path) {
             Ok(p) => {
-                let out = env.injected(&p);
+                let out = env.injected(&p, &paths);
                 cache.insert(key, p, |k, p| entry_weight(k, p));
                 out
             }

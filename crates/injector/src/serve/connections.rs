@@ -26,6 +26,10 @@ pub(super) struct ConnState {
     pub(super) busy: AtomicUsize,
     /// Notified when the connection is to close to make room at the cap.
     pub(super) close: Notify,
+    /// Responses the handler has produced on this connection.
+    pub(super) served: AtomicU64,
+    /// Notified at each response (for [`goaway_due`]).
+    pub(super) answered: Notify,
 }
 
 /// The open connections, for closing the oldest idle one at the cap.
@@ -49,6 +53,8 @@ impl Registry {
             started: Instant::now(),
             busy: AtomicUsize::new(0),
             close: Notify::new(),
+            served: AtomicU64::new(0),
+            answered: Notify::new(),
         });
         self.conns
             .lock()
@@ -106,9 +112,36 @@ impl Drop for Busy {
     }
 }
 
-/// Resolves once shutdown has been signalled (the guard of `wait_for` is not `Send`, so drop it here).
-pub(super) async fn stopped(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
+/// Where the server is in its shutdown, told to the accept loop and every connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Phase {
+    Serving,
+    /// SIGTERM seen: readiness is off and the listener stays open for `--drain-delay-secs`.
+    Draining,
+    /// The listener is closed; requests in flight finish.
+    Stopped,
+}
+
+/// Resolves once the listener is to close (the guard of `wait_for` is not `Send`, so drop it here).
+pub(super) async fn stopped(rx: &mut watch::Receiver<Phase>) {
+    let _ = rx.wait_for(|p| *p == Phase::Stopped).await;
+}
+
+/// Resolves when a connection should tell its client to go elsewhere: once draining has begun and the
+/// connection has answered at least one request (one accepted while draining serves the request it was
+/// opened for first: closing it unanswered would fail that request), or at the stop in any case.
+async fn goaway_due(rx: &mut watch::Receiver<Phase>, conn: &ConnState) {
+    let _ = rx.wait_for(|p| *p >= Phase::Draining).await;
+    loop {
+        let answered = conn.answered.notified();
+        if conn.served.load(Ordering::Acquire) > 0 || *rx.borrow() == Phase::Stopped {
+            return;
+        }
+        tokio::select! {
+            _ = answered => {}
+            _ = stopped(rx) => return,
+        }
+    }
 }
 
 /// How long the accept loop waits at the cap before looking again for an idle connection to close.
@@ -129,7 +162,7 @@ pub(super) async fn accept_loop(
     state: Arc<State>,
     connections: Arc<Semaphore>,
     timeouts: Timeouts,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<Phase>,
 ) {
     let registry = Arc::new(Registry::default());
     let timeouts = Arc::new(timeouts);
@@ -196,7 +229,7 @@ pub(super) async fn serve_connection(
     state: Arc<State>,
     conn_state: &Arc<ConnState>,
     timeouts: &Timeouts,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<Phase>,
 ) {
     let _ = tcp.set_nodelay(true);
     let tls = tokio::select! {
@@ -222,9 +255,12 @@ pub(super) async fn serve_connection(
         let state = state.clone();
         // Counted as soon as the headers are in, so the connection is not taken for idle.
         let busy = Busy::new(counted.clone());
+        let answered = counted.clone();
         async move {
             let resp = route(state, req).await;
             drop(busy);
+            answered.served.fetch_add(1, Ordering::AcqRel);
+            answered.answered.notify_waiters();
             Ok::<_, Infallible>(resp)
         }
     });
@@ -249,7 +285,12 @@ pub(super) async fn serve_connection(
     let mut conn = std::pin::pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
-        _ = stopped(&mut shutdown) => {
+        _ = goaway_due(&mut shutdown, conn_state) => {
+            // Told at the start of the drain (an HTTP/2 GOAWAY, which hyper sends in two steps so that
+            // no stream the client already sent is refused; HTTP/1 closes once idle), the client opens its
+            // next connection while our listener is still open and the endpoints change; told only at the
+            // stop, a request it was writing met the closed socket ("write: broken pipe", a pod create
+            // lost in the rollout scenario).
             conn.as_mut().graceful_shutdown();
             conn.await
         }

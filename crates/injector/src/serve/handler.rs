@@ -240,6 +240,7 @@ pub(super) fn respond(
     start: Instant,
 ) -> Resp {
     state.metrics.success.inc();
+    state.metrics.rendered(&outcome.render_paths);
     let latency_us = start.elapsed().as_micros() as u64;
     if matches!(outcome.kind, OutcomeKind::Failed | OutcomeKind::Undecodable) {
         tracing::warn!(uid = %outcome.uid, namespace = %outcome.namespace, pod = %outcome.pod,

@@ -12,7 +12,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::connections::stopped;
+use super::connections::{stopped, Phase};
 use super::handler::{readiness, text};
 use super::state::State;
 
@@ -20,7 +20,7 @@ use super::state::State;
 pub(super) async fn metrics_server(
     listener: TcpListener,
     state: Arc<State>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<Phase>,
 ) {
     loop {
         let (tcp, _) = tokio::select! {

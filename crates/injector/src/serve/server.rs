@@ -23,7 +23,7 @@ use inject::engine::Engine;
 
 use super::admission;
 use super::args::{Args, LogFormat};
-use super::connections::{accept_loop, Timeouts};
+use super::connections::{accept_loop, Phase, Timeouts};
 use super::hot_reload::{cluster_changed, config_maps_changed, reload_loop};
 use super::limits::{BodyBudget, Limiter};
 use super::metrics_server::metrics_server;
@@ -117,7 +117,7 @@ pub(super) async fn serve(args: Args) -> anyhow::Result<()> {
     }
 
     let (listener, metrics_listener) = bind(&args).await?;
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (shutdown_tx, shutdown_rx) = watch::channel(Phase::Serving);
     tokio::spawn(reload_loop(
         state.clone(),
         provider,
@@ -151,10 +151,11 @@ pub(super) async fn serve(args: Args) -> anyhow::Result<()> {
         "shutting down: readiness off, finishing requests in flight"
     );
     state.shutting_down.store(true, Ordering::SeqCst);
+    let _ = shutdown_tx.send(Phase::Draining);
     if args.drain_delay_secs > 0 {
         tokio::time::sleep(Duration::from_secs(args.drain_delay_secs)).await;
     }
-    let _ = shutdown_tx.send(true);
+    let _ = shutdown_tx.send(Phase::Stopped);
     // The accept loop ends at once on the signal; its listener is dropped so new connections are refused.
     let _ = accept.await;
     drain(&args, &state, &connections).await;

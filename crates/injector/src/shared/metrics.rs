@@ -89,6 +89,8 @@ pub struct Metrics {
     pub body_bytes_in_flight: Gauge<i64>,
     /// The webhook's cache of finished patches (`serve::admission::Webhook`).
     pub patch_cache: CacheCounters,
+    /// Pods injected, by template and render path (`compiled`, `evaluated`).
+    template_renders: Family<Vec<(&'static str, String)>, Counter>,
     /// Failed list or watch calls of `serve --kubeconfig`, by resource (`cluster_watch`, `ca_bundle_patch`).
     cluster_watch_errors: Family<Labels, Counter>,
     /// Objects each watch of `serve --kubeconfig` holds, by resource, and the cluster states handed to
@@ -132,6 +134,7 @@ impl Metrics {
             injections_in_flight: Gauge::<i64>::default(),
             body_bytes_in_flight: Gauge::<i64>::default(),
             patch_cache: CacheCounters::default(),
+            template_renders: Family::default(),
             cluster_watch_errors: Family::<Labels, Counter>::default(),
             cluster_watch_objects: Family::<Labels, Gauge<i64>>::default(),
             cluster_state_rebuilds: Counter::default(),
@@ -175,6 +178,24 @@ impl Metrics {
             "Time taken to handle an injection request",
             self.time.clone(),
         );
+        self.registry.register(
+            "injector_template_renders",
+            "Pods injected, by template and how it rendered: compiled (the compiled template: no text \
+             configured, or the text it was built from) or evaluated (the configured text)",
+            self.template_renders.clone(),
+        );
+    }
+
+    /// Counts one injected pod's templates by render path.
+    pub fn rendered(&self, render_paths: &[(String, &'static str)]) {
+        for (template, path) in render_paths {
+            self.template_renders
+                .get_or_create(&vec![
+                    ("template", template.clone()),
+                    ("path", path.to_string()),
+                ])
+                .inc();
+        }
     }
 
     /// Reloads, certificate expiry, connections and what is in flight.
@@ -367,5 +388,6 @@ pub fn exposition() -> String {
     metrics.cert_reload(ReloadResult::Success);
     metrics.cluster_watch_error("proxyconfigs");
     metrics.cluster_watch_objects("proxyconfigs", 0);
+    metrics.rendered(&[("sidecar".to_string(), "compiled")]);
     metrics.encode()
 }

@@ -54,7 +54,7 @@ fn success(cmd: &mut Command) -> String {
 fn binary_injects_from_file_and_stdin() {
     let dir = TempDir::new("cli");
     let input = inject_dir().join("hello.yaml");
-    let golden = std::fs::read_to_string(inject_dir().join("hello.yaml.injected")).expect("golden");
+    let golden = test_support::corpus::read_inject("hello.yaml.injected").expect("golden");
 
     let stdout = success(kube_inject_cmd("hello", &dir).arg("-f").arg(&input));
     compare_streams(&stdout, &golden).expect("file → stdout matches the golden");
@@ -155,7 +155,7 @@ fn binary_reads_istiod_environment_and_config_dir() {
                 .env_remove("REVISION")
                 .env(env, value),
         );
-        let want = std::fs::read_to_string(inject_dir().join(golden)).expect("golden");
+        let want = test_support::corpus::read_inject(golden).expect("golden");
         compare_streams(&stdout, &want).unwrap_or_else(|e| panic!("{env}={value}: {e}"));
     }
 }
@@ -225,4 +225,40 @@ fn binary_injects_the_gateway_charts_pod() {
         pod["metadata"]["labels"]["service.istio.io/canonical-name"],
         "istio-ingressgateway"
     );
+}
+
+/// `kube-inject` without `--revision` injects for the default revision, as `istioctl kube-inject` does
+/// since Istio 1.28 (istio#56874: its `RevisionOrDefault` falls back to `default`, which it then renders
+/// as the empty revision). istioctl asks a cluster for the default revision tag first; this offline
+/// command has no cluster and takes `default` at once.
+#[test]
+fn kube_inject_without_revision_injects_the_default_revision() {
+    let dir = TempDir::new("cli-revision");
+    let input = inject_dir().join("hello.yaml");
+    let without = success(
+        kube_inject_cmd("hello", &dir)
+            .arg("-f")
+            .arg(&input)
+            .env_remove("REVISION"),
+    );
+    let with_default = success(
+        kube_inject_cmd("hello", &dir)
+            .arg("-f")
+            .arg(&input)
+            .args(["--revision", "default"])
+            .env_remove("REVISION"),
+    );
+    assert_eq!(without, with_default);
+    assert!(
+        without.contains(r#"\"revision\":\"default\""#),
+        "the status annotation names the default revision: {without}"
+    );
+    let other = success(
+        kube_inject_cmd("hello", &dir)
+            .arg("-f")
+            .arg(&input)
+            .args(["--revision", "canary"])
+            .env_remove("REVISION"),
+    );
+    assert!(other.contains(r#"\"revision\":\"canary\""#), "{other}");
 }

@@ -9,6 +9,7 @@ mod cluster;
 mod kube;
 mod parity;
 mod props;
+mod releases;
 mod scale;
 mod user_templates;
 

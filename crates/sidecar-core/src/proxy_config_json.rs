@@ -8,8 +8,8 @@
 
 use serde_json::{Map, Value};
 
-use sidecar_core::fields::Fields;
-use sidecar_core::goconv::as_i64;
+use crate::fields::Fields;
+use crate::goconv::as_i64;
 
 /// How a known top-level ProxyConfig field is printed.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -240,7 +240,7 @@ fn enum_name(names: &'static [&'static str], v: &Value) -> Option<&'static str> 
 }
 
 /// `v` without its null object members, at every depth.
-pub(crate) fn drop_nulls(v: &Value) -> Value {
+pub fn drop_nulls(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
             m.iter()
@@ -316,7 +316,9 @@ pub(crate) fn parse_duration(s: &str) -> Option<(i64, u32)> {
 
 /// Proto JSON duration text: whole seconds as `"23s"`, else 3, 6 or 9 fraction digits.
 pub(crate) fn format_duration((secs, nanos): (i64, u32)) -> String {
-    crate::config_types::format_duration_nanos(i128::from(secs) * 1_000_000_000 + i128::from(nanos))
+    crate::proto_duration::format_duration_nanos(
+        i128::from(secs) * 1_000_000_000 + i128::from(nanos),
+    )
 }
 
 /// The `PROXY_CONFIG` env value of the proxy container for a ProxyConfig: its compact JSON with defaults

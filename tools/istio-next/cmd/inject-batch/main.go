@@ -1,0 +1,1 @@
+../../../istio/cmd/inject-batch/main.go
