@@ -280,6 +280,37 @@ fn configurations_the_policy_cannot_reproduce_are_refused_naming_why() {
     );
 }
 
+#[test]
+fn a_configured_sidecar_text_compiles_only_when_it_is_the_compiled_templates_own() {
+    let text = inject::template_source::COMPILED_FROM
+        .iter()
+        .find(|(name, _, _)| *name == "sidecar")
+        .map(|(_, _, text)| *text)
+        .unwrap();
+    let config = |templates: Value| json!({"policy": "enabled", "templates": templates});
+    let with_text = |t: &str| {
+        engine(
+            Value::Null,
+            Value::Null,
+            config(json!({"sidecar": t})),
+            true,
+        )
+    };
+    // The text the compiled template was built from renders compiled: the same params as no text.
+    let without = spec(&engine(Value::Null, Value::Null, config(json!({})), true)).unwrap();
+    assert!(spec(&with_text(text)).unwrap() == without);
+    // Any other text (here one more environment entry) renders through the evaluator: refused.
+    let other = text.replacen(
+        "- name: GOMAXPROCS",
+        "- name: EXTRA\n      value: x\n    - name: GOMAXPROCS",
+        1,
+    );
+    assert_ne!(other, text);
+    let err = spec(&with_text(&other)).unwrap_err();
+    assert!(matches!(err, ParamsError::EvaluatedText { .. }), "{err}");
+    assert!(err.to_string().contains("templates.sidecar"), "{err}");
+}
+
 fn pod(meta: Value, spec: Value) -> Value {
     let mut m = meta;
     if m.get("namespace").is_none() {

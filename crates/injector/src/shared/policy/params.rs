@@ -21,6 +21,7 @@ use inject::pod::{
     self, INIT_CONTAINER, INTERCEPTION_MODE_ANNOTATION, NATIVE_SIDECAR_ANNOTATION, PROXY_CONTAINER,
     STATUS_ANNOTATION, VALIDATION_CONTAINER,
 };
+use inject::template_source::{self, RenderPath};
 use sidecar_core::annotations;
 use sidecar_core::fields::{self, Fields};
 
@@ -72,6 +73,10 @@ pub enum ParamsError {
     /// The configuration injects through templates other than the built-in `sidecar` alone.
     #[error("the configuration's default templates are {templates:?}: the policy reproduces only the built-in sidecar template (leave defaultTemplates and aliases unset, or inject with the webhook alone)")]
     Templates { templates: Vec<String> },
+    /// The configuration's `sidecar` text renders through the evaluator: the CEL reproduces the compiled
+    /// template's per-pod paths, and only the text that template was built from is known to share them.
+    #[error("the configuration's templates.sidecar renders through the evaluator (a text other than Istio {release}'s, or --evaluate-texts): the policy reproduces only the compiled sidecar template (configure Istio {release}'s text or none, or inject with the webhook alone)")]
+    EvaluatedText { release: &'static str },
     /// The engine refused the canonical pod.
     #[error("the configuration does not inject a plain Deployment pod ({mode}): {reason}")]
     Inject { mode: String, reason: String },
@@ -585,6 +590,13 @@ pub fn compile(
     let templates = engine.templates(None, inject::engine::Mode::Webhook);
     if templates != ["sidecar"] {
         return Err(ParamsError::Templates { templates });
+    }
+    // Since issue 30 a configured text is what the pod gets (`inject::template_source`); the per-pod CEL
+    // and the policy differential cover the compiled template alone.
+    if engine.settings.user_templates.path("sidecar") != RenderPath::Compiled {
+        return Err(ParamsError::EvaluatedText {
+            release: template_source::RELEASE,
+        });
     }
     let (before, after) = inject(engine, &[], path)?;
     let default = take_apart(&before, &after)?;
