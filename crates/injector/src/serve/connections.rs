@@ -16,7 +16,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use super::handler::{close_after, route};
-use super::state::State;
+use super::state::{Phase, State};
 
 /// One open HTTPS connection as the accept loop sees it.
 #[derive(Debug)]
@@ -110,16 +110,6 @@ impl Drop for Busy {
     fn drop(&mut self) {
         self.0.busy.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// Where the server is in its shutdown, told to the accept loop and every connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Phase {
-    Serving,
-    /// SIGTERM seen: readiness is off and the listener stays open for `--drain-delay-secs`.
-    Draining,
-    /// The listener is closed; requests in flight finish.
-    Stopped,
 }
 
 /// Resolves once the listener is to close (the guard of `wait_for` is not `Send`, so drop it here).
