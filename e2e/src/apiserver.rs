@@ -277,6 +277,8 @@ pub enum Conn {
 pub struct Answer {
     pub status: StatusCode,
     pub content_type: Option<String>,
+    /// The answer carried `Connection: close` (HTTP/1: the server closes the connection after it).
+    pub connection_close: bool,
     pub body: Bytes,
 }
 
@@ -465,10 +467,15 @@ impl Conn {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let connection_close = resp
+            .headers()
+            .get("connection")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
         let body = resp.into_body().collect().await?.to_bytes();
         Ok(Answer {
             status,
             content_type,
+            connection_close,
             body,
         })
     }

@@ -15,8 +15,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
-use super::handler::route;
-use super::state::State;
+use super::handler::{close_after, route};
+use super::state::{Phase, State};
 
 /// One open HTTPS connection as the accept loop sees it.
 #[derive(Debug)]
@@ -28,7 +28,7 @@ pub(super) struct ConnState {
     pub(super) close: Notify,
     /// Responses the handler has produced on this connection.
     pub(super) served: AtomicU64,
-    /// Notified at each response (for [`goaway_due`]).
+    /// Notified at each response (for [`go_elsewhere`]).
     pub(super) answered: Notify,
 }
 
@@ -112,25 +112,19 @@ impl Drop for Busy {
     }
 }
 
-/// Where the server is in its shutdown, told to the accept loop and every connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Phase {
-    Serving,
-    /// SIGTERM seen: readiness is off and the listener stays open for `--drain-delay-secs`.
-    Draining,
-    /// The listener is closed; requests in flight finish.
-    Stopped,
-}
-
 /// Resolves once the listener is to close (the guard of `wait_for` is not `Send`, so drop it here).
 pub(super) async fn stopped(rx: &mut watch::Receiver<Phase>) {
     let _ = rx.wait_for(|p| *p == Phase::Stopped).await;
 }
 
-/// Resolves when a connection should tell its client to go elsewhere: once draining has begun and the
-/// connection has answered at least one request (one accepted while draining serves the request it was
-/// opened for first: closing it unanswered would fail that request), or at the stop in any case.
-async fn goaway_due(rx: &mut watch::Receiver<Phase>, conn: &ConnState) {
+/// Resolves when a connection should tell its client to go elsewhere. HTTP/2: once draining has begun
+/// and the connection has answered at least one request (one accepted while draining serves the request
+/// it was opened for first: closing it unanswered would fail that request). HTTP/1: at the stop. Both at
+/// the stop in any case.
+async fn go_elsewhere(h2: bool, rx: &mut watch::Receiver<Phase>, conn: &ConnState) {
+    if !h2 {
+        return stopped(rx).await;
+    }
     let _ = rx.wait_for(|p| *p >= Phase::Draining).await;
     loop {
         let answered = conn.answered.notified();
@@ -251,14 +245,22 @@ pub(super) async fn serve_connection(
     };
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let counted = conn_state.clone();
-    let service = service_fn(move |req| {
+    let phase = shutdown.clone();
+    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let state = state.clone();
         // Counted as soon as the headers are in, so the connection is not taken for idle.
         let busy = Busy::new(counted.clone());
         let answered = counted.clone();
+        let phase = phase.clone();
+        let version = req.version();
         async move {
-            let resp = route(state, req).await;
+            let mut resp = route(state, req).await;
             drop(busy);
+            // HTTP/1 has no GOAWAY: once draining, each answer is its connection's last, so the client
+            // retires the connection on reading it instead of reusing it after we close it.
+            if *phase.borrow() >= Phase::Draining {
+                close_after(&mut resp, version);
+            }
             answered.served.fetch_add(1, Ordering::AcqRel);
             answered.answered.notify_waiters();
             Ok::<_, Infallible>(resp)
@@ -285,12 +287,14 @@ pub(super) async fn serve_connection(
     let mut conn = std::pin::pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
-        _ = goaway_due(&mut shutdown, conn_state) => {
-            // Told at the start of the drain (an HTTP/2 GOAWAY, which hyper sends in two steps so that
-            // no stream the client already sent is refused; HTTP/1 closes once idle), the client opens its
-            // next connection while our listener is still open and the endpoints change; told only at the
-            // stop, a request it was writing met the closed socket ("write: broken pipe", a pod create
-            // lost in the rollout scenario).
+        _ = go_elsewhere(h2, &mut shutdown, conn_state) => {
+            // HTTP/2 is told at the start of the drain, with a GOAWAY that hyper sends in two steps so
+            // that no stream the client already sent is refused; the client opens its next connection
+            // while our listener is still open. HTTP/1 (the API server's: k8s.io/apiserver
+            // pkg/util/webhook/client.go sets NextProtos http/1.1) is closed here only at the stop, when
+            // idle: closing an idle HTTP/1 connection races a request the client starts writing on it
+            // ("write: broken pipe", a pod create lost in the rollout scenario), so while draining it is
+            // retired by its next answer instead (`Connection: close`, above).
             conn.as_mut().graceful_shutdown();
             conn.await
         }

@@ -2,7 +2,6 @@
 //! injection under its slots and deadline), `/healthz` and `/readyz`.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,7 +16,7 @@ use crate::shared::metrics::FailureType;
 use super::admission::{self, OutcomeKind};
 use super::body::{read_body, BodyError};
 use super::limits::{Running, INLINE_BODY_BYTES, MAX_BODY_BYTES, MAX_DRAIN_BYTES};
-use super::state::State;
+use super::state::{Phase, State};
 
 pub(super) type Resp = Response<Full<Bytes>>;
 
@@ -44,7 +43,7 @@ pub(super) async fn route(state: Arc<State>, req: Request<Incoming>) -> Resp {
 }
 
 pub(super) fn readiness(state: &State) -> Resp {
-    if state.shutting_down.load(Ordering::SeqCst) {
+    if *state.phase.borrow() >= Phase::Draining {
         text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
     } else if state.cluster.as_ref().is_some_and(|c| !c.synced()) {
         text(

@@ -12,9 +12,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::connections::{stopped, Phase};
+use super::connections::stopped;
 use super::handler::{readiness, text};
-use super::state::State;
+use super::state::{Phase, State};
 
 /// Plain HTTP/1.1 for Prometheus and probes.
 pub(super) async fn metrics_server(

@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -23,12 +22,12 @@ use inject::engine::Engine;
 
 use super::admission;
 use super::args::{Args, LogFormat};
-use super::connections::{accept_loop, Phase, Timeouts};
+use super::connections::{accept_loop, Timeouts};
 use super::hot_reload::{cluster_changed, config_maps_changed, reload_loop};
 use super::limits::{BodyBudget, Limiter};
 use super::metrics_server::metrics_server;
 use super::sources::Sources;
-use super::state::State;
+use super::state::{Phase, State};
 
 /// Raises the soft limit of open files to the hard one, as Go's runtime does for Istio's injector at start
 /// (`os/rlimit.go`): the default soft limit of 1024 is below `--max-connections` plus the process' own files.
@@ -117,7 +116,7 @@ pub(super) async fn serve(args: Args) -> anyhow::Result<()> {
     }
 
     let (listener, metrics_listener) = bind(&args).await?;
-    let (shutdown_tx, shutdown_rx) = watch::channel(Phase::Serving);
+    let shutdown_rx = state.phase.subscribe();
     tokio::spawn(reload_loop(
         state.clone(),
         provider,
@@ -150,12 +149,11 @@ pub(super) async fn serve(args: Args) -> anyhow::Result<()> {
         signal,
         "shutting down: readiness off, finishing requests in flight"
     );
-    state.shutting_down.store(true, Ordering::SeqCst);
-    let _ = shutdown_tx.send(Phase::Draining);
+    state.phase.send_replace(Phase::Draining);
     if args.drain_delay_secs > 0 {
         tokio::time::sleep(Duration::from_secs(args.drain_delay_secs)).await;
     }
-    let _ = shutdown_tx.send(Phase::Stopped);
+    state.phase.send_replace(Phase::Stopped);
     // The accept loop ends at once on the signal; its listener is dropped so new connections are refused.
     let _ = accept.await;
     drain(&args, &state, &connections).await;
@@ -277,7 +275,7 @@ fn new_state(
         webhook: admission::Webhook::new(metrics.patch_cache.clone()),
         metrics: metrics.clone(),
         certs,
-        shutting_down: AtomicBool::new(false),
+        phase: watch::Sender::new(Phase::Serving),
         body_timeout: Duration::from_secs(args.body_timeout_secs),
         review_deadline: Duration::from_millis(args.review_deadline_ms),
         limiter: Limiter::new(

@@ -1,6 +1,5 @@
 //! What every connection of the server shares: the current engine and what guards the work.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -8,6 +7,8 @@ use crate::cluster::cluster_watch::ClusterWatch;
 use crate::shared::metrics::Metrics;
 use crate::shared::tls::CertStore;
 use inject::engine::Engine;
+
+use tokio::sync::watch;
 
 use super::admission;
 use super::limits::{BodyBudget, Limiter};
@@ -27,7 +28,8 @@ pub(super) struct State {
     pub(super) webhook: admission::Webhook,
     pub(super) metrics: Arc<Metrics>,
     pub(super) certs: Arc<CertStore>,
-    pub(super) shutting_down: AtomicBool,
+    /// The shutdown's phase; readiness fails from `Draining` on, and the connections subscribe to it.
+    pub(super) phase: watch::Sender<Phase>,
     pub(super) body_timeout: Duration,
     pub(super) review_deadline: Duration,
     pub(super) limiter: Limiter,
@@ -48,4 +50,14 @@ impl State {
         let mut current = self.engine.write().unwrap_or_else(|e| e.into_inner());
         *current = (current.0.wrapping_add(1), engine);
     }
+}
+
+/// Where the server is in its shutdown, told to the accept loop and every connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Phase {
+    Serving,
+    /// SIGTERM seen: readiness is off and the listener stays open for `--drain-delay-secs`.
+    Draining,
+    /// The listener is closed; requests in flight finish.
+    Stopped,
 }
