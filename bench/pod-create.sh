@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The latency a pod CREATE gains from the webhook through a real kube-apiserver:
+# The latency a pod CREATE gains from the webhook, and from the MutatingAdmissionPolicy instead, through a
+# real kube-apiserver:
 # e2e/src/bin/pod-create-bench.rs starts etcd + kube-apiserver (scripts/cluster.sh), `injector serve`
 # registered with the generated configurations (url mode), then, over one keep-alive HTTPS connection
 # to the apiserver, alternates CREATEs in a namespace the webhook is called for (it injects) and one it
 # is not (same configuration registered, namespaceSelector unmatched): p50/p99 of each and the
-# difference; then pods/s at saturation with CLIENTS connections, rounds alternating with and without.
+# difference; the policy arm creates the same pods injected by `injector policy`'s MutatingAdmissionPolicy
+# (a pod label routes a pod to the webhook or the policy); then pods/s at saturation with CLIENTS
+# connections, rounds alternating between the arms; last the API server's memory before and after the
+# policy is loaded.
 # The apiserver, etcd, the injector and the client share the machine's cores: the figures include that.
 #
 # Usage: bench/pod-create.sh [--creates N (500)] [--clients C (8)] [--seconds S (3)] [--rounds R (3)]

@@ -6,6 +6,11 @@
 //! connection to the apiserver; then pods/s at saturation with `--clients` connections creating at once,
 //! with and without the webhook, in alternating rounds. Prints Markdown rows for bench/README.md.
 //!
+//! The policy arm: the MutatingAdmissionPolicy `injector policy` compiles from the same configuration is
+//! installed beside the webhook, both restricted by a pod label (`e2e::policy_differential::restrict`),
+//! so the same pod, labelled for one or the other, is injected in process by the API server or by the
+//! webhook call. The API server's memory (RSS and Go heap) is read before and after the policy is loaded.
+//!
 //! `pod-create-bench [--creates N] [--clients C] [--seconds S] [--rounds R] [--distinct 1]`
 
 use std::collections::BTreeMap;
@@ -15,6 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use e2e::apiserver::{injector_certs, serve_args, CertFiles, Injector, TempDir};
 use e2e::cluster::{Cluster, Connection};
+use e2e::policy_differential::{policy_objects, restrict, APISERVER_ARGS, MARKER, PHASE_LABEL};
 use serde_json::{json, Value};
 use test_support::corpus::Config;
 
@@ -68,9 +74,9 @@ fn args() -> anyhow::Result<Args> {
 /// server names the pod after admission) and every replica is the same pod, as in a rollout; the
 /// injector's patch cache answers from the third. `serviceAccountName` is set, as the ServiceAccount
 /// admission plugin (off in the test apiserver) would.
-fn pod(prefix: &str) -> Value {
+fn pod(prefix: &str, phase: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"generateName": format!("{prefix}-"), "labels": {"app": "bench"}},
+           "metadata": {"generateName": format!("{prefix}-"), "labels": {"app": "bench", PHASE_LABEL: phase}},
            "spec": {"serviceAccountName": "default",
                     "containers": [{"name": "app", "image": "registry.example/app:1",
                                     "ports": [{"containerPort": 8080}]}]}})
@@ -84,10 +90,34 @@ fn injected(pod: &Value) -> bool {
     })
 }
 
-/// Creates pod `name` in `ns`: the time the apiserver took to answer, and whether it came back injected.
-async fn create(conn: &mut Connection, ns: &str, name: &str) -> anyhow::Result<(Duration, bool)> {
-    let (took, answer) = create_body(conn, ns, &pod(name)).await?;
-    Ok((took, injected(&answer)))
+/// How a create is injected: by the webhook's call, or in process by the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum By {
+    Webhook,
+    Policy,
+}
+
+impl By {
+    /// The pod label value that routes a pod to this arm.
+    fn phase(self) -> &'static str {
+        match self {
+            By::Webhook => "webhook",
+            By::Policy => "policy",
+        }
+    }
+}
+
+/// Creates pod `name` in `ns`, labelled for `by`: the time the apiserver took to answer, and whether it
+/// came back injected by `by` (the policy marks what it injects).
+async fn create(
+    conn: &mut Connection,
+    ns: &str,
+    name: &str,
+    by: By,
+) -> anyhow::Result<(Duration, bool)> {
+    let (took, answer) = create_body(conn, ns, &pod(name, by.phase())).await?;
+    let marked = answer["metadata"]["annotations"][MARKER].is_string();
+    Ok((took, injected(&answer) && marked == (by == By::Policy)))
 }
 
 /// Creates `body` in `ns`: the time the apiserver took to answer, and the stored pod.
@@ -133,7 +163,7 @@ fn ms(d: Duration) -> String {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let a = args()?;
-    let cluster = Cluster::up();
+    let cluster = Cluster::up_with(APISERVER_ARGS);
     let dir = TempDir::new("pod-create-bench");
     let certs = injector_certs(&dir.path().join("certs"), &["--san", "127.0.0.1"])?;
     let cfg = Config::base()?.write(&dir.path().join("cfg"))?;
@@ -146,7 +176,11 @@ async fn main() -> anyhow::Result<()> {
     register_webhooks(&cluster, &injector, &certs)?;
 
     let mut conn = cluster.connect().await?;
-    wait_and_warm_up(&mut conn, &injector, &a).await?;
+    wait_and_warm_up(&mut conn, &injector, &a, By::Webhook).await?;
+    let before = apiserver_memory(&cluster).await?;
+    install_policy(&cluster, &cfg.args())?;
+    wait_and_warm_up(&mut conn, &injector, &a, By::Policy).await?;
+    let loaded = apiserver_memory(&cluster).await?;
     // The injector's own time per injection (its histogram), over the latency run.
     let sum0 = injector
         .metric("sidecar_injection_time_seconds_sum")
@@ -154,10 +188,21 @@ async fn main() -> anyhow::Result<()> {
     let count0 = injector
         .metric("sidecar_injection_time_seconds_count")
         .await?;
-    let (_, stored) = create_body(&mut conn, "injected", &pod("app")).await?;
+    let (_, stored) = create_body(&mut conn, "injected", &pod("app", "webhook")).await?;
     let big = as_new(&stored);
     latency(&mut conn, &injector, &a, &big, (sum0, count0)).await?;
     saturation(&cluster, &a, &big).await?;
+    let after = apiserver_memory(&cluster).await?;
+    println!();
+    println!("| API server memory | RSS | Go heap in use |");
+    println!("| --- | --- | --- |");
+    for (when, m) in [
+        ("webhook registered, warmed up", before),
+        ("policy loaded, warmed up", loaded),
+        ("after the runs", after),
+    ] {
+        println!("| {when} | {:.1} MiB | {:.1} MiB |", m.rss_mib, m.heap_mib);
+    }
     drop(injector);
     Ok(())
 }
@@ -185,28 +230,96 @@ fn register_webhooks(
                 .to_string();
             *cc = json!({"url": format!("https://127.0.0.1:{port}{path}"), "caBundle": cc["caBundle"].clone()});
         }
+        restrict(&mut mwc, "bench", &namespaces(), &["webhook"]);
         cluster.apply(&mwc)?;
     }
     Ok(())
 }
 
-/// Waits for the first injection, then warms up.
+/// The namespaces the webhook and the policy are restricted to.
+fn namespaces() -> Vec<String> {
+    vec!["injected".to_string()]
+}
+
+/// Installs `injector policy`'s objects for the configuration `flags` (the CRD first, established
+/// before the params object), restricted to pods labelled for the policy.
+fn install_policy(cluster: &Cluster, flags: &[String]) -> anyhow::Result<()> {
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let objects = policy_objects(&flags)?;
+    let Some((crd, rest)) = objects.split_first() else {
+        bail!("injector policy wrote nothing");
+    };
+    cluster.apply(crd)?;
+    cluster.kubectl(
+        &[
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=120s",
+            "crd/injectionparams.policy.sidecar-inject.io",
+        ],
+        None,
+    )?;
+    for o in rest {
+        let mut o = o.clone();
+        if o["kind"] != "MutatingAdmissionPolicy" {
+            restrict(&mut o, "bench", &namespaces(), &["policy"]);
+        }
+        cluster.apply(&o)?;
+    }
+    Ok(())
+}
+
+/// The API server's memory: its resident set (procfs) and its Go heap in use (its `/metrics`).
+#[derive(Debug, Clone, Copy)]
+struct Memory {
+    rss_mib: f64,
+    heap_mib: f64,
+}
+
+async fn apiserver_memory(cluster: &Cluster) -> anyhow::Result<Memory> {
+    let pid = std::fs::read_to_string(cluster.dir().join("kube-apiserver.pid"))?;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))?;
+    let rss_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .ok_or_else(|| anyhow::anyhow!("no VmRSS in /proc/{}/status", pid.trim()))?
+        .parse()?;
+    let metrics = cluster.kubectl(&["get", "--raw", "/metrics"], None)?;
+    let heap: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("go_memstats_heap_inuse_bytes "))
+        .ok_or_else(|| {
+            anyhow::anyhow!("no go_memstats_heap_inuse_bytes in the apiserver's /metrics")
+        })?
+        .trim()
+        .parse()?;
+    Ok(Memory {
+        rss_mib: rss_kib / 1024.0,
+        heap_mib: heap / (1024.0 * 1024.0),
+    })
+}
+
+/// Waits for the first injection by `by`, then warms up.
 async fn wait_and_warm_up(
     conn: &mut Connection,
     injector: &Injector,
     a: &Args,
+    by: By,
 ) -> anyhow::Result<()> {
     // The apiserver picks a new configuration up through an informer: wait for the first injection.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + e2e::PATIENCE;
     let mut n = 0;
     loop {
         n += 1;
-        if create(conn, "injected", &format!("warm{n}")).await?.1 {
+        if create(conn, "injected", &format!("warm{n}"), by).await?.1 {
             break;
         }
         if Instant::now() > deadline {
             bail!(
-                "the apiserver never called the injector:\n{}",
+                "the apiserver never injected by the {}:\n{}",
+                by.phase(),
                 injector.log()
             );
         }
@@ -214,13 +327,38 @@ async fn wait_and_warm_up(
     }
     // Warm-up: connections, caches, the injector's patch cache (replicas of one pod, as here, hit it).
     for i in 0..50 {
-        create(conn, "injected", &a.prefix(i)).await?;
-        create(conn, "plain", &a.prefix(i)).await?;
+        create(conn, "injected", &a.prefix(i), by).await?;
+        create(conn, "plain", &a.prefix(i), by).await?;
     }
     Ok(())
 }
 
-/// The latency run: the three arms in turn on one connection; prints its Markdown row. `before` is the
+/// The arms of both runs: the same pod injected by the webhook, by the policy, not injected (a namespace
+/// nothing is registered for), and the webhook's injected pod stored where nothing is called.
+const ARMS: [&str; 4] = ["webhook", "policy", "without", "injected pod, no webhook"];
+
+/// One create of arm `arm` (an index of [`ARMS`]): its time; fails when the pod was not injected as the
+/// arm says.
+async fn create_arm(
+    conn: &mut Connection,
+    arm: usize,
+    name: &str,
+    big: &Value,
+) -> anyhow::Result<Duration> {
+    let (ns, by) = match arm {
+        0 => ("injected", By::Webhook),
+        1 => ("injected", By::Policy),
+        2 => ("plain", By::Webhook),
+        _ => return Ok(create_body(conn, "plain", big).await?.0),
+    };
+    let (took, inj) = create(conn, ns, name, by).await?;
+    if inj != (arm < 2) {
+        bail!("{ns}/{name} ({}): injected as expected: {inj}", ARMS[arm]);
+    }
+    Ok(took)
+}
+
+/// The latency run: the arms in turn on one connection; prints its Markdown row. `before` is the
 /// injector's histogram (sum, count) before the run, for its own time per injection.
 async fn latency(
     conn: &mut Connection,
@@ -230,28 +368,13 @@ async fn latency(
     before: (f64, f64),
 ) -> anyhow::Result<()> {
     let (sum0, count0) = before;
-    // Latency: the three arms in turn, one connection; the order rotates every round.
-    let (mut with, mut without, mut big_without) = (Vec::new(), Vec::new(), Vec::new());
+    // The arms in turn, one connection; the order rotates every round.
+    let mut took: [Vec<Duration>; 4] = Default::default();
     for i in 0..a.creates {
         let name = a.prefix(i);
-        for k in 0..3 {
-            match (i + k) % 3 {
-                0 => {
-                    let (took, inj) = create(conn, "injected", &name).await?;
-                    if !inj {
-                        bail!("injected/{name}: not injected");
-                    }
-                    with.push(took);
-                }
-                1 => {
-                    let (took, inj) = create(conn, "plain", &name).await?;
-                    if inj {
-                        bail!("plain/{name}: injected");
-                    }
-                    without.push(took);
-                }
-                _ => big_without.push(create_body(conn, "plain", big).await?.0),
-            }
+        for k in 0..ARMS.len() {
+            let arm = (i + k) % ARMS.len();
+            took[arm].push(create_arm(conn, arm, &name, big).await?);
         }
     }
     let sum = injector
@@ -262,48 +385,43 @@ async fn latency(
         .metric("sidecar_injection_time_seconds_count")
         .await?
         - count0;
-    with.sort();
-    without.sort();
-    big_without.sort();
-    let (p50w, p99w) = (percentile(&with, 0.5), percentile(&with, 0.99));
-    let (p50o, p99o) = (percentile(&without, 0.5), percentile(&without, 0.99));
-    let (p50b, p99b) = (
-        percentile(&big_without, 0.5),
-        percentile(&big_without, 0.99),
-    );
+    for t in &mut took {
+        t.sort();
+    }
+    let p = |arm: usize, q: f64| percentile(&took[arm], q);
     println!(
-        "| creates per arm | p50 with | p50 without | p50 added | p50 injected pod, no webhook | p50 added by the call | p99 with | p99 without | p99 injected pod, no webhook | injector time per review (mean) |"
+        "| creates per arm | p50 webhook | p50 policy | p50 without | p50 injected pod, no webhook | p50 added by the webhook | p50 added by the policy | p99 webhook | p99 policy | p99 without | p99 injected pod, no webhook | injector time per review (mean) |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     println!(
-        "| {} | {} | {} | **{}** | {} | **{}** | {} | {} | {} | {} ({count} reviews) |",
-        with.len(),
-        ms(p50w),
-        ms(p50o),
-        diff(p50w, p50o),
-        ms(p50b),
-        diff(p50w, p50b),
-        ms(p99w),
-        ms(p99o),
-        ms(p99b),
+        "| {} | {} | {} | {} | {} | **{}** | **{}** | {} | {} | {} | {} | {} ({count} reviews) |",
+        took[0].len(),
+        ms(p(0, 0.5)),
+        ms(p(1, 0.5)),
+        ms(p(2, 0.5)),
+        ms(p(3, 0.5)),
+        diff(p(0, 0.5), p(2, 0.5)),
+        diff(p(1, 0.5), p(2, 0.5)),
+        ms(p(0, 0.99)),
+        ms(p(1, 0.99)),
+        ms(p(2, 0.99)),
+        ms(p(3, 0.99)),
         ms(Duration::from_secs_f64(if count > 0.0 {
             sum / count
         } else {
             0.0
         })),
     );
-
     Ok(())
 }
 
 /// The saturation run; prints its Markdown row.
 async fn saturation(cluster: &Cluster, a: &Args, big: &Value) -> anyhow::Result<()> {
-    // Saturation: `clients` connections creating for `seconds`, rounds cycling through the three arms.
-    const ARMS: [&str; 3] = ["with", "without", "injected pod, no webhook"];
-    let mut rates: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    // `clients` connections creating for `seconds`, rounds cycling through the arms.
+    let mut rates: [Vec<f64>; 4] = Default::default();
     let mut seq = 0usize;
-    for round in 0..a.rounds * 3 {
-        let arm = ARMS[round % 3];
+    for round in 0..a.rounds * ARMS.len() {
+        let arm = round % ARMS.len();
         let stop = Instant::now() + Duration::from_secs_f64(a.seconds);
         let start = Instant::now();
         let mut tasks = Vec::new();
@@ -321,11 +439,7 @@ async fn saturation(cluster: &Cluster, a: &Args, big: &Value) -> anyhow::Result<
                     } else {
                         prefix.clone()
                     };
-                    match round % 3 {
-                        0 => create(&mut conn, "injected", &name).await?,
-                        1 => create(&mut conn, "plain", &name).await?,
-                        _ => (create_body(&mut conn, "plain", &big).await?.0, true),
-                    };
+                    create_arm(&mut conn, arm, &name, &big).await?;
                     done += 1;
                 }
                 anyhow::Ok(done)
@@ -335,27 +449,22 @@ async fn saturation(cluster: &Cluster, a: &Args, big: &Value) -> anyhow::Result<
         for t in tasks {
             total += t.await??;
         }
-        rates
-            .entry(arm)
-            .or_default()
-            .push(total as f64 / start.elapsed().as_secs_f64());
+        rates[arm].push(total as f64 / start.elapsed().as_secs_f64());
     }
-    let mut median = |arm: &'static str| {
-        let v = rates.entry(arm).or_default();
+    let [w, pol, o, b] = rates.map(|mut v| {
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
-    let (w, o, b) = (median(ARMS[0]), median(ARMS[1]), median(ARMS[2]));
+    });
     println!();
-    println!("| clients | rounds × s | pods/s with | pods/s without | pods/s injected pod, no webhook | with / without | with / injected pod, no webhook |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| clients | rounds × s | pods/s webhook | pods/s policy | pods/s without | pods/s injected pod, no webhook | policy / webhook | webhook / without |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     println!(
-        "| {} | {} × {} | {w:.0} | {o:.0} | {b:.0} | {:.2} | {:.2} |",
+        "| {} | {} × {} | {w:.0} | {pol:.0} | {o:.0} | {b:.0} | {:.2} | {:.2} |",
         a.clients,
         a.rounds,
         a.seconds,
-        w / o,
-        w / b
+        pol / w,
+        w / o
     );
     Ok(())
 }

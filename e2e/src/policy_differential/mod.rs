@@ -667,7 +667,7 @@ pub fn diff(a: &Value, b: &Value) -> String {
 /// Adds `name In [namespaces]` to every namespace selector and `PHASE_LABEL In [phases]` to every
 /// object selector of a binding or webhook configuration, and makes its names (and a binding's params
 /// reference) the configuration's own.
-fn restrict(o: &mut Value, config: &str, namespaces: &[String], phases: &[&str]) {
+pub fn restrict(o: &mut Value, config: &str, namespaces: &[String], phases: &[&str]) {
     let ns_req =
         json!({"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces});
     let phase_req = json!({"key": PHASE_LABEL, "operator": "In", "values": phases});
