@@ -35,7 +35,7 @@
 //! | `warnings` | list of strings | see `warnings` |
 //! | `init_args` | list of strings or `null` | the args of the injected `istio-init` (`istio-validation` with CNI), leading `istio-iptables` included |
 //! | `connections` | list of `{"spec", "verdict", "port", "table", "chain", "rule", "address"}` | one per `--connection`, as `iptables-init explain` prints them |
-//! | `policy` | `{"injects", "reason"}`, only with `--policy` | whether the revision's MutatingAdmissionPolicy injects the pod inside the API server (the webhook then skips it), else why it leaves it to the webhook (the rule of `shared::policy::subset` not met) |
+//! | `policy` | `{"injects", "reason"}`, only with `--policy` | whether the revision's MutatingAdmissionPolicy injects the pod inside the API server (the webhook then skips it, so an injector outage cannot refuse it), else why it leaves it to the webhook (the rule of `shared::policy::subset` not met, or the configuration the compiler refuses) |
 //!
 //! Exit status 0 when every document was explained (injected or not); a bad manifest, flag, file or
 //! connection spec is an error naming the document (or flag), the field and the value.
@@ -126,9 +126,6 @@ pub enum ExplainError {
     /// The injector configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// `--policy`: the configuration cannot be compiled into a policy.
-    #[error("--policy: {0}")]
-    Policy(#[from] crate::shared::policy::ParamsError),
     /// `--proxy-configs` or `--namespaces` holds an unusable object.
     #[error(transparent)]
     Objects(#[from] ObjectsError),
@@ -384,8 +381,9 @@ struct Context {
     /// `--namespace-labels`.
     namespace_labels: Map<String, Value>,
     connections: Vec<traffic::Connection>,
-    /// `--policy`: the params the revision's policy is compiled to.
-    policy: Option<crate::shared::policy::ParamsSpec>,
+    /// `--policy`: the params the revision's policy is compiled to, or why the configuration is not
+    /// compiled (then the policy injects nothing and every pod is the webhook's).
+    policy: Option<Result<crate::shared::policy::ParamsSpec, String>>,
 }
 
 impl Context {
@@ -461,7 +459,18 @@ impl Context {
             warnings: Vec::new(),
             init_args: None,
             connections: Vec::new(),
-            policy: self.policy.as_ref().map(|spec| {
+            policy: self.policy.as_ref().map(|compiled| {
+                let spec = match compiled {
+                    Ok(spec) => spec,
+                    Err(why) => {
+                        return PolicyVerdict {
+                            injects: false,
+                            reason: format!(
+                                "leaves every pod to the webhook: the configuration is not compiled into a policy ({why})"
+                            ),
+                        }
+                    }
+                };
                 let Some((entry, _)) = routing.called.first() else {
                     return PolicyVerdict {
                         injects: false,
@@ -471,7 +480,10 @@ impl Context {
                 match crate::shared::policy::covers(&self.engine, spec, &pod) {
                     Ok(()) => PolicyVerdict {
                         injects: true,
-                        reason: format!("binding of {}; the webhook skips the pods it injected", entry.label()),
+                        reason: format!(
+                            "binding of {}; the webhook skips the pods it injected, so this pod is created and injected while the injector is down",
+                            entry.label()
+                        ),
                     },
                     Err(rule) => PolicyVerdict {
                         injects: false,
@@ -496,7 +508,11 @@ impl Context {
             &self.engine.settings.revision,
         ));
         warnings.extend(warnings::match_conditions(entry));
-        warnings.extend(warnings::fail_closed(entry));
+        // A pod the policy injects is skipped by the webhook's match conditions: no call, so no
+        // failure to call.
+        if !item.policy.as_ref().is_some_and(|p| p.injects) {
+            warnings.extend(warnings::fail_closed(entry));
+        }
         for (also, _) in routing.called.iter().skip(1) {
             warnings.push(format!(
                 "entry {} is called too, after {}: it sees the pod already injected (an installation should select each pod once)",
@@ -650,9 +666,12 @@ fn context(args: &Args) -> Result<Context, ExplainError> {
             .map(|e| e.path.clone())
             .unwrap_or_else(|| "/inject".to_string());
         let excluded = engine.proxy_config_namespaces();
-        Some(crate::shared::policy::params::compile(
-            &engine, &path, &excluded,
-        )?)
+        // A configuration the compiler refuses is not an error of explain: `injector policy` refuses
+        // it, so no policy injects and the webhook takes every pod, which is what explain says.
+        Some(
+            crate::shared::policy::params::compile(&engine, &path, &excluded)
+                .map_err(|e| e.to_string()),
+        )
     } else {
         None
     };

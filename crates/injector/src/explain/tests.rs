@@ -768,7 +768,12 @@ fn shell_words_are_quoted_only_when_needed() {
 #[test]
 fn policy_says_whether_the_admission_policy_or_the_webhook_injects() {
     let mut c = ctx("istio-injection=enabled");
-    c.policy = Some(crate::shared::policy::params::compile(&c.engine, "/inject", &[]).unwrap());
+    c.policy = Some(Ok(crate::shared::policy::params::compile(
+        &c.engine,
+        "/inject",
+        &[],
+    )
+    .unwrap()));
     let yaml = [
         deployment(json!({}), json!({})),
         deployment(
@@ -808,7 +813,12 @@ fn policy_says_whether_the_admission_policy_or_the_webhook_injects() {
 
     // A namespace no entry selects: no binding selects it either.
     let mut c = ctx("");
-    c.policy = Some(crate::shared::policy::params::compile(&c.engine, "/inject", &[]).unwrap());
+    c.policy = Some(Ok(crate::shared::policy::params::compile(
+        &c.engine,
+        "/inject",
+        &[],
+    )
+    .unwrap()));
     let item = one(&c, &deployment(json!({}), json!({})));
     let p = item.policy.unwrap();
     assert!(
@@ -824,4 +834,64 @@ fn policy_says_whether_the_admission_policy_or_the_webhook_injects() {
     assert!(item.policy.is_none());
     assert!(!item.text().contains("Policy:"));
     assert!(json(&[item])["items"][0].get("policy").is_none());
+}
+
+/// `--policy`: a pod the policy injects gets no failurePolicy warning (the webhook skips it, so an
+/// injector outage cannot refuse it); a pod it leaves to the webhook still does.
+#[test]
+fn a_pod_the_policy_injects_is_not_refused_by_an_injector_outage() {
+    let mut c = ctx("istio-injection=enabled");
+    let yaml = [
+        deployment(json!({}), json!({})),
+        deployment(
+            json!({}),
+            json!({"sidecar.istio.io/proxyImage": "example/proxy:1"}),
+        ),
+    ]
+    .join("\n---\n");
+    let fail_closed = |i: &Item| i.warnings.iter().any(|w| w.contains("failurePolicy Fail"));
+    // Without --policy both are refused while the injector is down.
+    let without = explain(&c, &yaml);
+    assert!(without.iter().all(fail_closed), "{without:?}");
+    c.policy = Some(Ok(crate::shared::policy::params::compile(
+        &c.engine,
+        "/inject",
+        &[],
+    )
+    .unwrap()));
+    let with = explain(&c, &yaml);
+    assert!(with[0].policy.as_ref().unwrap().injects);
+    assert!(!fail_closed(&with[0]), "{:?}", with[0].warnings);
+    assert!(
+        with[0]
+            .policy
+            .as_ref()
+            .unwrap()
+            .reason
+            .contains("while the injector is down"),
+        "{:?}",
+        with[0].policy
+    );
+    assert!(fail_closed(&with[1]), "{:?}", with[1].warnings);
+}
+
+/// `--policy` with a configuration the compiler refuses: explain answers, and says the policy leaves
+/// every pod to the webhook and why.
+#[test]
+fn a_configuration_the_policy_cannot_compile_leaves_every_pod_to_the_webhook() {
+    let mut c = ctx("istio-injection=enabled");
+    c.policy = Some(Err(
+        "templates.sidecar renders through the evaluator".to_string()
+    ));
+    let items = explain(&c, &deployment(json!({}), json!({})));
+    let verdict = items[0].policy.clone().unwrap();
+    assert!(!verdict.injects);
+    assert!(
+        verdict
+            .reason
+            .starts_with("leaves every pod to the webhook: the configuration is not compiled")
+            && verdict.reason.contains("templates.sidecar"),
+        "{verdict:?}"
+    );
+    assert!(items[0].injected, "the webhook still injects it");
 }
