@@ -166,6 +166,25 @@ fn exit_codes_page() -> String {
     out
 }
 
+fn policy_subset_page() -> String {
+    let mut out = header(
+        "The MutatingAdmissionPolicy's subset",
+        "`crates/injector/src/shared/policy/subset.rs` (`rules`)",
+    );
+    out.push_str(
+        "\nThe pods `injector policy`'s MutatingAdmissionPolicy injects inside the API server are those that \
+         meet every rule below, in this order; each rule is one of the policy's `matchConditions` (its CEL) \
+         and the same condition in Rust, which `injector explain --policy` and the differential through the \
+         API server use. A pod that fails one is left untouched by the policy, for the webhook; `explain \
+         --policy` names the first rule it fails. See [policy.md](../policy.md).\n\n\
+         | rule | a pod failing it goes to the webhook because |\n| --- | --- |\n",
+    );
+    for rule in injector::shared::policy::subset::rules() {
+        let _ = writeln!(out, "| `{}` | {} |", rule.name, rule.why.replace('|', "\\|"));
+    }
+    out
+}
+
 /// Every generated page, in a fixed order.
 pub fn pages() -> Vec<Page> {
     let page = |path: &'static str, text: Result<String, String>| Page {
@@ -182,6 +201,7 @@ pub fn pages() -> Vec<Page> {
         page("docs/reference/annotations.md", Ok(annotations_page())),
         page("docs/reference/metrics.md", metrics_page()),
         page("docs/reference/exit-codes.md", Ok(exit_codes_page())),
+        page("docs/reference/policy-subset.md", Ok(policy_subset_page())),
     ]
 }
 

@@ -1,5 +1,5 @@
 //! The documentation shows real output: every code block of README.md and of the pages under docs/ whose
-//! commands run an offline command ([`REPLAYED`]: `injector explain`, `iptables-init explain`,
+//! commands run an offline command ([`REPLAYED`]: `injector explain`, `injector policy`, `iptables-init explain`,
 //! `injector kube-inject` of the repository's examples, istio-cni's `VERSION`) is run again with the built
 //! binaries (in a scratch directory that sees the repository's `examples/`), and its printed output must
 //! be what the block shows, byte for byte. Those commands read nothing but their arguments and the
@@ -108,6 +108,7 @@ fn console_blocks(readme: &str) -> Vec<Block> {
 /// The commands whose blocks are replayed: offline, reading only their arguments and `examples/`.
 const REPLAYED: &[&str] = &[
     "injector explain ",
+    "injector policy ",
     "iptables-init explain ",
     "injector kube-inject -f examples/",
     "echo '{}' | CNI_COMMAND=VERSION istio-cni",
