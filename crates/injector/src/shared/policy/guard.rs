@@ -39,8 +39,8 @@
 
 use serde_json::{json, Value};
 
+use super::cel::MARKER_ANNOTATION;
 use super::subset::{self, Facts};
-use super::MARKER_ANNOTATION;
 use inject::decision::IGNORED_NAMESPACES;
 use inject::pod::{self, STATUS_ANNOTATION};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
