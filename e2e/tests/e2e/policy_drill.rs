@@ -1,6 +1,6 @@
 //! The outage drill (issue 31, item 6), through the real kube-apiserver: the MutatingAdmissionPolicy of
 //! `injector policy --guard` and the webhook configuration of `injector webhook-config
-//! --skip-policy-injected` both installed, and the injector down (killed: its URL refuses connections).
+//! --skip-policy-injected` both installed, and the injector down (its URL refuses connections).
 //!
 //! - failurePolicy Fail: a pod in the policy's subset is created injected (by the policy); a pod
 //!   outside it is rejected with the API server's webhook-failure message.
@@ -12,7 +12,7 @@
 //! - kube-system, labelled `istio-injection=enabled` as by mistake, is never affected: its pods are
 //!   created untouched in every phase.
 //!
-//! Then the injector up again (on the same port) and the guard back: the outside pod is injected by
+//! Then the injector up again and the guard back: the outside pod is injected by
 //! the webhook, and passes the guard.
 
 use std::collections::BTreeMap;
@@ -274,9 +274,19 @@ fn with_the_webhook_down_the_policy_injects_its_subset_and_the_guard_stops_the_r
         h.cluster.apply(o).expect("the API server takes the object");
     }
     let serve = serve_args(&h.certs.cert, &h.certs.key, &files);
-    let injector = Injector::start(&serve, &BTreeMap::new()).expect("injector serve");
-    let port = injector.https.port();
-    drop(injector);
+    // The injector's address while it is down: a port bound without listening, so that connections
+    // to it are refused and no other process (a test running beside this one) can take it.
+    let down = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let held = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket.bind(down).expect("binding a port");
+        socket
+    });
+    let down_port = held.local_addr().expect("the held port").port();
 
     for ns in [NS, "kube-system"] {
         h.cluster
@@ -286,16 +296,12 @@ fn with_the_webhook_down_the_policy_injects_its_subset_and_the_guard_stops_the_r
             )
             .expect("labelling the namespace");
     }
-    let apply_webhook = |failure_policy: &str| {
+    let apply_webhook = |port: u16, failure_policy: &str| {
         for m in webhook_configuration(&h, port, failure_policy) {
             h.cluster.apply(&m).expect("the webhook configuration");
         }
     };
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
     rt.block_on(async {
         let mut conn = h
             .cluster
@@ -304,7 +310,7 @@ fn with_the_webhook_down_the_policy_injects_its_subset_and_the_guard_stops_the_r
             .expect("a connection to the API server");
 
         // Phase 1: failurePolicy Fail, the webhook down.
-        apply_webhook("Fail");
+        apply_webhook(down_port, "Fail");
         let o = once(&mut conn, NS, &subset_pod(), "the policy", by_policy).await;
         assert!(
             by_policy(&o),
@@ -328,7 +334,7 @@ fn with_the_webhook_down_the_policy_injects_its_subset_and_the_guard_stops_the_r
         check_system(&mut conn, "Fail").await;
 
         // Phase 2: failurePolicy Ignore, the guard on.
-        apply_webhook("Ignore");
+        apply_webhook(down_port, "Ignore");
         let o = once(
             &mut conn,
             NS,
@@ -400,13 +406,13 @@ fn with_the_webhook_down_the_policy_injects_its_subset_and_the_guard_stops_the_r
         );
         check_system(&mut conn, "Ignore without the guard").await;
 
-        // The injector up again on its port, the guard back: the webhook injects the outside pod.
+        // The injector up again (the configuration pointed at it, as a service's endpoints come
+        // back), the guard back: the webhook injects the outside pod.
         for b in &guard_bindings {
             h.cluster.apply(b).expect("the guard binding back");
         }
-        let _injector =
-            Injector::start_in(None, &format!("127.0.0.1:{port}"), &serve, &BTreeMap::new())
-                .expect("injector serve on its port again");
+        let injector = Injector::start(&serve, &BTreeMap::new()).expect("injector serve");
+        apply_webhook(injector.https.port(), "Ignore");
         let o = once(&mut conn, NS, &outside_pod(), "the webhook up", by_webhook).await;
         assert!(
             by_webhook(&o),
@@ -418,6 +424,7 @@ fn with_the_webhook_down_the_policy_injects_its_subset_and_the_guard_stops_the_r
             "webhook up: the subset pod is injected by the policy: {o:?}"
         );
         check_system(&mut conn, "webhook up").await;
+        drop(injector);
     });
 }
 
