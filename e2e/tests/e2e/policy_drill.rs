@@ -411,6 +411,15 @@ fn with_the_webhook_down_the_policy_injects_its_subset_and_the_guard_stops_the_r
         for b in &guard_bindings {
             h.cluster.apply(b).expect("the guard binding back");
         }
+        let o = once(
+            &mut conn,
+            NS,
+            &outside_pod(),
+            "the guard back",
+            guard_message,
+        )
+        .await;
+        assert!(guard_message(&o), "the guard back: {o:?}");
         let injector = Injector::start(&serve, &BTreeMap::new()).expect("injector serve");
         apply_webhook(injector.https.port(), "Ignore");
         let o = once(&mut conn, NS, &outside_pod(), "the webhook up", by_webhook).await;
