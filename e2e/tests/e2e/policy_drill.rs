@@ -6,7 +6,9 @@
 //!   outside it is rejected with the API server's webhook-failure message.
 //! - failurePolicy Ignore, guard on: the subset pod is injected; the outside pod is rejected by the
 //!   guard, with its message; pods the webhook would not inject (opted out by annotation or label, on
-//!   the host network) are created untouched.
+//!   the host network) are created untouched; and on 120 generated cases' pods (the policy
+//!   differential's generator) the guard rejects exactly those `injector explain --policy` says a
+//!   webhook entry selects, the webhook's decision injects and the policy does not.
 //! - failurePolicy Ignore, guard off (its bindings deleted): the outside pod is created un-injected,
 //!   silently outside the mesh: why the guard exists.
 //! - kube-system, labelled `istio-injection=enabled` as by mistake, is never affected: its pods are
@@ -21,12 +23,17 @@ use std::process::{Command, Stdio};
 
 use e2e::apiserver::{serve_args, Injector};
 use e2e::cluster::Connection;
-use e2e::policy_differential::{is_injected, policy_objects, Harness, MARKER};
+use e2e::policy_differential::{generated, is_injected, policy_objects, Harness, MARKER};
 use serde_json::{json, Value};
 use test_support::corpus::Config;
 
 const NS: &str = "drill";
 const STATUS: &str = "sidecar.istio.io/status";
+/// A namespace none of the entries, bindings or guard bindings select (`istio-injection=disabled`).
+const UNSELECTED_NS: &str = "drill-unselected";
+/// The generated pods the guard's CEL is checked on (the policy differential's generator).
+const GENERATED_SEED: u64 = 31;
+const GENERATED_CASES: u64 = 120;
 
 /// What creating a pod gave: the stored pod, or the API server's message.
 type Outcome = Result<Value, String>;
@@ -209,11 +216,21 @@ fn webhook_configuration(h: &Harness, port: u16, failure_policy: &str) -> Vec<Va
     docs
 }
 
-/// Whether `injector explain --policy` says the policy injects `pod` under `flags`.
-fn policy_injects(flags: &[String], pod: &Value) -> (bool, String) {
-    let mut p = pod.clone();
-    p["metadata"]["namespace"] = json!(NS);
-    p["metadata"]["name"] = json!("p");
+/// `injector explain --policy -o json` of `pods` (in [`NS`], labelled `istio-injection=enabled`)
+/// under `flags`: one item per pod.
+fn explain(flags: &[String], pods: &[Value]) -> Vec<Value> {
+    let stream = pods
+        .iter()
+        .map(|pod| {
+            let mut p = pod.clone();
+            p["metadata"]["namespace"] = json!(NS);
+            if !p["metadata"]["name"].is_string() {
+                p["metadata"]["name"] = json!("p");
+            }
+            p.to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n---\n");
     let mut child = Command::new(e2e::bin("injector"))
         .args(["explain", "--policy", "-o", "json", "-f", "-"])
         .args(["--namespace-labels", "istio-injection=enabled"])
@@ -227,8 +244,8 @@ fn policy_injects(flags: &[String], pod: &Value) -> (bool, String) {
         .stdin
         .take()
         .expect("explain's stdin")
-        .write_all(p.to_string().as_bytes())
-        .expect("writing the pod to explain");
+        .write_all(stream.as_bytes())
+        .expect("writing the pods to explain");
     let out = child.wait_with_output().expect("injector explain ran");
     assert!(
         out.status.success(),
@@ -236,11 +253,104 @@ fn policy_injects(flags: &[String], pod: &Value) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).expect("explain's JSON");
-    let verdict = &v["items"][0]["policy"];
+    let items = v["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(items.len(), pods.len(), "explain explained every pod");
+    items
+}
+
+/// Whether `injector explain --policy` says the policy injects `pod` under `flags`, and why not.
+fn policy_injects(flags: &[String], pod: &Value) -> (bool, String) {
+    let item = explain(flags, std::slice::from_ref(pod)).remove(0);
+    let verdict = &item["policy"];
     (
         verdict["injects"].as_bool().unwrap_or(false),
         verdict["reason"].as_str().unwrap_or_default().to_string(),
     )
+}
+
+/// Whether the guard rejects a pod `explain` described, with the webhook down under Ignore: a webhook
+/// entry selects it, the webhook's decision injects it, the policy does not, and it is not marked
+/// injected already.
+fn guard_rejects(item: &Value, pod: &Value) -> bool {
+    let annotations = &pod["metadata"]["annotations"];
+    item["webhook"].is_object()
+        && item["decision"]["inject"] == json!(true)
+        && item["policy"]["injects"] != json!(true)
+        && !annotations[STATUS].is_string()
+        && !annotations[MARKER].is_string()
+}
+
+/// The guard's CEL against explain's decision on generated pods (the policy differential's
+/// generator): with the webhook down under Ignore, each pod is rejected by the guard exactly when
+/// [`guard_rejects`] says so. Returns the counts: pods, rejected by the guard, and accepted because the
+/// webhook would not inject them (no entry selects them, or its decision declines).
+async fn guard_agrees_on_generated_pods(
+    conn: &mut Connection,
+    flags: &[String],
+) -> (usize, usize, usize) {
+    let mut pods = Vec::new();
+    for (_, case_pods) in
+        generated(GENERATED_SEED, 0, GENERATED_CASES, GENERATED_CASES).expect("generated cases")
+    {
+        pods.extend(case_pods.into_iter().map(|p| p.pod));
+    }
+    // The pods as admission sees them: defaulted by a dry run in a namespace nothing selects.
+    let mut admitted = Vec::new();
+    for p in &pods {
+        if let Ok(mut a) = create(conn, UNSELECTED_NS, p, true).await {
+            if let Some(m) = a["metadata"].as_object_mut() {
+                for k in [
+                    "uid",
+                    "creationTimestamp",
+                    "managedFields",
+                    "resourceVersion",
+                ] {
+                    m.remove(k);
+                }
+                if m.get("generateName")
+                    .and_then(Value::as_str)
+                    .is_some_and(|g| !g.is_empty())
+                {
+                    m.remove("name");
+                }
+            }
+            if let Some(m) = a.as_object_mut() {
+                m.remove("status");
+            }
+            admitted.push((p.clone(), a));
+        }
+    }
+    let items = explain(
+        flags,
+        &admitted.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>(),
+    );
+    let mut rejected = 0;
+    let mut declined = 0;
+    let mut disagreements = Vec::new();
+    for ((p, a), item) in admitted.iter().zip(&items) {
+        let want = guard_rejects(item, a);
+        let o = create(conn, NS, p, true).await;
+        let got = guard_message(&o);
+        rejected += usize::from(got);
+        declined += usize::from(
+            o.is_ok()
+                && !(item["webhook"].is_object() && item["decision"]["inject"] == json!(true)),
+        );
+        if got != want || (!got && o.is_err()) {
+            disagreements.push(format!(
+                "want rejected {want}, got {o:?}; explain: webhook {} decision {} policy {}\n  pod {p}",
+                item["webhook"], item["decision"], item["policy"]
+            ));
+        }
+    }
+    assert!(
+        disagreements.is_empty(),
+        "{} of {} generated pods: the guard disagrees with explain:\n{}",
+        disagreements.len(),
+        admitted.len(),
+        disagreements.join("\n")
+    );
+    (admitted.len(), rejected, declined)
 }
 
 #[test]
@@ -288,6 +398,12 @@ fn with_the_webhook_down_the_policy_injects_its_subset_and_the_guard_stops_the_r
     });
     let down_port = held.local_addr().expect("the held port").port();
 
+    h.cluster
+        .namespace(
+            UNSELECTED_NS,
+            &BTreeMap::from([("istio-injection".to_string(), "disabled".to_string())]),
+        )
+        .expect("the unselected namespace");
     for ns in [NS, "kube-system"] {
         h.cluster
             .namespace(
@@ -376,6 +492,13 @@ fn with_the_webhook_down_the_policy_injects_its_subset_and_the_guard_stops_the_r
             );
         }
         check_system(&mut conn, "Ignore + guard").await;
+        let (pods, rejected, declined) = guard_agrees_on_generated_pods(&mut conn, &flags).await;
+        eprintln!(
+            "Ignore + guard, webhook down: {pods} generated pods, {rejected} rejected by the guard, \
+             {declined} accepted as the webhook would not inject them, each as explain's decisions say"
+        );
+        // Not vacuous: the guard rejected some, and accepted some the webhook would decline.
+        assert!(rejected > 0 && declined > 0, "{rejected} rejected, {declined} declined, of {pods}");
 
         // Phase 3: failurePolicy Ignore, the guard off: the outside pod starts outside the mesh.
         for b in &guard_bindings {
