@@ -7,8 +7,9 @@
 //! - failurePolicy Ignore, guard on: the subset pod is injected; the outside pod is rejected by the
 //!   guard, with its message; pods the webhook would not inject (opted out by annotation or label, on
 //!   the host network) are created untouched; and on 120 generated cases' pods (the policy
-//!   differential's generator) the guard rejects exactly those `injector explain --policy` says a
-//!   webhook entry selects, the webhook's decision injects and the policy does not.
+//!   differential's generator), each also opted out by annotation, on the host network, and with a
+//!   label `yes` over the opting-out annotation, the guard rejects exactly those `injector explain
+//!   --policy` says a webhook entry selects, the webhook's decision injects and the policy does not.
 //! - failurePolicy Ignore, guard off (its bindings deleted): the outside pod is created un-injected,
 //!   silently outside the mesh: why the guard exists.
 //! - kube-system, labelled `istio-injection=enabled` as by mistake, is never affected: its pods are
@@ -282,8 +283,11 @@ fn guard_rejects(item: &Value, pod: &Value) -> bool {
 
 /// The guard's CEL against explain's decision on generated pods (the policy differential's
 /// generator): with the webhook down under Ignore, each pod is rejected by the guard exactly when
-/// [`guard_rejects`] says so. Returns the counts: pods, rejected by the guard, and accepted because the
-/// webhook would not inject them (no entry selects them, or its decision declines).
+/// [`guard_rejects`] says so. Each generated pod is taken as it is and with the
+/// ways of opting out that leave it selected by a webhook entry (the `sidecar.istio.io/inject=false`
+/// annotation, the host network, a label `yes` that the annotation does not override), which only the
+/// guard's decision conditions tell apart. Returns the counts: pods, rejected by the guard, and
+/// accepted though a webhook entry selects them because the webhook's decision declines them.
 async fn guard_agrees_on_generated_pods(
     conn: &mut Connection,
     flags: &[String],
@@ -292,7 +296,16 @@ async fn guard_agrees_on_generated_pods(
     for (_, case_pods) in
         generated(GENERATED_SEED, 0, GENERATED_CASES, GENERATED_CASES).expect("generated cases")
     {
-        pods.extend(case_pods.into_iter().map(|p| p.pod));
+        for p in case_pods {
+            let mut opted_out = p.pod.clone();
+            opted_out["metadata"]["annotations"]["sidecar.istio.io/inject"] = json!("false");
+            let mut host = p.pod.clone();
+            host["spec"]["hostNetwork"] = json!(true);
+            // A label neither true nor false wins over the annotation and means "the default".
+            let mut label_yes = opted_out.clone();
+            label_yes["metadata"]["labels"]["sidecar.istio.io/inject"] = json!("yes");
+            pods.extend([p.pod, opted_out, host, label_yes]);
+        }
     }
     // The pods as admission sees them: defaulted by a dry run in a namespace nothing selects.
     let mut admitted = Vec::new();
@@ -333,8 +346,7 @@ async fn guard_agrees_on_generated_pods(
         let got = guard_message(&o);
         rejected += usize::from(got);
         declined += usize::from(
-            o.is_ok()
-                && !(item["webhook"].is_object() && item["decision"]["inject"] == json!(true)),
+            o.is_ok() && item["webhook"].is_object() && item["decision"]["inject"] == json!(false),
         );
         if got != want || (!got && o.is_err()) {
             disagreements.push(format!(
@@ -495,9 +507,9 @@ fn with_the_webhook_down_the_policy_injects_its_subset_and_the_guard_stops_the_r
         let (pods, rejected, declined) = guard_agrees_on_generated_pods(&mut conn, &flags).await;
         eprintln!(
             "Ignore + guard, webhook down: {pods} generated pods, {rejected} rejected by the guard, \
-             {declined} accepted as the webhook would not inject them, each as explain's decisions say"
+             {declined} selected but accepted as the webhook's decision declines them, each as explain says"
         );
-        // Not vacuous: the guard rejected some, and accepted some the webhook would decline.
+        // Not vacuous: the guard rejected some, and accepted some it selects that the webhook declines.
         assert!(rejected > 0 && declined > 0, "{rejected} rejected, {declined} declined, of {pods}");
 
         // Phase 3: failurePolicy Ignore, the guard off: the outside pod starts outside the mesh.
