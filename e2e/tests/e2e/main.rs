@@ -29,6 +29,7 @@ mod modules;
 mod nftables;
 mod node;
 mod policy;
+mod policy_drill;
 mod readme;
 mod rules_differential;
 mod test_command;

@@ -6,6 +6,10 @@
 //! the objects (the params CRD and object, the policy, one binding per webhook entry, selecting
 //!   what `webhook_config` generates for the same revision and tags) and `injector policy`.
 //!
+//! With `--guard`, also the guard (`shared::policy::guard`): a ValidatingAdmissionPolicy and its
+//! bindings rejecting a pod the webhook would have injected that reached validation un-injected (the
+//! webhook down under `failurePolicy: Ignore`, the pod outside the policy's subset).
+//!
 //! The params kind is a CRD of ours, `InjectionParams`, whose `spec` keeps unknown fields: a ConfigMap
 //! holds only strings, and CEL has no JSON decoding, so the rendered containers and volumes could not
 //! come from one. With the CRD, the policy's text is the same for every configuration and a new
@@ -13,7 +17,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::shared::policy::{cel, params, subset};
+use crate::shared::policy::{cel, guard, params, subset};
 use crate::shared::webhook_config::{self, Scope, WebhookConfigError};
 use inject::cluster_state::{ClusterState, ProxyConfigArgs};
 use inject::config::{ConfigArgs, ConfigError, Settings};
@@ -65,6 +69,13 @@ pub struct Args {
     /// The MutatingAdmissionPolicy API version written (`v1` from Kubernetes 1.36).
     #[arg(long, value_enum, default_value = "v1beta1")]
     pub api_version: ApiVersion,
+    /// Also write the guard: a ValidatingAdmissionPolicy (`admissionregistration.k8s.io/v1`) and a
+    /// binding per webhook entry that reject a pod the webhook would have injected but that reached
+    /// validation without injection (`sidecar.istio.io/status`), as when the webhook is down under
+    /// `failurePolicy: Ignore` and the pod is outside the policy's subset. Pods the webhook would not
+    /// inject (opted out, host network, ignored namespaces, the configuration's selectors) pass.
+    #[arg(long)]
+    pub guard: bool,
 }
 
 /// Why no policy was generated.
@@ -97,15 +108,44 @@ pub struct Compiled {
     pub params: Value,
     pub policy: Value,
     pub bindings: Vec<Value>,
+    /// The guard's ValidatingAdmissionPolicy and its bindings (empty without `--guard`).
+    pub guard: Vec<Value>,
 }
 
 impl Compiled {
-    /// Every object, in the order they can be applied: the CRD, the params, the policy, its bindings.
+    /// Every object, in the order they can be applied: the CRD, the params, the policy, its bindings,
+    /// then the guard's policy and bindings (if any).
     pub fn objects(&self) -> Vec<&Value> {
         [&self.crd, &self.params, &self.policy]
             .into_iter()
             .chain(&self.bindings)
+            .chain(&self.guard)
             .collect()
+    }
+
+    /// Adds the guard ([`guard::objects`]) for the same revision, tags and selectors as the policy's
+    /// bindings (`webhook`, as given to [`compile`]).
+    pub fn with_guard(mut self, webhook: &webhook_config::Args) -> Result<Compiled, PolicyError> {
+        let configurations = webhook.configurations(None)?;
+        let name = self
+            .policy
+            .field("metadata")
+            .and_then(|m| m.field("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let revision =
+            sidecar_core::fields::path(&self.params, ["metadata", "labels", "istio.io/rev"])
+                .and_then(Value::as_str)
+                .unwrap_or("default")
+                .to_string();
+        self.guard = guard::objects(
+            &name,
+            json!({"apiVersion": format!("{PARAMS_GROUP}/{PARAMS_VERSION}"), "kind": PARAMS_KIND}),
+            &configurations,
+            |tag| labels(&revision, tag),
+        );
+        Ok(self)
     }
 
     /// [`Compiled::objects`] as a YAML stream.
@@ -231,12 +271,7 @@ pub fn compile(
             .and_then(|l| l.get("istio.io/tag"))
             .map(String::as_str);
         for w in c.webhooks.iter().flatten() {
-            let kind = w
-                .name
-                .strip_suffix(webhook_config::ENTRY_SUFFIX)
-                .unwrap_or(&w.name)
-                .trim_end_matches('.')
-                .replace('.', "-");
+            let kind = guard::entry_kind(&w.name);
             bindings.push(json!({
                 "apiVersion": api.api_version(),
                 "kind": "MutatingAdmissionPolicyBinding",
@@ -258,6 +293,7 @@ pub fn compile(
         params,
         policy,
         bindings,
+        guard: Vec::new(),
     })
 }
 
@@ -283,7 +319,10 @@ pub fn load(args: &Args) -> Result<(Engine, webhook_config::Args, Vec<String>), 
 pub fn run(args: Args) -> anyhow::Result<()> {
     use std::io::Write as _;
     let (engine, webhook, excluded) = load(&args)?;
-    let compiled = compile(&engine, &webhook, &excluded, args.api_version)?;
+    let mut compiled = compile(&engine, &webhook, &excluded, args.api_version)?;
+    if args.guard {
+        compiled = compiled.with_guard(&webhook)?;
+    }
     std::io::stdout()
         .lock()
         .write_all(compiled.yaml()?.as_bytes())?;
@@ -293,3 +332,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod guard_tests;

@@ -6,9 +6,12 @@
 //! - `cel`: the variables and the JSONPatch mutation that splice a pod's own parts (its containers,
 //!   ports, probes, workload, labels and Prometheus annotations) into them;
 //! - `subset`: the pods the policy injects, one table of rules written in CEL (`matchConditions`) and in
-//!   Rust ([`covers`]: explain and the differential).
+//!   Rust ([`covers`]: explain and the differential);
+//! - `guard`: the optional ValidatingAdmissionPolicy that rejects a pod the webhook would have injected
+//!   but that reached validation without injection.
 
 pub mod cel;
+pub mod guard;
 pub mod params;
 pub mod subset;
 

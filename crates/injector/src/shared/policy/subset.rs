@@ -520,7 +520,7 @@ fn cel_list(items: &[&str]) -> String {
 
 /// Istio's `injectRequired` past its first two steps (the `not-host-network` and `namespace` rules):
 /// the inject label over the annotation, never- then always-selectors, the policy.
-fn decision_cel() -> String {
+pub fn decision_cel() -> String {
     let value = format!(
         "('{INJECT_KEY}' in object.metadata.?labels.orValue({{}}) ? object.metadata.labels['{INJECT_KEY}'] : \
           object.metadata.?annotations.orValue({{}})[?'{INJECT_KEY}'].orValue(''))"
