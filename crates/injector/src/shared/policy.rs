@@ -5,10 +5,12 @@
 //!   interception mode, as the params object's `spec`;
 //! - `cel`: the variables and the JSONPatch mutation that splice a pod's own parts (its containers,
 //!   ports, probes, workload, labels and Prometheus annotations) into them;
+//! - `object`: the params object's kind, name, labels, and the spec of a refused configuration;
 //! - `subset`: the pods the policy injects, one table of rules written in CEL (`matchConditions`) and in
 //!   Rust ([`covers`]: explain and the differential).
 
 pub mod cel;
+pub mod object;
 pub mod params;
 pub mod subset;
 
