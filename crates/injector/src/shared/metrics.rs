@@ -420,5 +420,6 @@ pub fn exposition() -> String {
     metrics.cluster_watch_error("proxyconfigs");
     metrics.cluster_watch_objects("proxyconfigs", 0);
     metrics.rendered(&[("sidecar".to_string(), "compiled")]);
+    metrics.policy_params_write("success");
     metrics.encode()
 }
