@@ -1,9 +1,9 @@
 //! `injector serve --kubeconfig --own-policy-params` through the real kube-apiserver with the
 //! MutatingAdmissionPolicy API (issue 31, "kept current in the cluster"): serve creates the revision's
 //! params object as `injector policy` compiles it, rewrites it when its ConfigMap changes (and only
-//! then), never writes another revision's object, and gives a configuration the policy cannot reproduce
-//! params under which the policy injects no pod. No webhook is installed: every injection seen is the
-//! policy's, run by the apiserver.
+//! then) and when a ProxyConfig changes, never writes another revision's object, and gives a
+//! configuration the policy cannot reproduce params under which the policy injects no pod. No webhook
+//! is installed: every injection seen is the policy's, run by the apiserver.
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
@@ -120,6 +120,7 @@ fn serve_keeps_its_revisions_policy_params_and_no_other() {
     .unwrap();
     apply_config_maps(c, &cfg);
     install_policy(c);
+    crate::helm_chart::proxy_config_crd(c);
 
     // Another revision's params object, which must never be written.
     let canary = policy_objects(&["--revision", "canary"]).unwrap();
@@ -290,6 +291,24 @@ fn serve_keeps_its_revisions_policy_params_and_no_other() {
     wait_for("the policy injects again", e2e::PATIENCE, || {
         let pod = admitted(c);
         injected(&pod).then_some(()).ok_or(pod["metadata"].clone())
+    });
+
+    // A namespace's ProxyConfig: the cluster watch's new engine leaves the namespace to the webhook.
+    c.namespace("tuned", &BTreeMap::new()).unwrap();
+    c.apply(&json!({
+        "apiVersion": "networking.istio.io/v1beta1", "kind": "ProxyConfig",
+        "metadata": {"name": "tuned", "namespace": "tuned"},
+        "spec": {"concurrency": 3},
+    }))
+    .unwrap();
+    wait_for("the params follow the ProxyConfig", e2e::PATIENCE, || {
+        let excluded = params(c, PARAMS).map(|p| p["spec"]["excludedNamespaces"].clone());
+        excluded
+            .as_ref()
+            .and_then(Value::as_array)
+            .is_some_and(|e| e.contains(&json!("tuned")))
+            .then_some(())
+            .ok_or(excluded)
     });
 
     // Our name relabelled to another revision: left alone through a change.
