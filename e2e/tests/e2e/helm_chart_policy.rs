@@ -2,7 +2,8 @@
 //! `injector policy`'s for the same revision, tags and options, object for object; the params object is
 //! `injector policy`'s name and labels with a spec that injects no pod until the injector writes the
 //! compiled one; the injector runs with `--own-policy-params`, and the RBAC grants it exactly the update
-//! of that one object. Off by default: none of it is rendered.
+//! of that one object, which `helm install` into an API server serving the policy API confirms (the
+//! params object is a hook, created after the CRD). Off by default: none of it is rendered.
 
 #![allow(clippy::unwrap_used)] // Tests: a failed unwrap is a failed test.
 
@@ -193,4 +194,81 @@ fn chart_policy_is_injector_policys_and_off_by_default() {
         !out.status.success() && stderr.contains("policy.enabled needs serve.inCluster"),
         "{stderr}"
     );
+}
+
+/// `helm install --set policy.enabled=true` into an API server serving MutatingAdmissionPolicy: the
+/// CRD, the policy, its bindings and (the hook, after the CRD) the params object are created, the
+/// injector's account may read and update that params object and nothing else of the policy's, and an
+/// upgrade runs the hook again.
+#[test]
+fn helm_install_with_the_policy_grants_its_params_and_nothing_more() {
+    let cluster = e2e::cluster::Cluster::up_with(e2e::policy_differential::APISERVER_ARGS);
+    let chart = helm::Chart::injector();
+    chart.install(&cluster, &["--set", "policy.enabled=true"]);
+    let params = |c: &e2e::cluster::Cluster| {
+        c.kubectl_json(&["get", "injectionparams", "sidecar-injector"], None)
+            .unwrap()
+    };
+    assert_eq!(params(&cluster)["spec"]["decision"]["policy"], "refused");
+    cluster
+        .kubectl(
+            &["get", "mutatingadmissionpolicy", "sidecar-injector"],
+            None,
+        )
+        .unwrap();
+    let bindings = cluster
+        .kubectl(
+            &[
+                "get",
+                "mutatingadmissionpolicybindings",
+                "-l",
+                "istio.io/rev=default",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .unwrap();
+    assert_eq!(bindings.lines().count(), 4, "{bindings}");
+
+    let account = "system:serviceaccount:sidecar-injector:sidecar-injector";
+    let ours = "injectionparams.policy.sidecar-inject.io/sidecar-injector";
+    let theirs = "injectionparams.policy.sidecar-inject.io/sidecar-injector-canary";
+    helm::assert_may(
+        &cluster,
+        account,
+        &[
+            &["get", ours],
+            &["watch", ours],
+            &["list", ours],
+            &["update", ours],
+            &["patch", ours],
+        ],
+        &[
+            &["create", "injectionparams.policy.sidecar-inject.io"],
+            &["delete", ours],
+            &["update", theirs],
+            &["patch", theirs],
+            &["list", "injectionparams.policy.sidecar-inject.io"],
+            &["update", "mutatingadmissionpolicies/sidecar-injector"],
+            &[
+                "update",
+                "mutatingadmissionpolicybindings/sidecar-injector-namespace",
+            ],
+            &[
+                "update",
+                "customresourcedefinitions/injectionparams.policy.sidecar-inject.io",
+            ],
+        ],
+    );
+
+    // An upgrade writes the params object again (the hook).
+    let before = params(&cluster)["metadata"]["uid"].clone();
+    chart.upgrade(&cluster, &[]);
+    let after = params(&cluster);
+    assert_ne!(
+        after["metadata"]["uid"], before,
+        "the hook did not run again"
+    );
+    assert_eq!(after["spec"]["decision"]["policy"], "refused");
 }
