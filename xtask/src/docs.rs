@@ -180,7 +180,12 @@ fn policy_subset_page() -> String {
          | rule | a pod failing it goes to the webhook because |\n| --- | --- |\n",
     );
     for rule in injector::shared::policy::subset::rules() {
-        let _ = writeln!(out, "| `{}` | {} |", rule.name, rule.why.replace('|', "\\|"));
+        let _ = writeln!(
+            out,
+            "| `{}` | {} |",
+            rule.name,
+            rule.why.replace('|', "\\|")
+        );
     }
     out
 }
@@ -202,6 +207,14 @@ pub fn pages() -> Vec<Page> {
         page("docs/reference/metrics.md", metrics_page()),
         page("docs/reference/exit-codes.md", Ok(exit_codes_page())),
         page("docs/reference/policy-subset.md", Ok(policy_subset_page())),
+        page(
+            "charts/sidecar-injector/files/policy.json",
+            sources::chart_policy().and_then(|v| {
+                serde_json::to_string_pretty(&v)
+                    .map(|t| t + "\n")
+                    .map_err(|e| e.to_string())
+            }),
+        ),
     ]
 }
 
@@ -287,6 +300,10 @@ mod tests {
                 page.path,
                 page.text
             );
+            // The Markdown pages are tables; the chart's policy file is JSON.
+            if !page.path.ends_with(".md") {
+                continue;
+            }
             let rows = page.text.lines().filter(|l| l.starts_with("| ")).count();
             assert!(rows > 3, "{}: no table rows", page.path);
         }

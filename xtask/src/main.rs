@@ -13,7 +13,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Task {
-    /// Write the generated reference pages under docs/reference/.
+    /// Write the generated reference pages under docs/reference/ (and the chart's files/policy.json).
     Docs {
         /// Write nothing: report what differs and exit 1 if anything does.
         #[arg(long)]

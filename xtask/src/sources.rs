@@ -70,6 +70,24 @@ pub fn injector_validated_annotations() -> Vec<&'static str> {
     inject::validated_annotations().collect()
 }
 
+/// The chart's `files/policy.json`: the params CRD and the MutatingAdmissionPolicy's spec, which are
+/// the same for every configuration, as `injector policy` writes them (compiled here for the built-in
+/// configuration).
+pub fn chart_policy() -> Result<serde_json::Value, String> {
+    use injector::policy::{compile, ApiVersion};
+    let settings = inject::config::Settings::from_documents(None, None, None, true, "", "")
+        .map_err(|e| e.to_string())?;
+    let engine = inject::engine::Engine::new(settings);
+    let webhook = injector::shared::webhook_config::Args::for_revision("", false)
+        .map_err(|e| e.to_string())?;
+    let compiled =
+        compile(&engine, &webhook, &[], ApiVersion::V1beta1).map_err(|e| e.to_string())?;
+    Ok(serde_json::json!({
+        "crd": compiled.crd,
+        "policySpec": compiled.policy["spec"],
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     /// Each exposition lists every metric its file registers: a labelled family left without its

@@ -767,7 +767,7 @@ fn helm_install_injects_a_labelled_namespace() {
 /// A ProxyConfig CustomResourceDefinition (`networking.istio.io/v1beta1`, namespaced, its schema left
 /// open), so that the apiserver and kubectl know the resource the chart's ClusterRole names; the RBAC
 /// checks need no more of Istio's schema.
-fn proxy_config_crd(cluster: &Cluster) {
+pub(crate) fn proxy_config_crd(cluster: &Cluster) {
     cluster
         .apply(&json!({
             "apiVersion": "apiextensions.k8s.io/v1",

@@ -15,7 +15,7 @@
 //! come from one. With the CRD, the policy's text is the same for every configuration and a new
 //! configuration, ProxyConfig or node set changes only the params object.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::shared::policy::{cel, guard, params, subset};
 use crate::shared::webhook_config::{self, Scope, WebhookConfigError};
@@ -30,11 +30,10 @@ pub use crate::shared::policy::{covers, Facts, ParamsError, ParamsSpec, Rule, MA
 /// The API group of the admission policies.
 const ADMISSION_GROUP: &str = "admissionregistration.k8s.io";
 
-/// The params CRD: `InjectionParams.policy.sidecar-inject.io/v1alpha1`, cluster-scoped.
-pub const PARAMS_GROUP: &str = "policy.sidecar-inject.io";
-pub const PARAMS_VERSION: &str = "v1alpha1";
-pub const PARAMS_KIND: &str = "InjectionParams";
-pub const PARAMS_PLURAL: &str = "injectionparams";
+use crate::shared::policy::object::{self as params_object, labels};
+/// The params CRD: `InjectionParams.policy.sidecar-inject.io/v1alpha1`, cluster-scoped (defined in
+/// `shared::policy::object`, which `serve --own-policy-params` writes through too).
+pub use crate::shared::policy::object::{PARAMS_GROUP, PARAMS_KIND, PARAMS_PLURAL, PARAMS_VERSION};
 
 /// Which version of the MutatingAdmissionPolicy API is written: `v1beta1` (Kubernetes 1.34 and 1.35,
 /// behind the `MutatingAdmissionPolicy` feature gate and `--runtime-config=admissionregistration.k8s.io/v1beta1=true`)
@@ -203,17 +202,6 @@ pub fn crd() -> Value {
     })
 }
 
-/// The objects' labels: the chart's name and the revision (and the tag of a tag's bindings).
-fn labels(revision: &str, tag: Option<&str>) -> Value {
-    let mut l = Map::new();
-    l.insert("app.kubernetes.io/name".into(), json!("sidecar-injector"));
-    l.insert("istio.io/rev".into(), json!(revision));
-    if let Some(t) = tag {
-        l.insert("istio.io/tag".into(), json!(t));
-    }
-    Value::Object(l)
-}
-
 /// Compiles `engine`'s configuration for the revision's scope (`webhook`, as `injector webhook-config`
 /// takes it): `excluded_namespaces` are left to the webhook besides Istio's never-injected ones.
 pub fn compile(
@@ -225,19 +213,15 @@ pub fn compile(
     let configurations = webhook.configurations(None)?;
     let spec = params::compile(engine, &webhook.scope.path, excluded_namespaces)?;
     let revision = spec.revision.clone();
-    let name = configurations
-        .first()
-        .and_then(|c| c.metadata.name.clone())
-        .unwrap_or_else(|| webhook.scope.webhook_name.clone());
-    let params = json!({
-        "apiVersion": format!("{PARAMS_GROUP}/{PARAMS_VERSION}"),
-        "kind": PARAMS_KIND,
-        "metadata": {"name": name, "labels": labels(&revision, None)},
-        "spec": serde_json::to_value(&spec).map_err(|e| PolicyError::Yaml {
+    let name = params_object::params_name(webhook)?;
+    let params = params_object::params_object(
+        &name,
+        &revision,
+        serde_json::to_value(&spec).map_err(|e| PolicyError::Yaml {
             what: format!("{PARAMS_KIND} {name}"),
             reason: e.to_string(),
         })?,
-    });
+    );
     let policy = json!({
         "apiVersion": api.api_version(),
         "kind": "MutatingAdmissionPolicy",

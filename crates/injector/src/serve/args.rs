@@ -38,6 +38,8 @@ pub struct Args {
     pub webhook_config_names: crate::cluster::ca_bundle_patch::WebhookConfigNamesArgs,
     #[command(flatten)]
     pub config_maps: ConfigMapArgs,
+    #[command(flatten)]
+    pub policy_params: crate::cluster::policy_params::PolicyParamsArgs,
     /// HTTPS address of the webhook (`127.0.0.1:0` picks a free port; see `--port-file`).
     #[arg(long, env = "INJECTOR_LISTEN", default_value = "0.0.0.0:15017", value_parser = listen_address)]
     pub listen: SocketAddr,

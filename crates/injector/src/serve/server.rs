@@ -111,6 +111,7 @@ pub(super) async fn serve(args: Args) -> anyhow::Result<()> {
     if let Some(client) = &client {
         watch_config_maps(client, &sources, &state);
     }
+    start_policy_params(&args, client.as_ref(), &state)?;
     if args.blocking_pool {
         tracing::warn!("--blocking-pool has no effect: injections always run off the I/O threads");
     }
@@ -251,8 +252,10 @@ fn new_state(
     metrics: &Arc<Metrics>,
     certs: Arc<CertStore>,
 ) -> Arc<State> {
+    let engine = Arc::new(engine);
     Arc::new_cyclic(|weak: &std::sync::Weak<State>| State {
-        engine: RwLock::new((0, Arc::new(engine))),
+        engines: watch::Sender::new(engine.clone()),
+        engine: RwLock::new((0, engine)),
         rebuild: Mutex::new(()),
         cluster: match (client, &sources.watched) {
             (Some(client), Some(watched)) => {
@@ -295,6 +298,31 @@ fn new_state(
             metrics.clone(),
         )),
     })
+}
+
+/// With `--own-policy-params` and a cluster: the params object kept compiled from each engine swapped in.
+fn start_policy_params(
+    args: &Args,
+    client: Option<&kube::Client>,
+    state: &State,
+) -> anyhow::Result<()> {
+    if !args.policy_params.own_policy_params {
+        return Ok(());
+    }
+    let Some(client) = client else {
+        anyhow::bail!(
+            "--own-policy-params writes to the cluster: give --kubeconfig or --in-cluster"
+        );
+    };
+    crate::cluster::policy_params::start(
+        client.clone(),
+        &args.config.revision,
+        &args.policy_params,
+        state.engines.subscribe(),
+        state.metrics.clone(),
+    )
+    .context("--own-policy-params")?;
+    Ok(())
 }
 
 /// With `--injector-configmap` / `--mesh-configmap`: their watch, each change rebuilding the engine.

@@ -18,6 +18,8 @@ pub(super) struct State {
     /// The engine of the current configuration and the configuration's generation number (bumped on
     /// every reload, for the patch cache's key).
     pub(super) engine: RwLock<(u64, Arc<Engine>)>,
+    /// Each engine swapped in, for whoever follows the configuration (`--own-policy-params`).
+    pub(super) engines: watch::Sender<Arc<Engine>>,
     /// Held from reading what a new engine is built from to its swap, so that a configuration reload
     /// and a cluster change never build from each other's stale half.
     pub(super) rebuild: Mutex<()>,
@@ -48,7 +50,9 @@ impl State {
     pub(super) fn swap_engine(&self, engine: Engine) {
         let engine = Arc::new(engine);
         let mut current = self.engine.write().unwrap_or_else(|e| e.into_inner());
-        *current = (current.0.wrapping_add(1), engine);
+        *current = (current.0.wrapping_add(1), engine.clone());
+        drop(current);
+        self.engines.send_replace(engine);
     }
 }
 

@@ -102,6 +102,12 @@ pub struct Metrics {
     pub webhook_patch_failures: Counter,
     /// caBundle patches refused with 409 Conflict (another writer came first), also counted as failures.
     pub webhook_patch_conflicts: Counter,
+    /// Writes of the policy's params object by result (`policy_params`).
+    policy_params_writes: Family<Labels, Counter>,
+    /// 1 while the configuration cannot be compiled into the policy and its params inject no pod.
+    pub policy_params_refused: Gauge<i64>,
+    /// Configurations compiled into the params (one per burst of engine swaps).
+    pub policy_params_compiles: Counter,
 }
 
 impl Default for Metrics {
@@ -141,6 +147,9 @@ impl Metrics {
             webhook_patch_attempts: Counter::default(),
             webhook_patch_failures: Counter::default(),
             webhook_patch_conflicts: Counter::default(),
+            policy_params_writes: Family::<Labels, Counter>::default(),
+            policy_params_refused: Gauge::<i64>::default(),
+            policy_params_compiles: Counter::default(),
         };
         // Registered in this order, which is the order of the text served.
         m.register_requests();
@@ -280,6 +289,21 @@ impl Metrics {
             "caBundle patches refused with 409 Conflict, another writer having changed the configuration (retried with backoff)",
             self.webhook_patch_conflicts.clone(),
         );
+        self.registry.register(
+            "injector_policy_params_writes",
+            "Writes of the MutatingAdmissionPolicy's params object (--own-policy-params), by result (success, conflict, failure; retried with backoff)",
+            self.policy_params_writes.clone(),
+        );
+        self.registry.register(
+            "injector_policy_params_refused",
+            "1 while the configuration cannot be compiled into the MutatingAdmissionPolicy: its params inject no pod and every pod goes to the webhook",
+            self.policy_params_refused.clone(),
+        );
+        self.registry.register(
+            "injector_policy_params_compiles",
+            "Configurations compiled into the MutatingAdmissionPolicy's params (one per burst of configuration, ProxyConfig or node changes; written only when the spec differs)",
+            self.policy_params_compiles.clone(),
+        );
     }
 
     /// The cache of finished patches.
@@ -315,6 +339,13 @@ impl Metrics {
             "Entries in the cache of finished patches",
             self.patch_cache.entries.clone(),
         );
+    }
+
+    /// Counts one write of the policy's params object with `result`.
+    pub fn policy_params_write(&self, result: &'static str) {
+        self.policy_params_writes
+            .get_or_create(&vec![("result", result)])
+            .inc();
     }
 
     /// Counts one failed list or watch of `resource` (its plural name).
@@ -389,5 +420,6 @@ pub fn exposition() -> String {
     metrics.cluster_watch_error("proxyconfigs");
     metrics.cluster_watch_objects("proxyconfigs", 0);
     metrics.rendered(&[("sidecar".to_string(), "compiled")]);
+    metrics.policy_params_write("success");
     metrics.encode()
 }

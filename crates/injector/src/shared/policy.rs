@@ -5,6 +5,7 @@
 //!   interception mode, as the params object's `spec`;
 //! - `cel`: the variables and the JSONPatch mutation that splice a pod's own parts (its containers,
 //!   ports, probes, workload, labels and Prometheus annotations) into them;
+//! - `object`: the params object's kind, name, labels, and the spec of a refused configuration;
 //! - `subset`: the pods the policy injects, one table of rules written in CEL (`matchConditions`) and in
 //!   Rust ([`covers`]: explain and the differential);
 //! - `guard`: the optional ValidatingAdmissionPolicy that rejects a pod the webhook would have injected
@@ -12,6 +13,7 @@
 
 pub mod cel;
 pub mod guard;
+pub mod object;
 pub mod params;
 pub mod subset;
 
