@@ -190,7 +190,24 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let (_, stored) = create_body(&mut conn, "injected", &pod("app", "webhook")).await?;
     let big = as_new(&stored);
+    let admission0 = admission_times(&cluster)?;
     latency(&mut conn, &injector, &a, &big, (sum0, count0)).await?;
+    let admission1 = admission_times(&cluster)?;
+    let mean = |i: usize| {
+        let (sum, count) = (
+            admission1[i].0 - admission0[i].0,
+            admission1[i].1 - admission0[i].1,
+        );
+        if count > 0.0 {
+            ms(Duration::from_secs_f64(sum / count))
+        } else {
+            "none".to_string()
+        }
+    };
+    println!();
+    println!("| the API server's own histograms over the latency run (mean) | policy evaluation (`apiserver_mutating_admission_policy_check_duration_seconds`) | webhook call (`apiserver_admission_webhook_admission_duration_seconds`) |");
+    println!("| --- | --- | --- |");
+    println!("| | {} | {} |", mean(0), mean(1));
     saturation(&cluster, &a, &big).await?;
     let after = apiserver_memory(&cluster).await?;
     println!();
@@ -268,6 +285,32 @@ fn install_policy(cluster: &Cluster, flags: &[String]) -> anyhow::Result<()> {
         cluster.apply(&o)?;
     }
     Ok(())
+}
+
+/// The API server's (sum, count) of the policy's evaluation and of the webhook calls, every series added.
+fn admission_times(cluster: &Cluster) -> anyhow::Result<[(f64, f64); 2]> {
+    let metrics = cluster.kubectl(&["get", "--raw", "/metrics"], None)?;
+    let total = |name: &str| -> (f64, f64) {
+        let mut out = (0.0, 0.0);
+        for line in metrics.lines() {
+            let value = || {
+                line.rsplit(' ')
+                    .next()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            if line.starts_with(&format!("{name}_sum")) {
+                out.0 += value();
+            } else if line.starts_with(&format!("{name}_count")) {
+                out.1 += value();
+            }
+        }
+        out
+    };
+    Ok([
+        total("apiserver_mutating_admission_policy_check_duration_seconds"),
+        total("apiserver_admission_webhook_admission_duration_seconds"),
+    ])
 }
 
 /// The API server's memory: its resident set (procfs) and its Go heap in use (its `/metrics`).
