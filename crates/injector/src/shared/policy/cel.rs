@@ -26,8 +26,9 @@ use super::params::{
 use inject::pod::{
     AGENT_LOG_LEVEL_ANNOTATION, COMPONENT_LOG_LEVEL_ANNOTATION, INTERCEPTION_MODE_ANNOTATION,
     LOG_LEVEL_ANNOTATION, MERGE_METRICS_ANNOTATION, NATIVE_SIDECAR_ANNOTATION,
-    PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_MEMORY_ANNOTATION,
-    PROXY_MEMORY_LIMIT_ANNOTATION, REWRITE_PROBES_ANNOTATION, STATUS_ANNOTATION,
+    PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_ANNOTATION,
+    PROXY_MEMORY_ANNOTATION, PROXY_MEMORY_LIMIT_ANNOTATION, REWRITE_PROBES_ANNOTATION,
+    STATUS_ANNOTATION,
 };
 
 /// The annotation the policy adds to the pods it injects, so that the webhook (`injector
@@ -556,6 +557,12 @@ pub fn variables() -> Vec<Variable> {
         ),
     ));
 
+    // `sidecar.istio.io/proxyImage` names both containers' image when it names a repository (holds a
+    // `/`); otherwise the configuration's image stands (`render::image::choose`).
+    v.push(var(
+        "image",
+        format!("variables.annotations[?'{PROXY_IMAGE_ANNOTATION}'].orValue('')"),
+    ));
     // `reorderPod`: native, `istio-init` (or `istio-validation`) and `istio-proxy` first among the init
     // containers; otherwise `istio-validation` first, `istio-init` last, and `istio-proxy` last among
     // the containers (first when holding the application). Then the per-pod fields of each at its
@@ -585,9 +592,11 @@ pub fn variables() -> Vec<Variable> {
             "(has(object.spec.initContainers) ? [] : [{new_inits}]) + \
              (!has(variables.variant.init) ? [] : \
                [variables.native || variables.variant.init.name == 'istio-validation' ? {init_at_0} : {init_last}, {init_args}] + \
+               (variables.image.contains('/') ? [{init_image}] : []) + \
                {init_resources}) + \
              [variables.native ? {proxy_native} : params.spec.proxyFirst ? {proxy_first} : {proxy_last}, \
               {proxy_env}, {proxy_args}] + \
+             (variables.image.contains('/') ? [{proxy_image}] : []) + \
              {proxy_resources}",
             new_inits = patch("add", "'/spec/initContainers'", Some("[]")),
             init_at_0 = patch(
@@ -601,6 +610,8 @@ pub fn variables() -> Vec<Variable> {
                 Some("variables.variant.init")
             ),
             init_args = field("init", "args", "variables.initArgs"),
+            init_image = field("init", "image", "variables.image"),
+            proxy_image = field("proxy", "image", "variables.image"),
             init_resources = resource_ops("variables.initPath"),
             proxy_native = patch(
                 "add",
