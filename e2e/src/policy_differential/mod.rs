@@ -37,6 +37,8 @@ pub const APISERVER_ARGS: &str =
 
 /// The label that routes a test pod to the policy, the webhook or both.
 pub const PHASE_LABEL: &str = "e2e.sidecar-inject.io/phase";
+/// The annotation the injection sets (Istio's `sidecar.istio.io/status`).
+const STATUS_ANNOTATION: &str = "sidecar.istio.io/status";
 /// The annotation the policy sets on the pods it injects.
 pub const MARKER: &str = "policy.sidecar-inject.io/injected";
 
@@ -502,7 +504,10 @@ impl Installed<'_> {
         let marked = pol
             .as_ref()
             .is_ok_and(|v| v["metadata"]["annotations"][MARKER].is_string());
-        let webhook_injected = w.as_ref().is_ok_and(is_injected);
+        // Injected by the webhook: stored with the status annotation the pod was created without (a pod
+        // already carrying a proxy, or already injected, is not counted).
+        let status = |v: &Value| v["metadata"]["annotations"][STATUS_ANNOTATION].is_string();
+        let webhook_injected = w.as_ref().is_ok_and(status) && !admitted.is_some_and(status);
         tally.webhook_injected += u64::from(webhook_injected);
         if let Some(shape) = &p.shape {
             let outcome = ShapeOutcome {
