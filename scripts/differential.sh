@@ -19,7 +19,8 @@
 # policy: generated pods and the corpus' cases through a real kube-apiserver (scripts/cluster.sh) with the
 #   MutatingAdmissionPolicy of `injector policy` and no webhook, with the webhook and no policy, and with both
 #   (e2e::policy_differential); flags --seed, --cases, --start, --per-config K (pods per configuration,
-#   default 100), --jobs J, --corpus 0|1. No allow-list: every difference is unexplained.
+#   default 100), --jobs J, --corpus 0|1, --corpus-match TEXT (the corpus cases whose name holds TEXT). No
+#   allow-list: every difference is unexplained (docs/policy-differential.md).
 # CI runs a fixed seed's few hundred cases of each kind in the e2e tests `rules_differential`,
 # `inject_differential` and `policy`.
 set -euo pipefail

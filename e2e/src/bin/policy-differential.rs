@@ -3,7 +3,9 @@
 //! policy`, with the webhook, and with both (`e2e::policy_differential`). Prints every unexplained
 //! difference and the counts, the covered fractions among them; exits 1 on a difference.
 //!
-//! `policy-differential [--seed S] [--cases N] [--start I] [--per-config K] [--jobs J] [--corpus 0|1]`
+//! `policy-differential [--seed S] [--cases N] [--start I] [--per-config K] [--jobs J] [--corpus 0|1]
+//! [--corpus-match TEXT]` (only the corpus cases whose name contains TEXT). The corpus' pods left to the
+//! webhook are listed with the subset rule that left them.
 
 use anyhow::{bail, Context as _, Result};
 use e2e::policy_differential::{corpus, generated, report, Harness, Tally};
@@ -15,10 +17,11 @@ fn main() -> Result<()> {
     let mut per_config = 100;
     let mut jobs = 2;
     let mut with_corpus = true;
+    let mut corpus_match = String::new();
     let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
         let [k, v] = pair else {
-            bail!("usage: policy-differential [--seed S] [--cases N] [--start I] [--per-config K] [--jobs J] [--corpus 0|1]")
+            bail!("usage: policy-differential [--seed S] [--cases N] [--start I] [--per-config K] [--jobs J] [--corpus 0|1] [--corpus-match TEXT]")
         };
         let n = || v.parse::<u64>().with_context(|| format!("{k} {v}"));
         match k.as_str() {
@@ -28,6 +31,7 @@ fn main() -> Result<()> {
             "--per-config" => per_config = n()?,
             "--jobs" => jobs = n()?.max(1) as usize,
             "--corpus" => with_corpus = v == "1",
+            "--corpus-match" => corpus_match = v.clone(),
             other => bail!("unknown flag {other}"),
         }
     }
@@ -37,7 +41,12 @@ fn main() -> Result<()> {
     if with_corpus {
         let mut t = Tally::default();
         for (config, pods) in corpus()? {
-            t.add(h.run(&config, &pods, jobs)?);
+            if pods.iter().any(|p| p.name.contains(&corpus_match)) {
+                t.add(h.run(&config, &pods, jobs)?);
+            }
+        }
+        for c in &t.left_cases {
+            println!("corpus: left to the webhook: {c}");
         }
         print!("{}", report("corpus", &t));
         failed |= !t.differences.is_empty();

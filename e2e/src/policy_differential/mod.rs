@@ -37,6 +37,8 @@ pub const APISERVER_ARGS: &str =
 
 /// The label that routes a test pod to the policy, the webhook or both.
 pub const PHASE_LABEL: &str = "e2e.sidecar-inject.io/phase";
+/// The annotation the injection sets (Istio's `sidecar.istio.io/status`).
+const STATUS_ANNOTATION: &str = "sidecar.istio.io/status";
 /// The annotation the policy sets on the pods it injects.
 pub const MARKER: &str = "policy.sidecar-inject.io/injected";
 
@@ -57,7 +59,28 @@ pub struct Tally {
     pub left: BTreeMap<String, u64>,
     /// Pods every phase refused.
     pub both_refused: u64,
+    /// Pods the webhook injected (the policy could inject at most these).
+    pub webhook_injected: u64,
+    /// Each pod left to the webhook that the webhook injected: `config case: rule`.
+    pub left_cases: Vec<String>,
+    /// Per pod shape (a corpus input document), whether the webhook injected it under some
+    /// configuration, and whether the policy injected it under every configuration the webhook did.
+    pub shapes: BTreeMap<String, ShapeOutcome>,
     pub differences: Vec<Difference>,
+}
+
+/// What became of one pod shape across the configurations it ran under.
+#[derive(Debug, Clone, Copy)]
+pub struct ShapeOutcome {
+    pub webhook_injected: bool,
+    pub policy_injected_all: bool,
+}
+
+impl ShapeOutcome {
+    fn add(&mut self, other: ShapeOutcome) {
+        self.webhook_injected |= other.webhook_injected;
+        self.policy_injected_all &= other.policy_injected_all;
+    }
 }
 
 impl Tally {
@@ -73,6 +96,16 @@ impl Tally {
             *self.left.entry(k).or_default() += v;
         }
         self.both_refused += other.both_refused;
+        self.webhook_injected += other.webhook_injected;
+        self.left_cases.extend(other.left_cases);
+        for (k, v) in other.shapes {
+            match self.shapes.get_mut(&k) {
+                Some(s) => s.add(v),
+                None => {
+                    self.shapes.insert(k, v);
+                }
+            }
+        }
         self.differences.extend(other.differences);
     }
 
@@ -84,6 +117,23 @@ impl Tally {
             100.0 * self.covered as f64 / self.cases as f64
         }
     }
+
+    /// The fraction of the pods the webhook injected that the policy injected, in percent.
+    pub fn covered_of_injected_percent(&self) -> f64 {
+        if self.webhook_injected == 0 {
+            0.0
+        } else {
+            100.0 * self.covered as f64 / self.webhook_injected as f64
+        }
+    }
+
+    /// Pod shapes the webhook injects, and those the policy injects wherever the webhook does.
+    pub fn shape_counts(&self) -> (u64, u64) {
+        let injected = self.shapes.values().filter(|s| s.webhook_injected);
+        let all = injected.clone().count() as u64;
+        let covered = injected.filter(|s| s.policy_injected_all).count() as u64;
+        (all, covered)
+    }
 }
 
 impl fmt::Display for Tally {
@@ -91,12 +141,16 @@ impl fmt::Display for Tally {
         write!(
             f,
             "{} configurations ({} compiled), {} cases: {} injected by the policy as the webhook injects them ({:.1} %), \
-             {} left to the webhook {:?}, {} refused by every phase, {} unexplained differences",
+             {} of the {} the webhook injected ({:.1} %); {} left to the webhook {:?}, {} refused by every phase, \
+             {} unexplained differences",
             self.configs,
             self.configs_compiled,
             self.cases,
             self.covered,
             self.covered_percent(),
+            self.covered,
+            self.webhook_injected,
+            self.covered_of_injected_percent(),
             self.left.values().sum::<u64>(),
             self.left,
             self.both_refused,
@@ -139,6 +193,8 @@ pub struct Harness {
 pub struct TestPod {
     pub name: String,
     pub pod: Value,
+    /// The corpus input document it came from (`None` for generated pods).
+    pub shape: Option<String>,
 }
 
 /// One configuration: its files and flags, as both the webhook and `injector policy` take them.
@@ -448,6 +504,23 @@ impl Installed<'_> {
         let marked = pol
             .as_ref()
             .is_ok_and(|v| v["metadata"]["annotations"][MARKER].is_string());
+        // Injected by the webhook: stored with the status annotation the pod was created without (a pod
+        // already carrying a proxy, or already injected, is not counted).
+        let status = |v: &Value| v["metadata"]["annotations"][STATUS_ANNOTATION].is_string();
+        let webhook_injected = w.as_ref().is_ok_and(status) && !admitted.is_some_and(status);
+        tally.webhook_injected += u64::from(webhook_injected);
+        if let Some(shape) = &p.shape {
+            let outcome = ShapeOutcome {
+                webhook_injected,
+                policy_injected_all: marked || !webhook_injected,
+            };
+            match tally.shapes.get_mut(shape) {
+                Some(s) => s.add(outcome),
+                None => {
+                    tally.shapes.insert(shape.clone(), outcome);
+                }
+            }
+        }
         if let (Err(_), Err(_), Err(_)) = (w, pol, both) {
             tally.both_refused += 1;
             return;
@@ -496,6 +569,14 @@ impl Installed<'_> {
             }
         } else {
             *tally.left.entry(rule_of(&reason)).or_default() += 1;
+            if webhook_injected {
+                tally.left_cases.push(format!(
+                    "{} {}: {}",
+                    self.config.name,
+                    p.name,
+                    rule_of(&reason)
+                ));
+            }
             // Left alone: as created.
             if let (Ok(b), Some(a)) = (pol, admitted) {
                 let d = diff(&normal(a), &normal(b));
@@ -849,8 +930,8 @@ pub fn pod_of(doc: &Value) -> Result<Value> {
     Ok(pod)
 }
 
-/// The pods of a workload stream.
-pub fn pods_of(stream: &str, name: &str) -> Result<Vec<TestPod>> {
+/// The pods of a workload stream; `input`, the corpus file it was read from, names their shapes.
+pub fn pods_of(stream: &str, name: &str, input: Option<&str>) -> Result<Vec<TestPod>> {
     let docs = pods::injectable_documents(stream)?;
     docs.iter()
         .enumerate()
@@ -858,6 +939,7 @@ pub fn pods_of(stream: &str, name: &str) -> Result<Vec<TestPod>> {
             Ok(TestPod {
                 name: format!("{name}#{i}"),
                 pod: pod_of(d)?,
+                shape: input.map(|f| format!("{f}#{i}")),
             })
         })
         .collect()
@@ -886,7 +968,8 @@ pub fn generated(
             ));
         }
         if let Some(last) = out.last_mut() {
-            last.1.extend(pods_of(&c.input, &format!("case {i}"))?);
+            last.1
+                .extend(pods_of(&c.input, &format!("case {i}"), None)?);
         }
     }
     Ok(out)
@@ -927,7 +1010,7 @@ pub fn corpus() -> Result<Vec<(TestConfig, Vec<TestPod>)>> {
                 config: c.config()?,
                 native: c.native_sidecars == "true",
             },
-            pods_of(&c.input_text()?, &c.name)?,
+            pods_of(&c.input_text()?, &c.name, Some(&c.input))?,
         ));
     }
     Ok(out)
@@ -940,6 +1023,14 @@ pub fn report(label: &str, tally: &Tally) -> String {
         out.push_str(&format!("{d}\n"));
     }
     out.push_str(&format!("{label}: {tally}\n"));
+    if !tally.shapes.is_empty() {
+        let (all, covered) = tally.shape_counts();
+        out.push_str(&format!(
+            "{label}: {} pod shapes, {all} injected by the webhook, {covered} of them by the policy wherever the webhook injects them ({:.1} %)\n",
+            tally.shapes.len(),
+            if all == 0 { 0.0 } else { 100.0 * covered as f64 / all as f64 }
+        ));
+    }
     if !tally.configs_refused.is_empty() {
         out.push_str(&format!(
             "{label}: configurations injector policy refuses: {:?}\n",

@@ -34,9 +34,14 @@ fn generated_pods_and_corpus_cases_are_injected_by_the_policy_as_by_the_webhook(
     for (config, pods) in corpus().expect("the corpus").into_iter().step_by(4) {
         corpus_tally.add(h.run(&config, &pods, 1).expect("the phases ran"));
     }
+    for c in &corpus_tally.left_cases {
+        eprintln!("corpus: left to the webhook: {c}");
+    }
     assert_clean("corpus", &corpus_tally);
+    // The policy injects at least 80 % of the sample's pods the webhook injects (the full corpus:
+    // docs/policy-differential.md).
     assert!(
-        corpus_tally.covered * 2 > corpus_tally.cases,
+        corpus_tally.covered * 5 >= corpus_tally.webhook_injected * 4 && corpus_tally.covered > 0,
         "{corpus_tally}"
     );
 }

@@ -778,7 +778,7 @@ fn policy_says_whether_the_admission_policy_or_the_webhook_injects() {
         deployment(json!({}), json!({})),
         deployment(
             json!({}),
-            json!({"sidecar.istio.io/proxyImage": "example/proxy:1"}),
+            json!({"sidecar.istio.io/proxyImageType": "debug"}),
         ),
     ]
     .join("\n---\n");

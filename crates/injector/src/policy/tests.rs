@@ -369,7 +369,7 @@ fn the_subset_rules_decide_in_their_order() {
         ),
         (
             pod(
-                json!({"annotations": {"sidecar.istio.io/proxyImage": "example/proxy:1"}}),
+                json!({"annotations": {"sidecar.istio.io/proxyImageType": "debug"}}),
                 app(),
             ),
             "annotations",
@@ -439,7 +439,8 @@ fn the_subset_rules_decide_in_their_order() {
     for p in [
         pod(
             json!({"labels": {"app": "a", "x": "y"}, "annotations": {"prometheus.io/scheme": "https",
-                "sidecar.istio.io/inject": "true", "example.com/a": "\"quoted\""}}),
+                "sidecar.istio.io/inject": "true", "example.com/a": "\"quoted\"",
+                "sidecar.istio.io/proxyImage": "example/proxy:1"}}),
             app(),
         ),
         pod(
@@ -505,4 +506,228 @@ fn proxy_config_resources_leave_their_namespaces_to_the_webhook() {
     let s = params::compile(&e, "/inject", &["apps".to_string()]).unwrap();
     let r = covers(&e, &s, &pod(json!({}), app())).unwrap_err();
     assert_eq!(r.name, "namespace");
+}
+
+// The per-pod parts the CEL computes (`shared::policy::cel`), each checked against the engine: the
+// params' fixed pieces with the pod's annotations put where the CEL puts them give what the webhook
+// renders. The differential through the API server checks the CEL text itself.
+
+/// The webhook's injection of a Deployment pod of `app()` with `annotations`.
+fn webhook_pod(e: &Engine, annotations: Value) -> Value {
+    let mut p = pod(
+        json!({"generateName": "web-5d4b7c9f8-", "labels": {"app": "web", "pod-template-hash": "5d4b7c9f8"},
+               "annotations": annotations,
+               "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d4b7c9f8",
+                                    "uid": "u", "controller": true}]}),
+        app(),
+    );
+    if p["metadata"]["annotations"] == json!({}) {
+        p["metadata"].as_object_mut().unwrap().remove("annotations");
+    }
+    crate::shared::webhook_request::inject(e, &p, None, "/inject").unwrap()
+}
+
+/// The container `name` of an injected pod, and whether it is an init container.
+fn injected_container<'a>(p: &'a Value, name: &str) -> (&'a Value, bool) {
+    for (list, init) in [("initContainers", true), ("containers", false)] {
+        if let Some(c) = p["spec"][list]
+            .as_array()
+            .and_then(|l| l.iter().find(|c| c["name"] == name))
+        {
+            return (c, init);
+        }
+    }
+    panic!("no {name} in {p}")
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn per_pod_init_args_put_the_traffic_annotations_in_the_params_slots() {
+    let e = default_engine();
+    let s = spec(&e).unwrap();
+    let a = chosen(&s, "REDIRECT").init_args.clone().unwrap();
+    // No annotation: the params' arguments as they are.
+    let plain = webhook_pod(&e, json!({}));
+    assert_eq!(
+        strings(&injected_container(&plain, "istio-init").0["args"]),
+        a.assemble()
+    );
+    // Every traffic annotation and the agent's log level, in the CEL's `initArgs` order: `-i -x -b`
+    // replaced, `-d` Envoy's ports, the annotation's and the status port, `-q -o` replaced, `-k` from the
+    // reroute annotation over kubevirt's, `-c`, then the log level.
+    let annotated = webhook_pod(
+        &e,
+        json!({
+            "traffic.sidecar.istio.io/includeOutboundIPRanges": "10.0.0.0/8",
+            "traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.1.0.0/16,10.2.0.0/16",
+            "traffic.sidecar.istio.io/includeInboundPorts": "80,81",
+            "traffic.sidecar.istio.io/excludeInboundPorts": "9000",
+            "traffic.sidecar.istio.io/includeOutboundPorts": "443",
+            "traffic.sidecar.istio.io/excludeOutboundPorts": "5432",
+            "traffic.sidecar.istio.io/kubevirtInterfaces": "net0",
+            "istio.io/reroute-virtual-interfaces": "net1,net2",
+            "traffic.sidecar.istio.io/excludeInterfaces": "eth1",
+            "sidecar.istio.io/agentLogLevel": "debug",
+        }),
+    );
+    let mut want = a.head.clone();
+    want.extend(
+        [
+            "-i",
+            "10.0.0.0/8",
+            "-x",
+            "10.1.0.0/16,10.2.0.0/16",
+            "-b",
+            "80,81",
+            "-d",
+            &format!("15090,15021,9000,{}", s.init_status_port),
+            "-q",
+            "443",
+            "-o",
+            "5432",
+            "-k",
+            "net1,net2",
+            "-c",
+            "eth1",
+            "--log_output_level=debug",
+        ]
+        .map(String::from),
+    );
+    want.extend(a.tail.iter().cloned());
+    assert_eq!(
+        strings(&injected_container(&annotated, "istio-init").0["args"]),
+        want
+    );
+    // An excluded-ports annotation that already names the status port, or is empty.
+    for (ann, d) in [
+        (
+            s.init_status_port.clone(),
+            format!("15090,15021,{}", s.init_status_port),
+        ),
+        (String::new(), format!("15090,15021,{}", s.init_status_port)),
+    ] {
+        let p = webhook_pod(
+            &e,
+            json!({"traffic.sidecar.istio.io/excludeInboundPorts": ann}),
+        );
+        let args = strings(&injected_container(&p, "istio-init").0["args"]);
+        let at = args.iter().position(|x| x == "-d").unwrap();
+        assert_eq!(args[at + 1], d, "{ann:?}");
+    }
+}
+
+#[test]
+fn per_pod_proxy_args_replace_the_three_log_levels_in_place() {
+    let e = default_engine();
+    let s = spec(&e).unwrap();
+    let fixed = strings(&chosen(&s, "REDIRECT").proxy["args"]);
+    let p = webhook_pod(
+        &e,
+        json!({"sidecar.istio.io/logLevel": "debug",
+               "sidecar.istio.io/componentLogLevel": "misc:error,rbac:debug",
+               "sidecar.istio.io/agentLogLevel": "default:debug"}),
+    );
+    let want: Vec<String> = fixed
+        .iter()
+        .map(|a| {
+            if a.starts_with("--proxyLogLevel=") {
+                "--proxyLogLevel=debug".to_string()
+            } else if a.starts_with("--proxyComponentLogLevel=") {
+                "--proxyComponentLogLevel=misc:error,rbac:debug".to_string()
+            } else if a.starts_with("--log_output_level=") {
+                "--log_output_level=default:debug".to_string()
+            } else {
+                a.clone()
+            }
+        })
+        .collect();
+    assert_ne!(want, fixed, "the CEL's three slots are in the params' args");
+    assert_eq!(
+        strings(&injected_container(&p, "istio-proxy").0["args"]),
+        want
+    );
+    // Without the annotations, the params' args as they are.
+    let plain = webhook_pod(&e, json!({}));
+    assert_eq!(
+        strings(&injected_container(&plain, "istio-proxy").0["args"]),
+        fixed
+    );
+}
+
+#[test]
+fn per_pod_resources_replace_both_containers_resources_with_the_annotations_alone() {
+    let e = default_engine();
+    let s = spec(&e).unwrap();
+    let v = chosen(&s, "REDIRECT");
+    // The configuration's resources are in the params (what a pod without annotations gets).
+    assert!(v.proxy["resources"]["requests"].is_object(), "{}", v.proxy);
+    for (annotations, want) in [
+        (
+            json!({"sidecar.istio.io/proxyCPU": "250m"}),
+            json!({"requests": {"cpu": "250m"}}),
+        ),
+        (
+            json!({"sidecar.istio.io/proxyMemoryLimit": "1Gi"}),
+            json!({"limits": {"memory": "1Gi"}}),
+        ),
+        (
+            json!({"sidecar.istio.io/proxyCPU": "1", "sidecar.istio.io/proxyMemory": "64Mi",
+                   "sidecar.istio.io/proxyCPULimit": "2", "sidecar.istio.io/proxyMemoryLimit": "128Mi"}),
+            json!({"requests": {"cpu": "1", "memory": "64Mi"}, "limits": {"cpu": "2", "memory": "128Mi"}}),
+        ),
+    ] {
+        let p = webhook_pod(&e, annotations.clone());
+        for name in ["istio-init", "istio-proxy"] {
+            assert_eq!(
+                injected_container(&p, name).0["resources"],
+                want,
+                "{name} {annotations}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_native_sidecar_choice_is_the_annotation_when_set_else_the_configuration() {
+    for native in [true, false] {
+        let e = engine(Value::Null, Value::Null, Value::Null, native);
+        let s = spec(&e).unwrap();
+        assert_eq!(s.native, native);
+        // The CEL's `native`: a non-empty annotation decides (anything but "false" is native).
+        for (ann, want) in [
+            (None, native),
+            (Some(""), native),
+            (Some("true"), true),
+            (Some("false"), false),
+            (Some("x"), true),
+        ] {
+            let annotations = match ann {
+                Some(a) => json!({"sidecar.istio.io/nativeSidecar": a}),
+                None => json!({}),
+            };
+            let p = webhook_pod(&e, annotations);
+            let (proxy, in_init) = injected_container(&p, "istio-proxy");
+            assert_eq!(in_init, want, "configuration {native}, annotation {ann:?}");
+            // And the variant the CEL picks is the one the webhook rendered.
+            let variant = &s.variants["REDIRECT"];
+            let v = if want {
+                &variant.native
+            } else {
+                &variant.classic
+            };
+            assert_eq!(proxy["image"], v.proxy["image"]);
+            assert_eq!(
+                p["metadata"]["annotations"]["sidecar.istio.io/status"],
+                v.annotations["sidecar.istio.io/status"],
+                "configuration {native}, annotation {ann:?}"
+            );
+        }
+    }
 }

@@ -2,12 +2,19 @@
 //! configuration's fixed parts (`params::ParamsSpec`). The text depends on nothing of the configuration:
 //! a new configuration changes only the params object.
 //!
-//! JSONPatch throughout, not ApplyConfiguration: the webhook puts `istio-init` and `istio-proxy` before
-//! the pod's init containers and its volumes before the pod's, rewrites probes field by field and may
-//! remove a probe's `tcpSocket`; an apply configuration merges lists by key and appends what is new
-//! (server-side apply's order), and cannot remove a field. Every list is patched by index (`/0`, `/-`),
-//! never replaced, so nothing of the pod's own is re-encoded (the issue's trap: an `add` of
-//! `/spec/initContainers` replaces the pod's own list).
+//! JSONPatch for every part, ApplyConfiguration for none. Per part:
+//!
+//! | part | patch | why not ApplyConfiguration |
+//! | --- | --- | --- |
+//! | `istio-init`/`istio-validation`, native `istio-proxy` | `add /spec/initContainers/0` (`/1`), or `/-` | a container's `args` and `command` are atomic lists: the API server refuses an apply configuration holding one ("may not mutate atomic arrays, maps or structs", k8s.io/apiserver `policy/mutating/patch/smd.go` `validatePatch`); and a new keyed item lands where structured-merge-diff's merge puts it (`typed/merge.go` `visitListItems`), not first as `reorderPod` puts it |
+//! | classic `istio-proxy` | `add /spec/containers/0` (hold the application) or `/-` | the same |
+//! | per-pod `args`, `env`, `image`, `resources` of both | `add <container>/args` …, after the container | `args` is atomic; `env` merges by name, and the per-pod entries must go between the fixed ones |
+//! | rewritten probes and hooks (`ISTIO_KUBE_APP_PROBERS`' other half) | `add …/httpGet/port`, `remove …/tcpSocket`, `remove …/grpc` | an apply configuration cannot remove a field, and a probe's handler is a one-of |
+//! | volumes, image pull secrets | `add /spec/volumes/<i>` before the pod's own | merged by name; a new item goes where the merge puts it, not before the pod's own |
+//! | labels, annotations (status annotation, marker, Prometheus, default container) | `add /metadata/labels/<key>` … | would work as an apply configuration; kept as JSONPatch so that one mutation of one type carries the whole injection, in the webhook's order |
+//!
+//! Every list is patched by index (`/0`, `/-`), never replaced, so nothing of the pod's own is
+//! re-encoded (the issue's trap: an `add` of `/spec/initContainers` replaces the pod's own list).
 //!
 //! Each piece mirrors the webhook's function named beside it; the differential through the API server
 //! (`e2e/src/policy_differential`) is what shows they agree.
@@ -26,8 +33,9 @@ use super::params::{
 use inject::pod::{
     AGENT_LOG_LEVEL_ANNOTATION, COMPONENT_LOG_LEVEL_ANNOTATION, INTERCEPTION_MODE_ANNOTATION,
     LOG_LEVEL_ANNOTATION, MERGE_METRICS_ANNOTATION, NATIVE_SIDECAR_ANNOTATION,
-    PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_MEMORY_ANNOTATION,
-    PROXY_MEMORY_LIMIT_ANNOTATION, REWRITE_PROBES_ANNOTATION, STATUS_ANNOTATION,
+    PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_ANNOTATION,
+    PROXY_MEMORY_ANNOTATION, PROXY_MEMORY_LIMIT_ANNOTATION, REWRITE_PROBES_ANNOTATION,
+    STATUS_ANNOTATION,
 };
 
 /// The annotation the policy adds to the pods it injects, so that the webhook (`injector
@@ -556,6 +564,12 @@ pub fn variables() -> Vec<Variable> {
         ),
     ));
 
+    // `sidecar.istio.io/proxyImage` names both containers' image when it names a repository (holds a
+    // `/`); otherwise the configuration's image stands (`render::image::choose`).
+    v.push(var(
+        "image",
+        format!("variables.annotations[?'{PROXY_IMAGE_ANNOTATION}'].orValue('')"),
+    ));
     // `reorderPod`: native, `istio-init` (or `istio-validation`) and `istio-proxy` first among the init
     // containers; otherwise `istio-validation` first, `istio-init` last, and `istio-proxy` last among
     // the containers (first when holding the application). Then the per-pod fields of each at its
@@ -585,9 +599,11 @@ pub fn variables() -> Vec<Variable> {
             "(has(object.spec.initContainers) ? [] : [{new_inits}]) + \
              (!has(variables.variant.init) ? [] : \
                [variables.native || variables.variant.init.name == 'istio-validation' ? {init_at_0} : {init_last}, {init_args}] + \
+               (variables.image.contains('/') ? [{init_image}] : []) + \
                {init_resources}) + \
              [variables.native ? {proxy_native} : params.spec.proxyFirst ? {proxy_first} : {proxy_last}, \
               {proxy_env}, {proxy_args}] + \
+             (variables.image.contains('/') ? [{proxy_image}] : []) + \
              {proxy_resources}",
             new_inits = patch("add", "'/spec/initContainers'", Some("[]")),
             init_at_0 = patch(
@@ -601,6 +617,8 @@ pub fn variables() -> Vec<Variable> {
                 Some("variables.variant.init")
             ),
             init_args = field("init", "args", "variables.initArgs"),
+            init_image = field("init", "image", "variables.image"),
+            proxy_image = field("proxy", "image", "variables.image"),
             init_resources = resource_ops("variables.initPath"),
             proxy_native = patch(
                 "add",

@@ -21,9 +21,9 @@ use inject::pod::{
     self, AGENT_LOG_LEVEL_ANNOTATION, COMPONENT_LOG_LEVEL_ANNOTATION, CORE_DUMP_CONTAINER,
     INIT_CONTAINER, INJECT_KEY, INTERCEPTION_MODE_ANNOTATION, LOG_LEVEL_ANNOTATION,
     MERGE_METRICS_ANNOTATION, NATIVE_SIDECAR_ANNOTATION, NETWORK_LABEL, PROXY_CONTAINER,
-    PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_MEMORY_ANNOTATION,
-    PROXY_MEMORY_LIMIT_ANNOTATION, REWRITE_PROBES_ANNOTATION, STATUS_ANNOTATION,
-    VALIDATION_CONTAINER,
+    PROXY_CPU_ANNOTATION, PROXY_CPU_LIMIT_ANNOTATION, PROXY_IMAGE_ANNOTATION,
+    PROXY_MEMORY_ANNOTATION, PROXY_MEMORY_LIMIT_ANNOTATION, REWRITE_PROBES_ANNOTATION,
+    STATUS_ANNOTATION, VALIDATION_CONTAINER,
 };
 use sidecar_core::fields::{self, Fields};
 
@@ -172,6 +172,7 @@ pub const HANDLED_ANNOTATIONS: &[(&str, Shape)] = &[
     (LOG_LEVEL_ANNOTATION, Shape::Any),
     (COMPONENT_LOG_LEVEL_ANNOTATION, Shape::Any),
     (AGENT_LOG_LEVEL_ANNOTATION, Shape::LogLevel),
+    (PROXY_IMAGE_ANNOTATION, Shape::Any),
     (PROXY_CPU_ANNOTATION, Shape::Quantity),
     (PROXY_MEMORY_ANNOTATION, Shape::Quantity),
     (PROXY_CPU_LIMIT_ANNOTATION, Shape::Quantity),
@@ -359,7 +360,7 @@ pub fn rules() -> Vec<Rule> {
         },
         Rule {
             name: "annotations",
-            why: "it has an annotation the policy does not render (an Istio annotation but the inject, interception, native sidecar, probe rewrite, merge-metrics, log level, resource and traffic ones; a Prometheus key spelled otherwise; or one of Datadog's, OpenTelemetry's or Multus')",
+            why: "it has an annotation the policy does not render (an Istio annotation but the inject, interception, native sidecar, probe rewrite, merge-metrics, log level, proxy image, resource and traffic ones; a Prometheus key spelled otherwise; or one of Datadog's, OpenTelemetry's or Multus')",
             cel: format!(
                 "object.metadata.?annotations.orValue({{}}).all(k, \
                    (!k.contains('istio.io/') || k in {handled}) && \
