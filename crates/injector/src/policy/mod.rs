@@ -32,9 +32,10 @@ pub const PARAMS_VERSION: &str = "v1alpha1";
 pub const PARAMS_KIND: &str = "InjectionParams";
 pub const PARAMS_PLURAL: &str = "injectionparams";
 
-/// Which version of the MutatingAdmissionPolicy API is written: `v1beta1` (Kubernetes 1.34 and 1.35,
-/// behind the `MutatingAdmissionPolicy` feature gate and `--runtime-config=admissionregistration.k8s.io/v1beta1=true`)
-/// or `v1` (GA from 1.36). The objects are the same in both.
+/// Which version of the MutatingAdmissionPolicy API is written: `v1` (GA and served by default from
+/// Kubernetes 1.36, the release `tools/k8s` pins) or `v1beta1` (1.34 and 1.35, behind the
+/// `MutatingAdmissionPolicy` feature gate and `--runtime-config=admissionregistration.k8s.io/v1beta1=true`).
+/// The objects are the same in both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ApiVersion {
     V1beta1,
@@ -62,8 +63,9 @@ pub struct Args {
     pub cluster: ProxyConfigArgs,
     #[command(flatten)]
     pub scope: Scope,
-    /// The MutatingAdmissionPolicy API version written (`v1` from Kubernetes 1.36).
-    #[arg(long, value_enum, default_value = "v1beta1")]
+    /// The MutatingAdmissionPolicy API version written: `v1` from Kubernetes 1.36, `v1beta1` for 1.34
+    /// and 1.35 (with the feature gate and the beta API turned on).
+    #[arg(long, value_enum, default_value = "v1")]
     pub api_version: ApiVersion,
 }
 
