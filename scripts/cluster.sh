@@ -47,7 +47,7 @@
 # inside the node), Services 10.96.K.0/24, veths sik<K>n<i>, cgroup roots /sik<K>-node<i>. The apiserver
 # listens on 10.250.K.1 (nodes and pods reach it there; in pods, the `kubernetes` Service leads to it) and
 # etcd on 127.0.0.1, both on free ports; the controller manager and the scheduler serve no port.
-# Pods can use the image registry.k8s.io/pause:3.10.1 (the sandbox image, built here from k8s.io/kubernetes'
+# Pods can use the image registry.k8s.io/pause:3.10.2 (the sandbox image, built here from k8s.io/kubernetes'
 # build/pause/linux/pause.c and imported into every node); no image is ever pulled.
 #
 # DIR/env (KEY=VALUE lines; `source` it in bash):
@@ -58,7 +58,7 @@
 # and with nodes:
 #   NODE_NAMES                         "node1 node2 ..." (quoted)
 #   POD_CIDR, SERVICE_CIDR             the cluster's pod and Service ranges
-#   PAUSE_IMAGE                        registry.k8s.io/pause:3.10.1, present on every node
+#   PAUSE_IMAGE                        registry.k8s.io/pause:3.10.2, present on every node
 #   BRIDGE                             the host bridge of the node network
 #   KUBELET, KUBE_PROXY, KUBE_SCHEDULER, KUBE_CONTROLLER_MANAGER   the binaries
 #   and per node i (1..N), NODE<i>_...:
@@ -82,7 +82,7 @@
 # `build` builds all three (scripts/test.sh runs it before the tests).
 # With CLUSTER_NO_BUILD set, `up` fails instead of building (the e2e tests: scripts/test.sh builds first).
 # CLUSTER_APISERVER_EXTRA_ARGS (words split on blanks) are appended to kube-apiserver's flags, e.g.
-# `--feature-gates=MutatingAdmissionPolicy=true --runtime-config=admissionregistration.k8s.io/v1beta1=true`.
+# `--runtime-config=admissionregistration.k8s.io/v1beta1=true` (a beta API, off by default).
 # With CLUSTER_OWNER_PID set, `up` also leaves a watchdog that runs `down` when that process is gone, so a
 # test process that dies without its destructor leaves no cluster behind.
 set -euo pipefail
@@ -97,10 +97,10 @@ export HOME
 module="$repo/tools/k8s"
 # The version the binaries report (kubectl's skew warnings and the apiserver's /version read it); it
 # must be the k8s.io/kubernetes version go.mod requires, which build() checks.
-k8s_version=v1.35.4
+k8s_version=v1.36.3
 recipe="go build -trimpath ldflags(version=$k8s_version)"
 # The pause image's tag: build/pause/Makefile's TAG and kubeadm's PauseVersion at this release.
-pause_tag=3.10.1
+pause_tag=3.10.2
 pause_image_name="registry.k8s.io/pause:$pause_tag"
 node_recipe="node: $recipe; pause $pause_tag: gcc -Os -static, docker-archive v1"
 # The most nodes a cluster may have (addresses 10.250.K.11-26) and the number of cluster slots.
@@ -233,7 +233,7 @@ build_node() {
 # pause_image DIR: writes DIR/pause.tar, the sandbox image every pod's namespaces are held by, as a
 # docker-archive (`ctr images import` reads it): pause.c from the k8s.io/kubernetes module (the Makefile's
 # flags: -Os -static), one layer holding /pause, the image config (entrypoint /pause, user 65535 as
-# upstream's), and manifest.json naming it registry.k8s.io/pause:3.10.1. Reproducible: fixed names, modes,
+# upstream's), and manifest.json naming it registry.k8s.io/pause:3.10.2. Reproducible: fixed names, modes,
 # owners and mtimes, so the same source gives the same image ID.
 pause_image() {
   local out="$1" src work arch layer config tarflags

@@ -9,7 +9,7 @@
 //!   container (the `istio-pilot-agent` image, built from the Go-built peer).
 //!
 //! The app is `testproxy echo` with no probe of its own, and `istio-proxy` is `testproxy` as in the e2e
-//! scenarios (native sidecars, as `auto` resolves on a 1.35 kubelet). istio-cni stays installed
+//! scenarios (native sidecars, as `auto` resolves on a 1.36 kubelet). istio-cni stays installed
 //! throughout, as in a cluster that runs CNI mode: every arm's sandbox runs the plugin, which leaves all
 //! but the `cni` arm's pods alone. Each round creates one pod per arm, one after another in an order
 //! that rotates, each alone on the node: the next is created once the previous is Ready; the round's

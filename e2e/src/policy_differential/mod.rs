@@ -30,10 +30,11 @@ use test_support::pods;
 use crate::apiserver::{injector_certs, serve_args, CertFiles, Injector, TempDir};
 use crate::cluster::{comparable, Cluster};
 
-/// The flags that make the pinned 1.35 apiserver serve `admissionregistration.k8s.io/v1beta1`
-/// MutatingAdmissionPolicies (GA from 1.36).
-pub const APISERVER_ARGS: &str =
-    "--feature-gates=MutatingAdmissionPolicy=true --runtime-config=admissionregistration.k8s.io/v1beta1=true";
+/// The extra apiserver flags the policy needs: none, since the pinned 1.36 apiserver serves
+/// `admissionregistration.k8s.io/v1` MutatingAdmissionPolicies by default (GA; 1.34 and 1.35 needed
+/// `--feature-gates=MutatingAdmissionPolicy=true --runtime-config=admissionregistration.k8s.io/v1beta1=true`
+/// and `injector policy --api-version v1beta1`).
+pub const APISERVER_ARGS: &str = "";
 
 /// The label that routes a test pod to the policy, the webhook or both.
 pub const PHASE_LABEL: &str = "e2e.sidecar-inject.io/phase";

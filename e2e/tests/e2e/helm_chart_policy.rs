@@ -82,13 +82,13 @@ fn chart_policy_is_injector_policys_and_off_by_default() {
             vec!["--enable-namespaces-by-default"],
         ),
         (
-            "path, namespace, the GA API",
+            "path, namespace, the beta API",
             "mesh",
             vec![
                 "--set",
                 "istiodRemote.injectionPath=/inject/cluster/c1/net/n1",
                 "--set",
-                "policy.apiVersion=v1",
+                "policy.apiVersion=v1beta1",
             ],
             vec![
                 "--namespace",
@@ -96,7 +96,7 @@ fn chart_policy_is_injector_policys_and_off_by_default() {
                 "--path",
                 "/inject/cluster/c1/net/n1",
                 "--api-version",
-                "v1",
+                "v1beta1",
             ],
         ),
     ];

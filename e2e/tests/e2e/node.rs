@@ -486,7 +486,7 @@ fn cni_mode_repairs_the_race_and_uninstalls_cleanly() {
     .unwrap();
 }
 
-/// 5d: native sidecars. The 1.35 kubelets make `--native-sidecars=auto` (the chart's default) resolve to
+/// 5d: native sidecars. The 1.36 kubelets make `--native-sidecars=auto` (the chart's default) resolve to
 /// on: `istio-proxy` is an init container with `restartPolicy: Always`, containerd created it after
 /// `istio-init` and before the app, and the pod is Ready.
 #[test]

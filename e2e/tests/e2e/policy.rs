@@ -45,3 +45,79 @@ fn generated_pods_and_corpus_cases_are_injected_by_the_policy_as_by_the_webhook(
         "{corpus_tally}"
     );
 }
+
+/// Applies `objects` (the params CRD first, then waits until it is established).
+fn apply_policy(
+    cluster: &e2e::cluster::Cluster,
+    objects: &[serde_json::Value],
+) -> anyhow::Result<()> {
+    cluster.apply(&objects[0])?;
+    cluster.kubectl(
+        &[
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=120s",
+            "crd/injectionparams.policy.sidecar-inject.io",
+        ],
+        None,
+    )?;
+    for o in &objects[1..] {
+        cluster.apply(o)?;
+    }
+    Ok(())
+}
+
+/// The pinned 1.36 apiserver serves the GA API `injector policy` writes by default, with no flag; the
+/// `--api-version v1beta1` objects (for 1.34 and 1.35 clusters) need the beta API turned on there too.
+#[test]
+fn the_default_objects_need_no_apiserver_flag_and_v1beta1_needs_the_beta_api() {
+    use e2e::cluster::Cluster;
+    use e2e::policy_differential::policy_objects;
+
+    let v1 = policy_objects(&[]).expect("injector policy");
+    assert_eq!(v1[2]["kind"], "MutatingAdmissionPolicy");
+    assert_eq!(v1[2]["apiVersion"], "admissionregistration.k8s.io/v1");
+    let beta = policy_objects(&["--api-version", "v1beta1"]).expect("injector policy");
+    assert_eq!(
+        beta[2]["apiVersion"],
+        "admissionregistration.k8s.io/v1beta1"
+    );
+
+    let plain = Cluster::up();
+    apply_policy(&plain, &v1).expect("the v1 objects are accepted");
+    let stored = plain
+        .kubectl_json(
+            &[
+                "get",
+                "mutatingadmissionpolicies.v1.admissionregistration.k8s.io",
+            ],
+            None,
+        )
+        .expect("the stored policies");
+    assert_eq!(
+        stored["items"].as_array().map(Vec::len),
+        Some(1),
+        "{stored}"
+    );
+    let refused = apply_policy(&plain, &beta).expect_err("v1beta1 is off by default");
+    assert!(format!("{refused:#}").contains("v1beta1"), "{refused:#}");
+    drop(plain);
+
+    let with_beta = Cluster::up_with("--runtime-config=admissionregistration.k8s.io/v1beta1=true");
+    apply_policy(&with_beta, &beta).expect("the v1beta1 objects are accepted with the beta API on");
+    let bindings = with_beta
+        .kubectl_json(
+            &[
+                "get",
+                "mutatingadmissionpolicybindings.v1.admissionregistration.k8s.io",
+            ],
+            None,
+        )
+        .expect("the stored bindings");
+    assert_eq!(
+        bindings["items"].as_array().map(Vec::len),
+        Some(beta.len() - 3),
+        "{bindings}"
+    );
+}

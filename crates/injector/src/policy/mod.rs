@@ -35,9 +35,10 @@ use crate::shared::policy::object::{self as params_object, labels};
 /// `shared::policy::object`, which `serve --own-policy-params` writes through too).
 pub use crate::shared::policy::object::{PARAMS_GROUP, PARAMS_KIND, PARAMS_PLURAL, PARAMS_VERSION};
 
-/// Which version of the MutatingAdmissionPolicy API is written: `v1beta1` (Kubernetes 1.34 and 1.35,
-/// behind the `MutatingAdmissionPolicy` feature gate and `--runtime-config=admissionregistration.k8s.io/v1beta1=true`)
-/// or `v1` (GA from 1.36). The objects are the same in both.
+/// Which version of the MutatingAdmissionPolicy API is written: `v1` (GA and served by default from
+/// Kubernetes 1.36, the release `tools/k8s` pins) or `v1beta1` (1.34 and 1.35, behind the
+/// `MutatingAdmissionPolicy` feature gate and `--runtime-config=admissionregistration.k8s.io/v1beta1=true`).
+/// The objects are the same in both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ApiVersion {
     V1beta1,
@@ -65,8 +66,9 @@ pub struct Args {
     pub cluster: ProxyConfigArgs,
     #[command(flatten)]
     pub scope: Scope,
-    /// The MutatingAdmissionPolicy API version written (`v1` from Kubernetes 1.36).
-    #[arg(long, value_enum, default_value = "v1beta1")]
+    /// The MutatingAdmissionPolicy API version written: `v1` from Kubernetes 1.36, `v1beta1` for 1.34
+    /// and 1.35 (with the feature gate and the beta API turned on).
+    #[arg(long, value_enum, default_value = "v1")]
     pub api_version: ApiVersion,
     /// Also write the guard: a ValidatingAdmissionPolicy (`admissionregistration.k8s.io/v1`) and a
     /// binding per webhook entry that reject a pod the webhook would have injected but that reached

@@ -43,17 +43,14 @@ fn compiled(flags: &[&str], api: ApiVersion) -> Compiled {
 
 #[test]
 fn the_default_configuration_compiles_to_a_crd_params_a_policy_and_a_binding_per_entry() {
-    let c = compiled(&[], ApiVersion::V1beta1);
+    let c = compiled(&[], ApiVersion::V1);
     assert_eq!(
         c.crd["metadata"]["name"],
         "injectionparams.policy.sidecar-inject.io"
     );
     assert_eq!(c.params["kind"], "InjectionParams");
     assert_eq!(c.params["metadata"]["name"], "sidecar-injector");
-    assert_eq!(
-        c.policy["apiVersion"],
-        "admissionregistration.k8s.io/v1beta1"
-    );
+    assert_eq!(c.policy["apiVersion"], "admissionregistration.k8s.io/v1");
     assert_eq!(c.policy["spec"]["failurePolicy"], "Ignore");
     let conditions: Vec<&str> = c.policy["spec"]["matchConditions"]
         .as_array()
@@ -104,11 +101,34 @@ fn the_default_configuration_compiles_to_a_crd_params_a_policy_and_a_binding_per
     assert_eq!(yaml.matches("\n---\n").count(), 6, "{yaml}");
 }
 
+/// `injector policy`'s flags alone, as the command line parses them.
+#[derive(Debug, clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: Args,
+}
+
 #[test]
-fn v1_is_one_flag_away_and_a_tag_adds_its_bindings() {
-    let c = compiled(&["--revision", "canary", "--tag", "prod"], ApiVersion::V1);
+fn the_api_version_is_v1_unless_v1beta1_is_asked_for() {
+    use clap::Parser as _;
+    // v1: GA and served by default from Kubernetes 1.36, the pinned release.
+    let default = Cli::try_parse_from(["policy"]).unwrap();
+    assert_eq!(default.args.api_version, ApiVersion::V1);
+    // v1beta1 stays selectable for 1.34 and 1.35 clusters.
+    let beta = Cli::try_parse_from(["policy", "--api-version", "v1beta1"]).unwrap();
+    assert_eq!(beta.args.api_version, ApiVersion::V1beta1);
+    let err = Cli::try_parse_from(["policy", "--api-version", "v1alpha1"]).unwrap_err();
+    assert!(err.to_string().contains("v1alpha1"), "{err}");
+}
+
+#[test]
+fn v1beta1_is_one_flag_away_and_a_tag_adds_its_bindings() {
+    let c = compiled(
+        &["--revision", "canary", "--tag", "prod"],
+        ApiVersion::V1beta1,
+    );
     for o in std::iter::once(&c.policy).chain(&c.bindings) {
-        assert_eq!(o["apiVersion"], "admissionregistration.k8s.io/v1");
+        assert_eq!(o["apiVersion"], "admissionregistration.k8s.io/v1beta1");
     }
     assert_eq!(c.policy["metadata"]["name"], "sidecar-injector-canary");
     let tagged: Vec<(&str, &str)> = c
