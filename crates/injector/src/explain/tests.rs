@@ -845,7 +845,7 @@ fn a_pod_the_policy_injects_is_not_refused_by_an_injector_outage() {
         deployment(json!({}), json!({})),
         deployment(
             json!({}),
-            json!({"sidecar.istio.io/proxyImage": "example/proxy:1"}),
+            json!({"proxy.istio.io/config": "concurrency: 3"}),
         ),
     ]
     .join("\n---\n");

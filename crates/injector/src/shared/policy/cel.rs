@@ -21,7 +21,8 @@
 
 use super::params::{
     APP_CONTAINERS_ENV, CANONICAL_NAME_LABEL, CANONICAL_REVISION_LABEL, OWNER_ENV, PORTS_ENV,
-    PROBERS_ENV, PROMETHEUS_ENV, TLS_MODE_LABEL, TUNNEL_LABEL, WORKLOAD_NAME_ENV,
+    PROBERS_ENV, PROMETHEUS_ENV, SCRAPE_TARGETS_ANNOTATION, TLS_MODE_LABEL, TUNNEL_LABEL,
+    WORKLOAD_NAME_ENV,
 };
 use super::params::{
     EXCLUDE_INBOUND_PORTS_ANNOTATION, EXCLUDE_INTERFACES_ANNOTATION,
@@ -330,14 +331,24 @@ pub fn variables() -> Vec<Variable> {
              !(variables.annotations[?'prometheus.io/scrape'].orValue('') in ['0', 'f', 'F', 'FALSE', 'false', 'False']) && \
              variables.annotations[?'prometheus.io/port'].orValue('') != string(params.spec.statusPort)",
         ),
+        // `prometheus.istio.io/scrape-targets` as [port, path] pairs (`postprocess::scrape_targets`; the
+        // subset admits only plain `port[:path]` entries, so a split is Istio's parse).
+        var(
+            "promTargets",
+            format!(
+                "variables.annotations[?{t}].orValue('') == '' ? [] : \
+                 variables.annotations[{t}].split(',').map(e, e.split(':')).map(p, [p[0], p.size() > 1 && p[1] != '' ? p[1] : '/metrics'])",
+                t = lit(SCRAPE_TARGETS_ANNOTATION)
+            ),
+        ),
         var(
             "prometheusEnv",
             format!(
-                "variables.prometheus && ['prometheus.io/scrape', 'prometheus.io/port', 'prometheus.io/path'].exists(k, variables.annotations[?k].orValue('') != '') ? \
+                "variables.prometheus && (variables.promTargets.size() > 0 || ['prometheus.io/scrape', 'prometheus.io/port', 'prometheus.io/path'].exists(k, variables.annotations[?k].orValue('') != '')) ? \
                  [{}] : []",
                 env_entry(
                     PROMETHEUS_ENV,
-                    r#"'{"scrape":"' + variables.annotations[?'prometheus.io/scrape'].orValue('') + '","path":"' + variables.annotations[?'prometheus.io/path'].orValue('') + '","port":"' + variables.annotations[?'prometheus.io/port'].orValue('') + '"}'"#
+                    r#"'{"scrape":"' + variables.annotations[?'prometheus.io/scrape'].orValue('') + '","path":"' + (variables.promTargets.size() > 0 ? variables.promTargets[0][1] : variables.annotations[?'prometheus.io/path'].orValue('')) + '","port":"' + (variables.promTargets.size() > 0 ? variables.promTargets[0][0] : variables.annotations[?'prometheus.io/port'].orValue('')) + '"' + (variables.promTargets.size() > 0 ? ',"targets":[' + variables.promTargets.map(t, '{"port":"' + t[0] + '","path":"' + t[1] + '"}').join(',') + ']' : '') + '}'"#
                 )
             ),
         ),
@@ -421,6 +432,7 @@ pub fn variables() -> Vec<Variable> {
              (variables.appNames.size() > 0 && !('kubectl.kubernetes.io/default-logs-container' in variables.annotations) ? [{logs}] : []) + \
              (variables.appNames.size() > 0 && !('kubectl.kubernetes.io/default-container' in variables.annotations) ? [{default}] : []) + \
              (variables.prometheus ? [{prom_port}, {prom_path}, {prom_scrape}] : []) + \
+             (variables.prometheus && {targets} in variables.annotations ? [{prom_targets}] : []) + \
              [{marker}]",
             new_labels = patch("add", "'/metadata/labels'", Some("{}")),
             fixed_label = patch(
@@ -461,6 +473,12 @@ pub fn variables() -> Vec<Variable> {
             prom_port = annotation("prometheus.io/port", "string(params.spec.statusPort)"),
             prom_path = annotation("prometheus.io/path", "'/stats/prometheus'"),
             prom_scrape = annotation("prometheus.io/scrape", "'true'"),
+            targets = lit(SCRAPE_TARGETS_ANNOTATION),
+            prom_targets = patch(
+                "remove",
+                &format!("'/metadata/annotations/{}'", escape_key(SCRAPE_TARGETS_ANNOTATION)),
+                None
+            ),
             marker = annotation(MARKER_ANNOTATION, "params.spec.revision"),
         ),
     ));

@@ -64,6 +64,9 @@ pub const PROMETHEUS_ANNOTATIONS: [&str; 3] = [
     "prometheus.io/path",
 ];
 
+/// Istio's `prometheus.istio.io/scrape-targets`: the `port[:path]` targets the agent merges.
+pub const SCRAPE_TARGETS_ANNOTATION: &str = "prometheus.istio.io/scrape-targets";
+
 /// The interception modes the sidecar template renders.
 pub const MODES: [&str; 3] = ["REDIRECT", "TPROXY", "NONE"];
 

@@ -14,7 +14,7 @@ use super::params::{
     EXCLUDE_OUTBOUND_IP_RANGES_ANNOTATION, EXCLUDE_OUTBOUND_PORTS_ANNOTATION,
     INCLUDE_INBOUND_PORTS_ANNOTATION, INCLUDE_OUTBOUND_IP_RANGES_ANNOTATION,
     INCLUDE_OUTBOUND_PORTS_ANNOTATION, KUBEVIRT_INTERFACES_ANNOTATION,
-    REROUTE_VIRTUAL_INTERFACES_ANNOTATION,
+    REROUTE_VIRTUAL_INTERFACES_ANNOTATION, SCRAPE_TARGETS_ANNOTATION,
 };
 use inject::decision::Decision;
 use inject::pod::{
@@ -186,6 +186,8 @@ pub const HANDLED_ANNOTATIONS: &[(&str, Shape)] = &[
     (KUBEVIRT_INTERFACES_ANNOTATION, Shape::Interfaces),
     (REROUTE_VIRTUAL_INTERFACES_ANNOTATION, Shape::Interfaces),
     (EXCLUDE_INTERFACES_ANNOTATION, Shape::Interfaces),
+    // Its value is checked by the `prometheus` rule.
+    (SCRAPE_TARGETS_ANNOTATION, Shape::Any),
 ];
 
 /// The traffic annotations, which CNI echoes onto the pod (`render::context::cni_annotations`): with
@@ -217,6 +219,39 @@ const PROMETHEUS_KEYS: [&str; 3] = [
     "prometheus.io/port",
     "prometheus.io/path",
 ];
+
+/// The Prometheus keys a pod in the subset may carry (any other spelling `postprocess` would read is
+/// left to the webhook).
+const PROMETHEUS_SUBSET_KEYS: [&str; 4] = [
+    "prometheus.io/scrape",
+    "prometheus.io/port",
+    "prometheus.io/path",
+    SCRAPE_TARGETS_ANNOTATION,
+];
+
+/// Whether `v` is a `prometheus.istio.io/scrape-targets` value the CEL splits exactly as the webhook
+/// does: comma-separated `port[:path]` entries with no spaces or empty entries, each port a number
+/// without leading zeros, each path of `[A-Za-z0-9/_.~-]` (JSON-safe, no second colon). Its ports are
+/// checked by the `prometheus` rule.
+fn simple_scrape_targets(v: &str) -> bool {
+    v.split(',').all(|e| {
+        let (port, path) = e.split_once(':').unwrap_or((e, ""));
+        (1..=5).contains(&port.len())
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && !port.starts_with('0')
+            && path
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"/_.~-".contains(&b))
+    })
+}
+const SIMPLE_SCRAPE_TARGETS_CEL: &str =
+    "^[1-9][0-9]{0,4}(:[A-Za-z0-9/_.~-]*)?(,[1-9][0-9]{0,4}(:[A-Za-z0-9/_.~-]*)?)*$";
+
+/// The ports of a simple `prometheus.istio.io/scrape-targets` value.
+fn scrape_target_ports(v: &str) -> impl Iterator<Item = &str> {
+    v.split(',')
+        .map(|e| e.split_once(':').map_or(e, |(p, _)| p))
+}
 
 /// The ports of the agent and Envoy (`postprocess`'s reserved ports): a scrape target there is an error.
 const RESERVED_PORTS: [u16; 9] = [
@@ -360,20 +395,20 @@ pub fn rules() -> Vec<Rule> {
         },
         Rule {
             name: "annotations",
-            why: "it has an annotation the policy does not render (an Istio annotation but the inject, interception, native sidecar, probe rewrite, merge-metrics, log level, proxy image, resource and traffic ones; a Prometheus key spelled otherwise; or one of Datadog's, OpenTelemetry's or Multus')",
+            why: "it has an annotation the policy does not render (an Istio annotation but the inject, interception, native sidecar, probe rewrite, merge-metrics, scrape-targets, log level, proxy image, resource and traffic ones; a Prometheus key spelled otherwise; or one of Datadog's, OpenTelemetry's or Multus')",
             cel: format!(
                 "object.metadata.?annotations.orValue({{}}).all(k, \
                    (!k.contains('istio.io/') || k in {handled}) && \
                    (!k.matches('{PROMETHEUS_LIKE_CEL}') || k in {prom}) && \
                    !(k in {other}) && !k.startsWith('{OTEL_PREFIX}'))",
                 handled = cel_list(&HANDLED_ANNOTATIONS.iter().map(|(k, _)| *k).collect::<Vec<_>>()),
-                prom = cel_list(&PROMETHEUS_KEYS),
+                prom = cel_list(&PROMETHEUS_SUBSET_KEYS),
                 other = cel_list(OTHER_READ_ANNOTATIONS),
             ),
             holds: |f| {
                 annotations(f.pod).all(|(k, _)| {
                     (!k.contains("istio.io/") || handled(k))
-                        && (!prometheus_like(k) || PROMETHEUS_KEYS.contains(&k.as_str()))
+                        && (!prometheus_like(k) || PROMETHEUS_SUBSET_KEYS.contains(&k.as_str()))
                         && !OTHER_READ_ANNOTATIONS.contains(&k.as_str())
                         && !k.starts_with(OTEL_PREFIX)
                 })
@@ -415,14 +450,19 @@ pub fn rules() -> Vec<Rule> {
         },
         Rule {
             name: "prometheus",
-            why: "its Prometheus annotations hold a quote, a backslash or a control character, or a port the agent cannot scrape",
+            why: "its Prometheus annotations hold a quote, a backslash or a control character, or a port the agent cannot scrape, or its prometheus.istio.io/scrape-targets is not plain port[:path] entries",
             cel: format!(
                 "{prom}.all(k, !(k in object.metadata.?annotations.orValue({{}})) || {safe}) && \
                  (!('prometheus.io/port' in object.metadata.?annotations.orValue({{}})) || \
                   object.metadata.annotations['prometheus.io/port'] == string(params.spec.statusPort) || \
                   (object.metadata.annotations['prometheus.io/port'].matches('^[1-9][0-9]{{0,4}}$') && \
                    int(object.metadata.annotations['prometheus.io/port']) <= 65535 && \
-                   !(int(object.metadata.annotations['prometheus.io/port']) in {reserved})))",
+                   !(int(object.metadata.annotations['prometheus.io/port']) in {reserved}))) && \
+                 (!('{SCRAPE_TARGETS_ANNOTATION}' in object.metadata.?annotations.orValue({{}})) || \
+                  (object.metadata.annotations['{SCRAPE_TARGETS_ANNOTATION}'].matches('{SIMPLE_SCRAPE_TARGETS_CEL}') && \
+                   object.metadata.annotations['{SCRAPE_TARGETS_ANNOTATION}'].split(',').all(e, \
+                     int(e.split(':')[0]) <= 65535 && !(int(e.split(':')[0]) in {reserved}) && \
+                     e.split(':')[0] != string(params.spec.statusPort))))",
                 prom = cel_list(&PROMETHEUS_KEYS),
                 safe = cel_safe("object.metadata.annotations[k]"),
                 reserved = reserved_ports_cel(),
@@ -439,6 +479,16 @@ pub fn rules() -> Vec<Rule> {
                                     (1..=65535).contains(&n)
                                         && !RESERVED_PORTS.iter().any(|r| u32::from(*r) == n)
                                 }))
+                    })
+                    && ann(SCRAPE_TARGETS_ANNOTATION).is_none_or(|v| {
+                        simple_scrape_targets(v)
+                            && scrape_target_ports(v).all(|p| {
+                                p != f.params.status_port.to_string()
+                                    && p.parse::<u32>().is_ok_and(|n| {
+                                        n <= 65535
+                                            && !RESERVED_PORTS.iter().any(|r| u32::from(*r) == n)
+                                    })
+                            })
                     })
             },
         },
@@ -552,6 +602,41 @@ pub fn first_unmet(facts: &Facts<'_>) -> Option<Rule> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_plain_scrape_targets_are_in_the_subset() {
+        for v in [
+            "8080",
+            "8080:/metrics,9100:/custom-metrics",
+            "9100:",
+            "1:/a.b_c~d-e/f",
+        ] {
+            assert!(simple_scrape_targets(v), "{v}");
+        }
+        // Spaces, empty entries or ports, leading zeros, long ports, a second colon, JSON-unsafe text:
+        // Istio's parse trims, skips, ignores or errors, which the CEL's split does not reproduce.
+        for v in [
+            "",
+            " 8080",
+            "8080,",
+            ",8080",
+            "8080,,9100",
+            ":/x",
+            "08080",
+            "123456",
+            "8080:/a:b",
+            "8080:/a b",
+            "8080:/\"",
+            "abc",
+            "8080;9100",
+        ] {
+            assert!(!simple_scrape_targets(v), "{v:?}");
+        }
+        assert_eq!(
+            scrape_target_ports("8080:/metrics,9100").collect::<Vec<_>>(),
+            ["8080", "9100"]
+        );
+    }
 
     #[test]
     fn prometheus_keys_are_recognised_as_postprocess_sanitises_them() {
