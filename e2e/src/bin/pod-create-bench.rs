@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use e2e::apiserver::{injector_certs, serve_args, CertFiles, Injector, TempDir};
 use e2e::cluster::{Cluster, Connection};
-use e2e::policy_differential::{policy_objects, restrict, APISERVER_ARGS, MARKER, PHASE_LABEL};
+use e2e::policy_differential::{
+    install_crd, policy_objects, restrict, APISERVER_ARGS, MARKER, PHASE_LABEL,
+};
 use serde_json::{json, Value};
 use test_support::corpus::Config;
 
@@ -266,17 +268,7 @@ fn install_policy(cluster: &Cluster, flags: &[String]) -> anyhow::Result<()> {
     let Some((crd, rest)) = objects.split_first() else {
         bail!("injector policy wrote nothing");
     };
-    cluster.apply(crd)?;
-    cluster.kubectl(
-        &[
-            "wait",
-            "--for",
-            "condition=established",
-            "--timeout=120s",
-            "crd/injectionparams.policy.sidecar-inject.io",
-        ],
-        None,
-    )?;
+    install_crd(cluster, crd)?;
     for o in rest {
         let mut o = o.clone();
         if o["kind"] != "MutatingAdmissionPolicy" {

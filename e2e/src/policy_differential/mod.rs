@@ -216,17 +216,7 @@ impl Harness {
             &["--san", "127.0.0.1", "--san", "localhost"],
         )?;
         let objects = policy_objects(&[])?;
-        cluster.apply(&objects[0])?;
-        cluster.kubectl(
-            &[
-                "wait",
-                "--for",
-                "condition=established",
-                "--timeout=120s",
-                "crd/injectionparams.policy.sidecar-inject.io",
-            ],
-            None,
-        )?;
+        install_crd(&cluster, &objects[0])?;
         Ok(Harness {
             cluster,
             certs,
@@ -792,6 +782,23 @@ pub fn restrict(o: &mut Value, config: &str, namespaces: &[String], phases: &[&s
         }
         _ => {}
     }
+}
+
+/// Applies the params CRD (`injector policy`'s first object) and waits until it is established, so the
+/// params objects after it are accepted.
+pub fn install_crd(cluster: &Cluster, crd: &Value) -> Result<()> {
+    cluster.apply(crd)?;
+    cluster.kubectl(
+        &[
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=120s",
+            "crd/injectionparams.policy.sidecar-inject.io",
+        ],
+        None,
+    )?;
+    Ok(())
 }
 
 /// `injector policy <flags>`'s objects (the CRD first).

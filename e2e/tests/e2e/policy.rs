@@ -51,17 +51,7 @@ fn apply_policy(
     cluster: &e2e::cluster::Cluster,
     objects: &[serde_json::Value],
 ) -> anyhow::Result<()> {
-    cluster.apply(&objects[0])?;
-    cluster.kubectl(
-        &[
-            "wait",
-            "--for",
-            "condition=established",
-            "--timeout=120s",
-            "crd/injectionparams.policy.sidecar-inject.io",
-        ],
-        None,
-    )?;
+    e2e::policy_differential::install_crd(cluster, &objects[0])?;
     for o in &objects[1..] {
         cluster.apply(o)?;
     }
