@@ -654,7 +654,7 @@ pub fn normal(stored: &Value) -> Value {
 }
 
 /// A dry-run answer as the admission chain saw the pod: in `ns`, without what creation adds.
-fn as_admitted(answer: &Value, ns: &str) -> Value {
+pub fn as_admitted(answer: &Value, ns: &str) -> Value {
     let mut v = answer.clone();
     if let Some(m) = v["metadata"].as_object_mut() {
         for k in [

@@ -310,26 +310,8 @@ async fn guard_agrees_on_generated_pods(
     // The pods as admission sees them: defaulted by a dry run in a namespace nothing selects.
     let mut admitted = Vec::new();
     for p in &pods {
-        if let Ok(mut a) = create(conn, UNSELECTED_NS, p, true).await {
-            if let Some(m) = a["metadata"].as_object_mut() {
-                for k in [
-                    "uid",
-                    "creationTimestamp",
-                    "managedFields",
-                    "resourceVersion",
-                ] {
-                    m.remove(k);
-                }
-                if m.get("generateName")
-                    .and_then(Value::as_str)
-                    .is_some_and(|g| !g.is_empty())
-                {
-                    m.remove("name");
-                }
-            }
-            if let Some(m) = a.as_object_mut() {
-                m.remove("status");
-            }
+        if let Ok(a) = create(conn, UNSELECTED_NS, p, true).await {
+            let a = e2e::policy_differential::as_admitted(&a, UNSELECTED_NS);
             admitted.push((p.clone(), a));
         }
     }

@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::cluster::write_queue::{WriteQueue, LIMITS};
+use crate::cluster::write_queue::{WriteError, WriteQueue, LIMITS, WRITE_TIMEOUT};
 use crate::shared::metrics::Metrics;
 use crate::shared::webhook_config::ENTRY_SUFFIX;
 pub use bundle::OwnCaError;
@@ -53,8 +53,6 @@ use records::{Record, Seen};
 const REV_LABEL: &str = "istio.io/rev";
 /// The `resource` label of the watch's errors.
 const RESOURCE: &str = "mutatingwebhookconfigurations";
-/// The longest a single patch request may take before it counts as failed (and is retried).
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The label value of `--revision` (empty means the default revision, labelled `default`).
 pub fn revision_label(revision: &str) -> &str {
@@ -602,48 +600,23 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 /// Sends one JSON patch to configuration `name`, bounded by [`WRITE_TIMEOUT`].
-async fn patch(client: &kube::Client, name: &str, ops: &Value) -> Result<(), PatchError> {
+async fn patch(client: &kube::Client, name: &str, ops: &Value) -> Result<(), WriteError> {
     let url = format!(
         "{}/{name}",
         MutatingWebhookConfiguration::url_path(&(), None)
     );
     let request = hyper::Request::patch(url)
         .header("content-type", "application/json-patch+json")
-        .body(serde_json::to_vec(ops).map_err(PatchError::Encode)?)
-        .map_err(PatchError::Request)?;
+        .body(serde_json::to_vec(ops).map_err(WriteError::Encode)?)
+        .map_err(WriteError::Request)?;
     tokio::time::timeout(
         WRITE_TIMEOUT,
         client.request::<MutatingWebhookConfiguration>(request),
     )
     .await
-    .map_err(|_| PatchError::Timeout)?
-    .map_err(PatchError::Api)?;
+    .map_err(|_| WriteError::Timeout)?
+    .map_err(WriteError::Api)?;
     Ok(())
-}
-
-/// Why a patch was not applied (retried with backoff).
-#[derive(Debug, thiserror::Error)]
-enum PatchError {
-    /// The patch could not be encoded (cannot happen for the values written).
-    #[error("encoding the patch: {0}")]
-    Encode(#[source] serde_json::Error),
-    /// The HTTP request could not be built (cannot happen for a valid object name).
-    #[error("building the request: {0}")]
-    Request(#[source] hyper::http::Error),
-    /// No answer within [`WRITE_TIMEOUT`].
-    #[error("no answer from the API server within {WRITE_TIMEOUT:?}")]
-    Timeout,
-    /// The API server refused it or could not be reached. A concurrent change fails the
-    /// resourceVersion check with 409 Conflict; the next look sees the newer object.
-    #[error("{0}")]
-    Api(#[source] kube::Error),
-}
-
-impl PatchError {
-    /// A 409 Conflict: another writer changed the configuration since we read it.
-    fn is_conflict(&self) -> bool {
-        matches!(self, PatchError::Api(kube::Error::Api(s)) if s.code == 409)
-    }
 }
 
 #[cfg(test)]
@@ -1011,7 +984,7 @@ mod tests {
     #[test]
     fn conflicts_are_told_apart() {
         let status = |code| {
-            PatchError::Api(kube::Error::Api(
+            WriteError::Api(kube::Error::Api(
                 kube::core::Status::failure("m", "r")
                     .with_code(code)
                     .boxed(),
@@ -1019,7 +992,7 @@ mod tests {
         };
         assert!(status(409).is_conflict());
         assert!(!status(422).is_conflict());
-        assert!(!PatchError::Timeout.is_conflict());
+        assert!(!WriteError::Timeout.is_conflict());
         assert_eq!(revision_label(""), "default");
         assert_eq!(revision_label("canary"), "canary");
     }

@@ -28,7 +28,6 @@
 //! `injector_policy_params_refused` is 1 while that holds, and the refusal is logged at error level.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
@@ -40,7 +39,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::cluster::write_queue::{WriteQueue, LIMITS};
+use crate::cluster::write_queue::{WriteError, WriteQueue, LIMITS, WRITE_TIMEOUT};
 use crate::shared::metrics::Metrics;
 use crate::shared::policy::object::{
     params_name, params_object, refused_spec, PARAMS_GROUP, PARAMS_KIND, PARAMS_PLURAL,
@@ -53,8 +52,6 @@ use sidecar_core::fields::Fields;
 
 /// The `resource` label of the watch's errors.
 const RESOURCE: &str = "injectionparams";
-/// The longest a single write may take before it counts as failed (and is retried).
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `--own-policy-params` and what it compiles with, taken by `serve`.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -388,30 +385,6 @@ impl Write {
             .await
             .map_err(|_| WriteError::Timeout)?
             .map_err(WriteError::Api)
-    }
-}
-
-/// Why a write was not applied (retried with backoff).
-#[derive(Debug, thiserror::Error)]
-enum WriteError {
-    /// The object or patch could not be encoded (cannot happen for the values written).
-    #[error("encoding the write: {0}")]
-    Encode(#[source] serde_json::Error),
-    /// The HTTP request could not be built (cannot happen for a valid object name).
-    #[error("building the request: {0}")]
-    Request(#[source] hyper::http::Error),
-    /// No answer within [`WRITE_TIMEOUT`].
-    #[error("no answer from the API server within {WRITE_TIMEOUT:?}")]
-    Timeout,
-    /// The API server refused it (a 409 Conflict for a concurrent change or an object created
-    /// meanwhile: the next look sees it) or could not be reached.
-    #[error("{0}")]
-    Api(#[source] kube::Error),
-}
-
-impl WriteError {
-    fn is_conflict(&self) -> bool {
-        matches!(self, WriteError::Api(kube::Error::Api(s)) if s.code == 409)
     }
 }
 

@@ -1,5 +1,5 @@
-//! The queue that every write of `injector serve` to the API server goes through. Today the only writes
-//! are `ca_bundle_patch`'s caBundle patches. It is client-go's controller work queue as Istio's
+//! The queue that every write of `injector serve` to the API server goes through: `ca_bundle_patch`'s
+//! caBundle patches and `policy_params`' params object, and the one error type of those writes. It is client-go's controller work queue as Istio's
 //! `pkg/kube/controllers/queue.go` `Queue` uses it. Keys deduplicate: a burst of events for one object
 //! is one look at it. The writes those looks decide on have two limits:
 //! - **per key**, exponential backoff (client-go's `ItemExponentialFailureRateLimiter`). It doubles with
@@ -15,6 +15,34 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// The longest a single write request may take before it counts as failed (and is retried).
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a write was not applied (retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The object or patch could not be encoded (cannot happen for the values written).
+    #[error("encoding the write: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// The HTTP request could not be built (cannot happen for a valid object name).
+    #[error("building the request: {0}")]
+    Request(#[source] hyper::http::Error),
+    /// No answer within [`WRITE_TIMEOUT`].
+    #[error("no answer from the API server within {WRITE_TIMEOUT:?}")]
+    Timeout,
+    /// The API server refused it or could not be reached. A concurrent change (or an object created
+    /// meanwhile) fails with 409 Conflict; the next look sees the newer object.
+    #[error("{0}")]
+    Api(#[source] kube::Error),
+}
+
+impl WriteError {
+    /// A 409 Conflict: another writer changed the object since we read it.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, WriteError::Api(kube::Error::Api(s)) if s.code == 409)
+    }
+}
 
 /// The rates of a [`WriteQueue`].
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -249,13 +249,7 @@ pub fn compile(
     });
     let mut bindings = Vec::new();
     for c in &configurations {
-        let config_name = c.metadata.name.clone().unwrap_or_default();
-        let tag = c
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("istio.io/tag"))
-            .map(String::as_str);
+        let (config_name, tag) = crate::shared::webhook_config::name_and_tag(c);
         for w in c.webhooks.iter().flatten() {
             let kind = guard::entry_kind(&w.name);
             bindings.push(json!({

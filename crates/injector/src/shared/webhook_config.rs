@@ -23,6 +23,22 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use k8s_openapi::ByteString;
 
+/// The label of a tag's configuration (Istio's `label.IoIstioTag`).
+pub const TAG_LABEL: &str = "istio.io/tag";
+
+/// A generated configuration's name and its tag (`None` for the revision's own): what the policy's and
+/// the guard's bindings are named and labelled after.
+pub fn name_and_tag(c: &MutatingWebhookConfiguration) -> (String, Option<&str>) {
+    let name = c.metadata.name.clone().unwrap_or_default();
+    let tag = c
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(TAG_LABEL))
+        .map(String::as_str);
+    (name, tag)
+}
+
 /// When the API server calls the webhook again after other webhooks changed the pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReinvocationPolicy {
@@ -442,7 +458,7 @@ impl Args {
             self.named_revision().unwrap_or("default").to_string(),
         );
         if let Some(tag) = tag {
-            labels.insert("istio.io/tag".to_string(), tag.to_string());
+            labels.insert(TAG_LABEL.to_string(), tag.to_string());
         }
         MutatingWebhookConfiguration {
             metadata: ObjectMeta {

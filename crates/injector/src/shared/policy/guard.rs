@@ -187,13 +187,7 @@ pub fn objects(
         },
     })];
     for c in configurations {
-        let config_name = c.metadata.name.clone().unwrap_or_default();
-        let tag = c
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("istio.io/tag"))
-            .map(String::as_str);
+        let (config_name, tag) = crate::shared::webhook_config::name_and_tag(c);
         for w in c.webhooks.iter().flatten() {
             out.push(json!({
                 "apiVersion": API_VERSION,
