@@ -476,8 +476,12 @@ fn native_sidecars_follow_the_nodes(c: &Cluster, s: &Served) {
     assert!(native(None));
     node(c, "new", "v1.33.0");
     node(c, "old", "v1.32.5");
+    // Each node is created, then its status written: wait until both versions are seen, not only the
+    // first node without one (which alone turns native sidecars off).
     wait_for("a 1.32 node turns native sidecars off", WITHIN, || {
-        (!native(None)).then_some(()).ok_or("still native")
+        (!native(None) && native(Some("new")) && !native(Some("old")))
+            .then_some(())
+            .ok_or("the nodes' versions not seen yet")
     });
     assert!(native(Some("new")), "a pod on the 1.33 node");
     assert!(!native(Some("old")), "a pod on the 1.32 node");
